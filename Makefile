@@ -1,0 +1,35 @@
+# owl — passive one-way latency measurement.
+GO ?= go
+
+.PHONY: all build test lint bench demo fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+# The README's test command; CI runs it through .ci/run.
+test:
+	scripts/test.sh
+
+lint:
+	$(GO) vet ./...
+	scripts/retry.sh 300 2 $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	$$($(GO) env GOPATH)/bin/staticcheck ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+# The README's main command: tracegen + LDA against ground truth.
+demo:
+	scripts/demo.sh
+
+# Short fuzzing of every decoder of outside bytes (FUZZTIME each).
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/capture/
+	$(GO) test -run '^$$' -fuzz '^FuzzFileSource$$' -fuzztime $(FUZZTIME) ./internal/capture/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/synopsis/lda/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,73 @@
+// Command evaluate runs the two captures that tracegen made through owl's
+// decoding, epochs and LDA, and prints each epoch's estimate beside the
+// ground truth:
+//
+//	evaluate -up /tmp/run-up.pcap -down /tmp/run-down.pcap -truth /tmp/run-truth.csv
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/evaluate"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
+)
+
+func main() {
+	fs := flag.NewFlagSet("evaluate", flag.ExitOnError)
+	cfg := evaluate.FilesConfig{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(),
+		LDA: lda.DefaultConfig(), Estimate: lda.DefaultOptions()}
+	fs.StringVar(&cfg.Up, "up", "", "upstream capture")
+	fs.StringVar(&cfg.Down, "down", "", "downstream capture")
+	fs.StringVar(&cfg.Truth, "truth", "", "ground truth CSV from tracegen")
+	prefix := fs.String("prefix", "", "shorthand for -up PREFIX-up.pcap -down PREFIX-down.pcap -truth PREFIX-truth.csv")
+	fs.DurationVar(&cfg.Epoch.Length, "epoch", cfg.Epoch.Length, "epoch length")
+	fs.DurationVar(&cfg.Epoch.Grace, "grace", cfg.Epoch.Grace, "epoch grace period")
+	fs.IntVar(&cfg.LDA.Rows, "lda-rows", cfg.LDA.Rows, "LDA rows per bank")
+	banks := fs.String("lda-banks", "0,4", "LDA bank sampling exponents: bank j samples 2^-e_j − 2^-e_{j+1} of the packets")
+	stddev := fs.String("stddev", "centered", "standard deviation estimator: centered or collapsed (the paper's)")
+	offset := fs.Duration("down-clock-offset", 0, "downstream clock offset given to tracegen")
+	cfg.Identity.BindFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *prefix != "" {
+		cfg.Up, cfg.Down, cfg.Truth = *prefix+"-up.pcap", *prefix+"-down.pcap", *prefix+"-truth.csv"
+	}
+	if cfg.Up == "" || cfg.Down == "" || cfg.Truth == "" {
+		log.Error("evaluate needs -up, -down and -truth (or -prefix)")
+		os.Exit(2)
+	}
+	cfg.DownClockOffsetNS = int64(*offset)
+	cfg.LDA.BankSampleLog2 = cfg.LDA.BankSampleLog2[:0]
+	for _, f := range strings.Split(*banks, ",") {
+		e, err := strconv.ParseUint(strings.TrimSpace(f), 10, 8)
+		if err != nil {
+			log.Error("bad -lda-banks", "value", *banks, "err", err)
+			os.Exit(2)
+		}
+		cfg.LDA.BankSampleLog2 = append(cfg.LDA.BankSampleLog2, uint8(e))
+	}
+	switch *stddev {
+	case "centered":
+		cfg.Estimate.Stddev = lda.StddevCentered
+	case "collapsed":
+		cfg.Estimate.Stddev = lda.StddevCollapsed
+	default:
+		log.Error("bad -stddev: want centered or collapsed", "value", *stddev)
+		os.Exit(2)
+	}
+	s, err := evaluate.RunFiles(cfg, os.Stdout)
+	if err != nil {
+		log.Error("evaluate failed", "err", err)
+		os.Exit(1)
+	}
+	fmt.Printf("epochs %d (no estimate: %d)  mean rel. error: avg %.3f%% max %.3f%%  stddev rel. error: avg %.2f%% max %.2f%%  samples/delivered %.1f%%\n",
+		s.Epochs, s.Failed, 100*s.MeanRelErr, 100*s.MaxMeanRelErr, 100*s.StdRelErr, 100*s.MaxStdRelErr, 100*s.SampleShare)
+}

@@ -1,0 +1,315 @@
+package capture
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/zeebo/xxh3"
+)
+
+// Reason says why a frame yielded no packet; it labels drop counters.
+type Reason uint8
+
+// Reasons a frame is not turned into a packet.
+const (
+	ReasonNone      Reason = iota
+	ReasonNotIP            // no IPv4 or IPv6 packet in the frame (ARP, LLDP, ...)
+	ReasonTruncated        // the frame ends inside a header
+	ReasonMalformed        // a header is invalid
+	numReasons
+)
+
+// Reasons lists every failure reason, for metrics.
+var Reasons = []Reason{ReasonNotIP, ReasonTruncated, ReasonMalformed}
+
+// String names the reason as it appears in metric labels.
+func (r Reason) String() string {
+	switch r {
+	case ReasonNone:
+		return "none"
+	case ReasonNotIP:
+		return "not_ip"
+	case ReasonTruncated:
+		return "truncated"
+	case ReasonMalformed:
+		return "malformed"
+	}
+	return fmt.Sprintf("reason_%d", uint8(r))
+}
+
+// DecodeError says why a frame could not be decoded.
+type DecodeError struct {
+	Reason Reason
+	Err    error
+}
+
+func (e *DecodeError) Error() string {
+	if e.Err == nil {
+		return "decoding frame: " + e.Reason.String()
+	}
+	return fmt.Sprintf("decoding frame: %s: %v", e.Reason, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ErrNotIP is returned for frames that carry no IP packet.
+var ErrNotIP = &DecodeError{Reason: ReasonNotIP}
+
+// ReasonOf returns the Reason behind an error from Decode.
+func ReasonOf(err error) Reason {
+	if err == nil {
+		return ReasonNone
+	}
+	var de *DecodeError
+	if errors.As(err, &de) {
+		return de.Reason
+	}
+	return ReasonMalformed
+}
+
+// Decoder finds the innermost IP packet of a frame and computes its identity
+// and flow key. It reuses its buffers: a Decoder is for one goroutine, and
+// Decode allocates nothing for well-formed frames.
+type Decoder struct {
+	cfg     IdentityConfig
+	parser  *gopacket.DecodingLayerParser
+	parser6 *gopacket.DecodingLayerParser // for raw-IP links whose packet is IPv6
+	raw     bool                          // link carries bare IP packets
+	linkLen int                           // shortest frame that holds the link header
+
+	eth   layers.Ethernet
+	sll   layers.LinuxSLL
+	sll2  layers.LinuxSLL2
+	loop  layers.Loopback
+	dot1q layers.Dot1Q
+	ip4   layers.IPv4
+	ip6   layers.IPv6
+	ext   layers.IPv6ExtensionSkipper
+	frag6 layers.IPv6Fragment
+	tcp   layers.TCP
+	udp   layers.UDP
+	icmp4 layers.ICMPv4
+	icmp6 layers.ICMPv6
+
+	decoded []gopacket.LayerType
+	scratch []byte
+}
+
+// NewDecoder returns a Decoder for frames of the given link type (Ethernet,
+// raw IP, Linux cooked v1/v2, BSD loopback).
+func NewDecoder(link layers.LinkType, cfg IdentityConfig) (*Decoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Decoder{cfg: cfg, decoded: make([]gopacket.LayerType, 0, 16)}
+	d.scratch = make([]byte, 0, scratchSize(cfg.PayloadBytes))
+	var first gopacket.LayerType
+	switch link {
+	case layers.LinkTypeEthernet:
+		first, d.linkLen = layers.LayerTypeEthernet, 14
+	case layers.LinkTypeLinuxSLL:
+		first, d.linkLen = layers.LayerTypeLinuxSLL, 16
+	case layers.LinkTypeLinuxSLL2:
+		first, d.linkLen = layers.LayerTypeLinuxSLL2, 20
+	case layers.LinkTypeNull, layers.LinkTypeLoop:
+		first, d.linkLen = layers.LayerTypeLoopback, 4
+	case layers.LinkTypeRaw, layers.LinkTypeIPv4, layers.LinkTypeIPv6, 12 /* raw on some BSDs */ :
+		first, d.raw, d.linkLen = layers.LayerTypeIPv4, true, 1
+	default:
+		return nil, fmt.Errorf("unsupported link type %v (%d)", link, link)
+	}
+	decoders := []gopacket.DecodingLayer{&d.eth, &d.sll, &d.sll2, &d.loop, &d.dot1q, &d.ip4, &d.ip6,
+		// The skipper takes every IPv6 extension header; the fragment
+		// header is then claimed by its own layer so that non-first
+		// fragments are not read as transport headers.
+		&d.ext, &d.frag6, &d.tcp, &d.udp, &d.icmp4, &d.icmp6}
+	d.parser = gopacket.NewDecodingLayerParser(first, decoders...)
+	d.parser.IgnoreUnsupported = true
+	if d.raw {
+		d.parser6 = gopacket.NewDecodingLayerParser(layers.LayerTypeIPv6, decoders...)
+		d.parser6.IgnoreUnsupported = true
+	}
+	return d, nil
+}
+
+// Config returns the identity settings the decoder uses.
+func (d *Decoder) Config() IdentityConfig { return d.cfg }
+
+// Decode decodes frame, captured at tsNS, into p. It returns ErrNotIP for
+// frames without IP and a *DecodeError for broken ones.
+func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
+	parser := d.parser
+	if d.raw && len(frame) > 0 && frame[0]>>4 == 6 {
+		parser = d.parser6
+	}
+	err := parser.DecodeLayers(frame, &d.decoded)
+	// Find the innermost IP layer and the transport layer after it.
+	ipIdx, l4 := -1, gopacket.LayerTypeZero
+	for i, t := range d.decoded {
+		switch t {
+		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
+			ipIdx, l4 = i, gopacket.LayerTypeZero
+		case layers.LayerTypeTCP, layers.LayerTypeUDP, layers.LayerTypeICMPv4, layers.LayerTypeICMPv6:
+			if ipIdx >= 0 && l4 == gopacket.LayerTypeZero {
+				l4 = t
+			}
+		}
+	}
+	if ipIdx < 0 {
+		if len(frame) < d.linkLen {
+			return &DecodeError{Reason: ReasonTruncated, Err: fmt.Errorf("%d-byte frame is shorter than its link header", len(frame))}
+		}
+		if err != nil {
+			return decodeFailure(parser, err)
+		}
+		return ErrNotIP
+	}
+	if err != nil && l4 == gopacket.LayerTypeZero {
+		// The IP header decoded but a later header is broken. A truncated
+		// transport header (short snaplen) is not an error of the packet:
+		// the identity then covers the bytes that are there.
+		if !parser.Truncated {
+			return decodeFailure(parser, err)
+		}
+	}
+
+	b := d.scratch[:0]
+	var ipPayload []byte
+	ipType := d.decoded[ipIdx]
+	if ipType == layers.LayerTypeIPv4 {
+		b = appendIPv4(b, d.ip4.Contents, d.cfg.NATSafe)
+		ipPayload = d.ip4.Payload
+		p.Flow.Src = netip.AddrFrom4([4]byte(d.ip4.SrcIP))
+		p.Flow.Dst = netip.AddrFrom4([4]byte(d.ip4.DstIP))
+		p.Flow.Proto = uint8(d.ip4.Protocol)
+		p.IPLen = int(d.ip4.Length)
+	} else {
+		b = appendIPv6(b, d.ip6.Contents, d.cfg.NATSafe)
+		ipPayload = d.ip6.Payload
+		p.Flow.Src = netip.AddrFrom16([16]byte(d.ip6.SrcIP))
+		p.Flow.Dst = netip.AddrFrom16([16]byte(d.ip6.DstIP))
+		p.IPLen = 40 + int(d.ip6.Length)
+		next := uint8(d.ip6.NextHeader)
+		if d.ip6.HopByHop != nil {
+			next = uint8(d.ip6.HopByHop.NextHeader)
+		}
+		// The extension headers lie between the fixed header (and the
+		// Hop-by-Hop header, which the IPv6 layer consumed) and the
+		// transport header, or what is left after the last one.
+		rest := d.l4Bytes(l4)
+		if l4 == gopacket.LayerTypeZero {
+			rest = d.ip6Tail(ipIdx)
+		}
+		extLen := len(ipPayload) - len(rest)
+		if extLen > 0 {
+			b = appendIPv6Ext(b, next, ipPayload[:extLen])
+			next = lastNextHeader(next, ipPayload[:extLen])
+			ipPayload = rest
+		}
+		p.Flow.Proto = next
+	}
+
+	p.Flow.SrcPort, p.Flow.DstPort = 0, 0
+	natSafe := d.cfg.NATSafe
+	var payload []byte
+	switch l4 {
+	case layers.LayerTypeTCP:
+		b = appendL4(b, d.tcp.Contents, 16, natSafe, 0, 4)
+		payload = d.tcp.Payload
+		p.Flow.SrcPort, p.Flow.DstPort = uint16(d.tcp.SrcPort), uint16(d.tcp.DstPort)
+	case layers.LayerTypeUDP:
+		b = appendL4(b, d.udp.Contents, 6, natSafe, 0, 4)
+		payload = d.udp.Payload
+		p.Flow.SrcPort, p.Flow.DstPort = uint16(d.udp.SrcPort), uint16(d.udp.DstPort)
+	case layers.LayerTypeICMPv4:
+		natLen := 0
+		if t := d.icmp4.TypeCode.Type(); t == layers.ICMPv4TypeEchoRequest || t == layers.ICMPv4TypeEchoReply {
+			natLen = 2
+		}
+		b = appendL4(b, d.icmp4.Contents, 2, natSafe, 4, natLen)
+		payload = d.icmp4.Payload
+	case layers.LayerTypeICMPv6:
+		natLen := 0
+		if t := d.icmp6.TypeCode.Type(); t == layers.ICMPv6TypeEchoRequest || t == layers.ICMPv6TypeEchoReply {
+			natLen = 2
+		}
+		b = appendL4(b, d.icmp6.Contents, 2, natSafe, 4, natLen)
+		// gopacket keeps the ICMPv6 identifier and sequence in the payload.
+		payload = d.icmp6.Payload
+		if natSafe && natLen > 0 && len(payload) >= 2 {
+			b = append(b, 0, 0)
+			payload = payload[2:]
+		}
+	default:
+		payload = ipPayload
+	}
+	b = append(b, payload[:min(len(payload), d.cfg.PayloadBytes)]...)
+	p.ID = xxh3.HashSeed(b, d.cfg.Seed)
+	p.TimeNS = tsNS
+	return nil
+}
+
+// l4Bytes returns the transport header and payload of the decoded layer t.
+func (d *Decoder) l4Bytes(t gopacket.LayerType) []byte {
+	var c, pl []byte
+	switch t {
+	case layers.LayerTypeTCP:
+		c, pl = d.tcp.Contents, d.tcp.Payload
+	case layers.LayerTypeUDP:
+		c, pl = d.udp.Contents, d.udp.Payload
+	case layers.LayerTypeICMPv4:
+		c, pl = d.icmp4.Contents, d.icmp4.Payload
+	case layers.LayerTypeICMPv6:
+		c, pl = d.icmp6.Contents, d.icmp6.Payload
+	default:
+		return nil
+	}
+	// Contents and Payload are adjacent slices of the frame.
+	return c[:len(c)+len(pl)]
+}
+
+// lastNextHeader walks a chain of IPv6 extension headers and returns the
+// protocol number that follows the last one.
+func lastNextHeader(next uint8, ext []byte) uint8 {
+	for len(ext) >= 2 {
+		var size int
+		switch next {
+		case ipv6Fragment:
+			size = 8
+		case ipv6AH:
+			size = (int(ext[1]) + 2) * 4
+		default:
+			size = (int(ext[1]) + 1) * 8
+		}
+		if size > len(ext) {
+			break
+		}
+		next, ext = ext[0], ext[size:]
+	}
+	return next
+}
+
+func decodeFailure(parser *gopacket.DecodingLayerParser, err error) error {
+	if parser.Truncated {
+		return &DecodeError{Reason: ReasonTruncated, Err: err}
+	}
+	return &DecodeError{Reason: ReasonMalformed, Err: err}
+}
+
+// ip6Tail returns the bytes after the last IPv6 header or extension header
+// decoded at or after index ipIdx of the decoded layers.
+func (d *Decoder) ip6Tail(ipIdx int) []byte {
+	tail := d.ip6.Payload
+	for _, t := range d.decoded[ipIdx+1:] {
+		switch t {
+		case layers.LayerTypeIPv6Fragment:
+			tail = d.frag6.Payload
+		case layers.LayerTypeIPv6Destination, layers.LayerTypeIPv6Routing, layers.LayerTypeIPv6HopByHop:
+			tail = d.ext.Payload
+		}
+	}
+	return tail
+}

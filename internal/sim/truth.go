@@ -1,0 +1,186 @@
+package sim
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/owl-latency/owl/internal/epoch"
+)
+
+// WritePcap writes frames as a nanosecond pcap.
+func WritePcap(w io.Writer, link layers.LinkType, frames []Frame) error {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	pw := pcapgo.NewWriterNanos(bw)
+	snap := uint32(65535)
+	for _, f := range frames {
+		snap = max(snap, uint32(len(f.Data)))
+	}
+	if err := pw.WriteFileHeader(snap, link); err != nil {
+		return fmt.Errorf("writing pcap header: %w", err)
+	}
+	for i, f := range frames {
+		ci := gopacket.CaptureInfo{Timestamp: time.Unix(0, f.TimeNS), CaptureLength: len(f.Data), Length: max(f.WireLen, len(f.Data))}
+		if err := pw.WritePacket(ci, f.Data); err != nil {
+			return fmt.Errorf("writing frame %d: %w", i+1, err)
+		}
+	}
+	return bw.Flush()
+}
+
+// truthHeader is the first line of a ground-truth file.
+var truthHeader = []string{"frame", "id", "up_ns", "down_ns", "copies"}
+
+// WriteTruth writes the ground truth as CSV: frame (1-based index in the
+// input), id (hex), up_ns, down_ns (empty when lost), copies.
+func WriteTruth(w io.Writer, truth []Record) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(truthHeader); err != nil {
+		return err
+	}
+	row := make([]string, len(truthHeader))
+	for _, r := range truth {
+		row[0] = strconv.Itoa(r.Frame)
+		row[1] = fmt.Sprintf("%016x", r.ID)
+		row[2] = strconv.FormatInt(r.UpNS, 10)
+		row[3] = ""
+		if !r.Lost {
+			row[3] = strconv.FormatInt(r.DownNS, 10)
+		}
+		row[4] = strconv.Itoa(r.Copies)
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// ReadTruth reads a file written by WriteTruth.
+func ReadTruth(r io.Reader) ([]Record, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = len(truthHeader)
+	head, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("reading ground truth header: %w", err)
+	}
+	if !slices.Equal(head, truthHeader) {
+		return nil, fmt.Errorf("ground truth header %v, want %v", head, truthHeader)
+	}
+	var out []Record
+	for line := 2; ; line++ {
+		row, err := cr.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ground truth: %w", err)
+		}
+		var rec Record
+		var errs [5]error
+		rec.Frame, errs[0] = strconv.Atoi(row[0])
+		rec.ID, errs[1] = strconv.ParseUint(row[1], 16, 64)
+		rec.UpNS, errs[2] = strconv.ParseInt(row[2], 10, 64)
+		if row[3] == "" {
+			rec.Lost = true
+		} else {
+			rec.DownNS, errs[3] = strconv.ParseInt(row[3], 10, 64)
+		}
+		rec.Copies, errs[4] = strconv.Atoi(row[4])
+		for _, e := range errs {
+			if e != nil {
+				return nil, fmt.Errorf("ground truth line %d: %w", line, e)
+			}
+		}
+		out = append(out, rec)
+	}
+}
+
+// EpochTruth is the ground truth of one epoch, by the upstream point's epoch.
+type EpochTruth struct {
+	Epoch int64
+	// Sent is the number of packets the upstream point saw in the epoch.
+	Sent int
+	// Lost is how many of them never arrived.
+	Lost int
+	// SameEpoch is how many arrived within the same epoch (by the
+	// downstream clock); Crossed how many arrived in a later epoch.
+	SameEpoch, Crossed int
+	// CrossedIn is how many packets sent in an earlier epoch the downstream
+	// point saw in this one.
+	CrossedIn int
+	// MeanNS and StddevNS are over the packets that arrived in the same
+	// epoch: what an estimator that only sees one epoch can measure.
+	MeanNS, StddevNS float64
+	// AllMeanNS and AllStddevNS are over every delivered packet sent in the
+	// epoch, wherever it arrived.
+	AllMeanNS, AllStddevNS float64
+}
+
+// moments accumulates a mean and a standard deviation.
+type moments struct {
+	n       int
+	sum, sq float64
+}
+
+func (m *moments) add(x float64) { m.n++; m.sum += x; m.sq += x * x }
+
+func (m moments) meanStd() (float64, float64) {
+	if m.n == 0 {
+		return 0, 0
+	}
+	mean := m.sum / float64(m.n)
+	return mean, math.Sqrt(math.Max(m.sq/float64(m.n)-mean*mean, 0))
+}
+
+// EpochTruths summarises the truth per upstream epoch. downOffsetNS is the
+// downstream clock's offset: it decides which epoch the downstream point put
+// a packet in, not its delay.
+func EpochTruths(truth []Record, cfg epoch.Config, downOffsetNS int64) []EpochTruth {
+	type acc struct {
+		t         EpochTruth
+		same, all moments
+	}
+	byEpoch := map[int64]*acc{}
+	crossedIn := map[int64]int{}
+	for _, r := range truth {
+		e, _ := cfg.Of(r.UpNS)
+		a := byEpoch[e]
+		if a == nil {
+			a = &acc{t: EpochTruth{Epoch: e}}
+			byEpoch[e] = a
+		}
+		a.t.Sent++
+		if r.Lost {
+			a.t.Lost++
+			continue
+		}
+		d := float64(r.DelayNS())
+		a.all.add(d)
+		if de, _ := cfg.Of(r.DownNS + downOffsetNS); de == e {
+			a.t.SameEpoch++
+			a.same.add(d)
+		} else {
+			a.t.Crossed++
+			crossedIn[de]++
+		}
+	}
+	out := make([]EpochTruth, 0, len(byEpoch))
+	for _, a := range byEpoch {
+		a.t.MeanNS, a.t.StddevNS = a.same.meanStd()
+		a.t.AllMeanNS, a.t.AllStddevNS = a.all.meanStd()
+		a.t.CrossedIn = crossedIn[a.t.Epoch]
+		out = append(out, a.t)
+	}
+	slices.SortFunc(out, func(a, b EpochTruth) int { return cmp.Compare(a.Epoch, b.Epoch) })
+	return out
+}
