@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -117,4 +119,41 @@ func (s *FileSource) Close() error {
 		return nil
 	}
 	return s.closer.Close()
+}
+
+// Pacer replays a capture at a multiple of its original speed: it sleeps
+// before each frame until as much wall time has passed, scaled by speed, as
+// capture time since the first frame.
+type Pacer struct {
+	speed     float64
+	firstNS   int64
+	startWall time.Time
+	started   bool
+}
+
+// NewPacer returns a Pacer; speed 1 is real time, 2 twice as fast.
+func NewPacer(speed float64) *Pacer { return &Pacer{speed: speed} }
+
+// Wait blocks until the frame captured at tsNS is due, or ctx ends.
+func (p *Pacer) Wait(ctx context.Context, tsNS int64) error {
+	if p.speed <= 0 {
+		return ctx.Err()
+	}
+	if !p.started {
+		p.firstNS, p.startWall, p.started = tsNS, time.Now(), true
+		return ctx.Err()
+	}
+	due := p.startWall.Add(time.Duration(float64(tsNS-p.firstNS) / p.speed))
+	d := time.Until(due)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

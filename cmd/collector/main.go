@@ -1,0 +1,47 @@
+// Command collector pairs the two sides of each configured path, computes
+// one-way latency per epoch, stores the results and serves them over gRPC
+// (with server reflection) and Prometheus.
+//
+//	collector -config collector.yaml
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/owl-latency/owl/internal/cli"
+	"github.com/owl-latency/owl/internal/collector"
+)
+
+func bind(fs *flag.FlagSet, c *collector.Config) {
+	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen, "gRPC listen address (probes and queries)")
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address for /metrics and /healthz (empty: off)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the result database")
+	fs.DurationVar(&c.PairTimeout, "pair-timeout", c.PairTimeout, "how long a report waits for the other side of its path")
+	fs.DurationVar(&c.PairRetention, "pair-retention", c.PairRetention, "how long a lone report is kept after the timeout")
+	fs.StringVar(&c.ReadyFile, "ready-file", c.ReadyFile, "write the bound addresses as JSON to this file once listening")
+	c.Params.BindFlags(fs)
+}
+
+func main() {
+	cfg, log, err := cli.Parse("collector", os.Args[1:], collector.DefaultConfig, bind, collector.LoadFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "collector:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := collector.New(cfg, log)
+	if err != nil {
+		log.Error("collector configuration", "err", err)
+		os.Exit(2)
+	}
+	if err := c.Run(ctx); err != nil {
+		log.Error("collector failed", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,107 @@
+// Command probe runs an observation point: it reads packets, folds them into
+// synopses per epoch for the paths the collector assigns, and streams the
+// closed epochs to the collector.
+//
+//	probe -id op-a -collector 127.0.0.1:7700 -file up.pcap
+//	probe -config probe.yaml
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/owl-latency/owl/internal/cli"
+	"github.com/owl-latency/owl/internal/probe"
+)
+
+func bind(fs *flag.FlagSet, c *probe.Config) {
+	fs.StringVar(&c.ID, "id", c.ID, "observation point id (as named in the collector's paths)")
+	fs.StringVar(&c.Collector, "collector", c.Collector, "collector gRPC address host:port")
+	files := &filesFlag{c: c}
+	fs.Var(files, "file", "capture file to replay (repeat or comma-separate for several, read in turn)")
+	fs.Var(&speedFlag{files: files}, "replay-speed", "replay capture files at this multiple of real time (0: as fast as possible)")
+	fs.IntVar(&c.SpoolMaxEpochs, "spool-max-epochs", c.SpoolMaxEpochs, "epoch reports kept until the collector acknowledges them")
+	fs.BoolVar(&c.ExitWhenDone, "exit-when-done", c.ExitWhenDone, "exit once the files are read and every report is acknowledged")
+	fs.DurationVar(&c.ReconnectMax, "reconnect-max", c.ReconnectMax, "longest wait between attempts to reach the collector")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for acknowledgements")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "serve /metrics and /healthz on this address (empty: off)")
+	c.Params.BindFlags(fs)
+}
+
+// filesFlag sets the probe's sources from -file flags.
+type filesFlag struct {
+	c     *probe.Config
+	set   bool // a -file flag was seen: later ones add to it
+	speed float64
+}
+
+func (f *filesFlag) String() string {
+	if f == nil || f.c == nil {
+		return ""
+	}
+	var names []string
+	for _, s := range f.c.Sources {
+		names = append(names, s.File)
+	}
+	return strings.Join(names, ",")
+}
+
+func (f *filesFlag) Set(s string) error {
+	if !f.set {
+		f.c.Sources, f.set = nil, true
+	}
+	for _, name := range strings.Split(s, ",") {
+		if name == "" {
+			return fmt.Errorf("empty file name in %q", s)
+		}
+		f.c.Sources = append(f.c.Sources, probe.SourceConfig{File: name, ReplaySpeed: f.speed})
+	}
+	return nil
+}
+
+// speedFlag sets the replay speed of every source, given before or after -file.
+type speedFlag struct{ files *filesFlag }
+
+func (v *speedFlag) String() string {
+	if v == nil || v.files == nil {
+		return "0"
+	}
+	return strconv.FormatFloat(v.files.speed, 'g', -1, 64)
+}
+
+func (v *speedFlag) Set(s string) error {
+	x, err := strconv.ParseFloat(s, 64)
+	if err != nil || x < 0 {
+		return fmt.Errorf("want a non-negative number, got %q", s)
+	}
+	v.files.speed = x
+	for i := range v.files.c.Sources {
+		v.files.c.Sources[i].ReplaySpeed = x
+	}
+	return nil
+}
+
+func main() {
+	cfg, log, err := cli.Parse("probe", os.Args[1:], probe.DefaultConfig, bind, probe.LoadFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p, err := probe.New(cfg, log)
+	if err != nil {
+		log.Error("probe configuration", "err", err)
+		os.Exit(2)
+	}
+	if err := p.Run(ctx); err != nil {
+		log.Error("probe failed", "err", err)
+		os.Exit(1)
+	}
+}

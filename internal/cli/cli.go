@@ -1,0 +1,102 @@
+// Package cli is what owl's commands share: configuration precedence
+// (defaults, then a YAML file, then the flags that were set), logging flags
+// and flag helpers.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Parse builds a configuration from args. bind binds a command's flags to a
+// configuration; load reads the YAML file named by -config into one. The
+// result is the defaults, overridden by the file, overridden by the flags
+// given on the command line.
+func Parse[T any](name string, args []string, def func() T, bind func(*flag.FlagSet, *T), load func(string, *T) error) (T, *slog.Logger, error) {
+	cfg := def()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	configPath := fs.String("config", "", "YAML configuration file (flags given on the command line override it)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	format := fs.String("log-format", "text", "log format: text or json")
+	bind(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return cfg, nil, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	log, err := Logger(os.Stderr, *level, *format)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if *configPath == "" {
+		return cfg, log, nil
+	}
+	fromFile := def()
+	if err := load(*configPath, &fromFile); err != nil {
+		return cfg, nil, err
+	}
+	again := flag.NewFlagSet(name, flag.ContinueOnError)
+	again.SetOutput(io.Discard)
+	bind(again, &fromFile)
+	var errs []error
+	fs.Visit(func(f *flag.Flag) {
+		if again.Lookup(f.Name) == nil {
+			return // -config and logging flags
+		}
+		if err := again.Set(f.Name, f.Value.String()); err != nil {
+			errs = append(errs, fmt.Errorf("-%s: %w", f.Name, err))
+		}
+	})
+	return fromFile, log, errors.Join(errs...)
+}
+
+// Logger returns a slog logger writing to w.
+func Logger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("-log-format %q: want text or json", format)
+}
+
+// Uint8List is a flag holding comma-separated small integers, e.g. "0,4".
+type Uint8List struct{ P *[]uint8 }
+
+func (l Uint8List) String() string {
+	if l.P == nil {
+		return ""
+	}
+	s := make([]string, len(*l.P))
+	for i, v := range *l.P {
+		s[i] = strconv.Itoa(int(v))
+	}
+	return strings.Join(s, ",")
+}
+
+// Set parses a comma-separated list.
+func (l Uint8List) Set(s string) error {
+	var out []uint8
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 8)
+		if err != nil {
+			return fmt.Errorf("%q is not a list of numbers 0–255", s)
+		}
+		out = append(out, uint8(v))
+	}
+	*l.P = out
+	return nil
+}

@@ -1,0 +1,451 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/store"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
+)
+
+// Collector holds the state of paths and probes. Its methods are safe for
+// concurrent use; each path has its own lock.
+type Collector struct {
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	m     *metrics
+	now   func() time.Time
+	opts  lda.Options
+
+	paths    map[string]*pathState // fixed after New
+	pathList []netpath.Path
+
+	mu     sync.Mutex
+	probes map[string]*probeState
+
+	wmu      sync.Mutex
+	watchers map[chan *owlv1.PathStats]string // channel → path filter
+}
+
+// pathState is everything the collector keeps for one path.
+type pathState struct {
+	path netpath.Path
+
+	mu      sync.Mutex
+	pending map[int64]*pairing // by epoch
+}
+
+// pairing is one epoch of a path whose sides have not both arrived.
+type pairing struct {
+	up, down *side
+	first    time.Time
+	timedOut bool // a missing-side result was written
+}
+
+type side struct {
+	store.Pending
+	lda *lda.LDA
+}
+
+// probeState is what the collector knows of a probe.
+type probeState struct {
+	id        string
+	version   string
+	addr      string
+	connected int // open streams
+	lastSeen  time.Time
+	err       string
+	clock     *owlv1.ClockStatus
+	reports   uint64
+}
+
+// New opens the store, loads the reports a previous run left waiting and
+// returns a collector; Run serves it.
+func New(cfg Config, log *slog.Logger) (*Collector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := store.Open(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Collector{
+		cfg: cfg, log: log, store: st, now: time.Now,
+		opts:     lda.Options{Bounds: lda.DelayBounds{MinNS: int64(cfg.DelayBounds.Min), MaxNS: int64(cfg.DelayBounds.Max)}},
+		paths:    map[string]*pathState{},
+		probes:   map[string]*probeState{},
+		watchers: map[chan *owlv1.PathStats]string{},
+	}
+	c.m = newMetrics()
+	for _, p := range cfg.Paths {
+		c.paths[p.Name] = &pathState{path: p, pending: map[int64]*pairing{}}
+		c.pathList = append(c.pathList, p)
+	}
+	if err := c.restore(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes the store.
+func (c *Collector) Close() error { return c.store.Close() }
+
+// restore reloads the reports still waiting for their other side.
+func (c *Collector) restore() error {
+	pend, bad, err := c.store.AllPending()
+	if err != nil {
+		return fmt.Errorf("loading pending reports: %w", err)
+	}
+	for _, e := range bad {
+		c.log.Error("dropping unreadable pending report", "err", e)
+	}
+	n := 0
+	for _, p := range pend {
+		ps := c.paths[p.Report.GetPath()]
+		if ps == nil {
+			c.log.Warn("dropping pending report of a path no longer configured", "path", p.Report.GetPath())
+			_ = c.store.DeletePending(p.Report.GetPath(), p.Report.GetEpoch())
+			continue
+		}
+		l, err := lda.Decode(p.Report.GetLda())
+		if err != nil {
+			continue // it was checked when it came
+		}
+		pr := ps.pairingFor(p.Report.GetEpoch(), p.Received)
+		s := &side{Pending: p, lda: l}
+		if p.Report.GetRole() == owlv1.Role_ROLE_UPSTREAM {
+			pr.up = s
+		} else {
+			pr.down = s
+		}
+		n++
+	}
+	if n > 0 {
+		c.log.Info("restored pending reports", "reports", n)
+	}
+	// Pairs whose both sides were stored but not yet combined.
+	for _, ps := range c.paths {
+		for e, pr := range ps.pending {
+			if pr.up != nil && pr.down != nil {
+				if err := c.complete(ps, e, pr); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (ps *pathState) pairingFor(epoch int64, at time.Time) *pairing {
+	pr := ps.pending[epoch]
+	if pr == nil {
+		pr = &pairing{first: at}
+		ps.pending[epoch] = pr
+	}
+	return pr
+}
+
+// rejection is an error a probe is told about; the report is acknowledged
+// (it can never be used) and counted.
+type rejection struct{ reason string }
+
+func (r *rejection) Error() string { return r.reason }
+
+// hello registers a probe stream and returns the paths it takes part in, or
+// a rejection when its parameters differ from the deployment's.
+func (c *Collector) hello(h *owlv1.Hello, addr string) (*owlv1.PathConfig, error) {
+	id := h.GetProbeId()
+	if !netpath.ValidName(id) {
+		return nil, &rejection{fmt.Sprintf("probe id %q: use 1–128 letters, digits or ._:-", id)}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ps := c.probes[id]
+	if ps == nil {
+		ps = &probeState{id: id}
+		c.probes[id] = ps
+	}
+	ps.version, ps.addr, ps.lastSeen, ps.clock = h.GetVersion(), addr, c.now(), h.GetClock()
+	p, err := params.FromProto(h.GetParams())
+	if err == nil {
+		err = c.cfg.Params.Compatible(p)
+	}
+	if err != nil {
+		ps.err = fmt.Sprintf("parameters rejected: %v", err)
+		c.m.mismatch.WithLabelValues(id).Inc()
+		c.log.Error("rejecting probe: its parameters differ from the collector's", "probe", id, "addr", addr, "err", err)
+		return nil, &rejection{ps.err}
+	}
+	ps.err = ""
+	ps.connected++
+	c.m.probesConnected.WithLabelValues(id).Set(float64(ps.connected))
+	pc := &owlv1.PathConfig{}
+	for _, p := range c.pathList {
+		switch id {
+		case p.Upstream:
+			pc.Paths = append(pc.Paths, &owlv1.PathAssignment{Path: p.ToProto(), Role: owlv1.Role_ROLE_UPSTREAM})
+		case p.Downstream:
+			pc.Paths = append(pc.Paths, &owlv1.PathAssignment{Path: p.ToProto(), Role: owlv1.Role_ROLE_DOWNSTREAM})
+		}
+	}
+	c.log.Info("probe connected", "probe", id, "addr", addr, "version", h.GetVersion(), "paths", len(pc.Paths))
+	return pc, nil
+}
+
+// goodbye marks the end of a probe's stream.
+func (c *Collector) goodbye(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ps := c.probes[id]; ps != nil && ps.connected > 0 {
+		ps.connected--
+		ps.lastSeen = c.now()
+		c.m.probesConnected.WithLabelValues(id).Set(float64(ps.connected))
+		c.log.Info("probe disconnected", "probe", id)
+	}
+}
+
+// report takes one epoch report of a probe. A nil error means the report is
+// stored (or was already used) and may be acknowledged. A *rejection means
+// it can never be used. Other errors are failures of the collector.
+func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
+	c.mu.Lock()
+	if ps := c.probes[probe]; ps != nil {
+		ps.lastSeen = c.now()
+		ps.reports++
+		if r.GetClock() != nil {
+			ps.clock = r.GetClock()
+		}
+	}
+	c.mu.Unlock()
+	c.m.reports.WithLabelValues(probe).Inc()
+
+	ps := c.paths[r.GetPath()]
+	if ps == nil {
+		c.m.rejected.WithLabelValues("unknown_path").Inc()
+		return &rejection{fmt.Sprintf("path %q is not configured", r.GetPath())}
+	}
+	want := ps.path.Upstream
+	if r.GetRole() == owlv1.Role_ROLE_DOWNSTREAM {
+		want = ps.path.Downstream
+	} else if r.GetRole() != owlv1.Role_ROLE_UPSTREAM {
+		c.m.rejected.WithLabelValues("bad_role").Inc()
+		return &rejection{fmt.Sprintf("path %q: report without a role", r.GetPath())}
+	}
+	if probe != want {
+		c.m.rejected.WithLabelValues("bad_role").Inc()
+		return &rejection{fmt.Sprintf("path %q: %s is not its %s", r.GetPath(), probe, roleName(r.GetRole()))}
+	}
+	l, err := lda.Decode(r.GetLda())
+	if err != nil {
+		c.m.rejected.WithLabelValues("malformed").Inc()
+		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
+	}
+	if err := c.cfg.Params.LDA.Compatible(l.Config()); err != nil {
+		c.m.rejected.WithLabelValues("mismatch").Inc()
+		c.m.mismatch.WithLabelValues(probe).Inc()
+		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
+	}
+	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda())))
+
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	pr := ps.pending[r.GetEpoch()]
+	if pr == nil {
+		// Already combined (a report sent again after a reconnect)?
+		if res, err := c.store.Result(r.GetPath(), r.GetEpoch()); err != nil {
+			return err
+		} else if res != nil && res.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM &&
+			res.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM {
+			c.m.duplicates.Inc()
+			return nil
+		}
+	}
+	s := &side{Pending: store.Pending{Probe: probe, Received: c.now(), Report: r}, lda: l}
+	if err := c.store.PutPending(s.Pending); err != nil {
+		return fmt.Errorf("storing report: %w", err)
+	}
+	pr = ps.pairingFor(r.GetEpoch(), s.Received)
+	if r.GetRole() == owlv1.Role_ROLE_UPSTREAM {
+		pr.up = s
+	} else {
+		pr.down = s
+	}
+	if pr.up != nil && pr.down != nil {
+		return c.complete(ps, r.GetEpoch(), pr)
+	}
+	return nil
+}
+
+func roleName(r owlv1.Role) string {
+	if r == owlv1.Role_ROLE_DOWNSTREAM {
+		return "downstream"
+	}
+	return "upstream"
+}
+
+// complete combines both sides of an epoch. ps.mu is held.
+func (c *Collector) complete(ps *pathState, epoch int64, pr *pairing) error {
+	res := c.estimate(ps.path.Name, epoch, pr.up, pr.down)
+	if err := c.store.PutResult(res, true); err != nil {
+		return fmt.Errorf("storing result: %w", err)
+	}
+	delete(ps.pending, epoch)
+	c.publish(res, pr)
+	return nil
+}
+
+// estimate computes the result of one path and epoch from whichever sides
+// are there.
+func (c *Collector) estimate(path string, epoch int64, up, down *side) *owlv1.PathStats {
+	ep := c.cfg.Params.Epoch
+	res := &owlv1.PathStats{
+		Path: path, Epoch: epoch,
+		Start:     timestamppb.New(time.Unix(0, ep.StartNS(epoch))),
+		Length:    durationpb.New(ep.Length),
+		Estimator: "lda",
+		Computed:  timestamppb.New(c.now()),
+	}
+	if up != nil {
+		res.UpstreamClock, res.UpstreamCounters = up.Report.GetClock(), up.Report.GetCounters()
+		res.Bytes += uint64(len(up.Report.GetLda()))
+	}
+	if down != nil {
+		res.DownstreamClock, res.DownstreamCounters = down.Report.GetClock(), down.Report.GetCounters()
+		res.Bytes += uint64(len(down.Report.GetLda()))
+	}
+	switch {
+	case up == nil:
+		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM
+		res.Detail = fmt.Sprintf("no report from upstream probe within %v", c.cfg.PairTimeout)
+		return res
+	case down == nil:
+		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM
+		res.Detail = fmt.Sprintf("no report from downstream probe within %v", c.cfg.PairTimeout)
+		return res
+	}
+	est, err := lda.EstimatePair(up.lda, down.lda, c.opts)
+	res.UpstreamPackets, res.DownstreamPackets, res.Lost = est.UpPackets, est.DownPackets, est.LostPackets
+	switch {
+	case errors.Is(err, lda.ErrNoSamples):
+		res.Status = owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES
+		res.Detail = fmt.Sprintf("no usable LDA row (%d upstream, %d downstream packets)", est.UpPackets, est.DownPackets)
+	case err != nil:
+		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISMATCH
+		res.Detail = err.Error()
+	default:
+		res.Status = owlv1.ResultStatus_RESULT_STATUS_OK
+		res.MeanNs, res.StddevNs, res.Samples = est.MeanNS, est.StddevNS, est.Samples
+	}
+	return res
+}
+
+// publish updates metrics and hands a new result to watchers.
+func (c *Collector) publish(res *owlv1.PathStats, pr *pairing) {
+	c.m.observe(res)
+	if pr != nil && pr.up != nil && pr.down != nil {
+		closed := max(pr.up.Report.GetClosedUnixNs(), pr.down.Report.GetClosedUnixNs())
+		if closed > 0 {
+			c.m.resultDelay.Observe(c.now().Sub(time.Unix(0, closed)).Seconds())
+		}
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for ch, path := range c.watchers {
+		if path != "" && path != res.GetPath() {
+			continue
+		}
+		select {
+		case ch <- res:
+		default:
+			// A watcher that does not keep up is cut off; it sees the
+			// channel closed and ends its stream with an error.
+			close(ch)
+			delete(c.watchers, ch)
+			c.m.watchersDropped.Inc()
+		}
+	}
+}
+
+// watch subscribes to new results of a path ("" for all).
+func (c *Collector) watch(path string) chan *owlv1.PathStats {
+	ch := make(chan *owlv1.PathStats, 1024)
+	c.wmu.Lock()
+	c.watchers[ch] = path
+	c.wmu.Unlock()
+	return ch
+}
+
+// unwatch ends a subscription.
+func (c *Collector) unwatch(ch chan *owlv1.PathStats) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, ok := c.watchers[ch]; ok {
+		delete(c.watchers, ch)
+		close(ch)
+	}
+}
+
+// sweep writes missing-side results for epochs whose other side did not come
+// within PairTimeout, and forgets lone reports after PairRetention.
+func (c *Collector) sweep() {
+	now := c.now()
+	for _, ps := range c.paths {
+		ps.mu.Lock()
+		for e, pr := range ps.pending {
+			age := now.Sub(pr.first)
+			if !pr.timedOut && age >= c.cfg.PairTimeout {
+				res := c.estimate(ps.path.Name, e, pr.up, pr.down)
+				if err := c.store.PutResult(res, false); err != nil {
+					c.log.Error("storing missing-side result", "path", ps.path.Name, "epoch", e, "err", err)
+					continue
+				}
+				pr.timedOut = true
+				c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", e, "status", res.Status)
+				c.publish(res, nil)
+			}
+			if pr.timedOut && age >= c.cfg.PairTimeout+c.cfg.PairRetention {
+				if err := c.store.DeletePending(ps.path.Name, e); err != nil {
+					c.log.Error("dropping lone report", "path", ps.path.Name, "epoch", e, "err", err)
+					continue
+				}
+				delete(ps.pending, e)
+			}
+		}
+		ps.mu.Unlock()
+	}
+}
+
+// probeInfos lists the probes, sorted by id.
+func (c *Collector) probeInfos() []*owlv1.ProbeInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*owlv1.ProbeInfo, 0, len(c.probes))
+	for _, ps := range c.probes {
+		out = append(out, &owlv1.ProbeInfo{
+			ProbeId: ps.id, Connected: ps.connected > 0, Version: ps.version, Address: ps.addr,
+			LastSeen: timestamppb.New(ps.lastSeen), Error: ps.err, Clock: ps.clock, Reports: ps.reports,
+		})
+	}
+	slices.SortFunc(out, func(a, b *owlv1.ProbeInfo) int {
+		if a.ProbeId < b.ProbeId {
+			return -1
+		}
+		if a.ProbeId > b.ProbeId {
+			return 1
+		}
+		return 0
+	})
+	return out
+}

@@ -1,0 +1,116 @@
+// Package collector pairs the two sides of each path: it takes the probes'
+// epoch reports over gRPC, keeps each until the other side's report of the
+// same path and epoch arrives (or a timeout passes), estimates the one-way
+// delay, stores the result on disk, and serves results over gRPC and
+// Prometheus.
+//
+// Every per-path state is keyed by path name, so that paths can later be
+// sharded over a cluster of collectors.
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
+)
+
+// Config is the collector's configuration.
+type Config struct {
+	// GRPCListen is the address of the probe and query services.
+	GRPCListen string `yaml:"grpc_listen"`
+	// HTTPListen serves /metrics and /healthz.
+	HTTPListen string `yaml:"http_listen"`
+	// DataDir holds the database.
+	DataDir string `yaml:"data_dir"`
+	// Params are the deployment's shared parameters; probes must match.
+	Params params.Params `yaml:"params"`
+	// Paths are the measured paths.
+	Paths []netpath.Path `yaml:"paths"`
+	// PairTimeout is how long a report waits for the other side before the
+	// epoch is reported as missing a side.
+	PairTimeout time.Duration `yaml:"pair_timeout"`
+	// PairRetention is how long a lone report is kept after the timeout, so
+	// that a side that comes later still completes the epoch.
+	PairRetention time.Duration `yaml:"pair_retention"`
+	// DelayBounds are the plausible delays of a path (LDA usable rows).
+	DelayBounds DelayBounds `yaml:"delay_bounds"`
+	// MaxMessageBytes bounds a message from a probe.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// ReadyFile, when set, receives the bound addresses as JSON once the
+	// collector listens (useful with port 0).
+	ReadyFile string `yaml:"ready_file"`
+}
+
+// DelayBounds is lda.DelayBounds in configuration form.
+type DelayBounds struct {
+	Min time.Duration `yaml:"min"`
+	Max time.Duration `yaml:"max"`
+}
+
+// DefaultConfig listens on :7700 (gRPC) and :7701 (HTTP) and keeps data in
+// ./owl-data.
+func DefaultConfig() Config {
+	b := lda.DefaultDelayBounds()
+	return Config{
+		GRPCListen:      ":7700",
+		HTTPListen:      ":7701",
+		DataDir:         "owl-data",
+		Params:          params.Default(),
+		PairTimeout:     30 * time.Second,
+		PairRetention:   10 * time.Minute,
+		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
+		MaxMessageBytes: 64 << 20,
+	}
+}
+
+// Validate reports an unusable configuration.
+func (c Config) Validate() error {
+	if c.GRPCListen == "" || c.DataDir == "" {
+		return errors.New("collector needs grpc_listen and data_dir")
+	}
+	if err := c.Params.Validate(); err != nil {
+		return fmt.Errorf("params: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Paths {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("path %q defined twice", p.Name)
+		}
+		seen[p.Name] = true
+	}
+	if c.PairTimeout <= 0 || c.PairRetention < 0 {
+		return errors.New("pair_timeout must be positive and pair_retention not negative")
+	}
+	if c.DelayBounds.Min >= c.DelayBounds.Max {
+		return fmt.Errorf("delay_bounds: min %v must be below max %v", c.DelayBounds.Min, c.DelayBounds.Max)
+	}
+	if c.MaxMessageBytes < 1<<16 {
+		return fmt.Errorf("max_message_bytes %d is below 64 KiB", c.MaxMessageBytes)
+	}
+	return nil
+}
+
+// LoadFile reads a YAML configuration over cfg. Unknown keys are errors.
+func LoadFile(path string, cfg *Config) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("reading collector config: %w", err)
+	}
+	defer f.Close()
+	d := yaml.NewDecoder(f)
+	d.KnownFields(true)
+	if err := d.Decode(cfg); err != nil {
+		return fmt.Errorf("parsing collector config %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+package collector
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+// metrics are the collector's Prometheus series. Per-path series are
+// bounded by the configured paths, per-probe series by the probes.
+type metrics struct {
+	reg *prometheus.Registry
+
+	reports         *prometheus.CounterVec
+	reportBytes     *prometheus.CounterVec
+	rejected        *prometheus.CounterVec
+	mismatch        *prometheus.CounterVec
+	duplicates      prometheus.Counter
+	results         *prometheus.CounterVec
+	probesConnected *prometheus.GaugeVec
+	watchersDropped prometheus.Counter
+	resultDelay     prometheus.Histogram
+
+	delay     *prometheus.HistogramVec
+	mean      *prometheus.GaugeVec
+	stddev    *prometheus.GaugeVec
+	samples   *prometheus.GaugeVec
+	lost      *prometheus.CounterVec
+	packets   *prometheus.CounterVec
+	lastEpoch *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_total", Help: "Epoch reports received, by probe."}, []string{"probe"})
+	m.reportBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_report_synopsis_bytes_total", Help: "Synopsis bytes received, by path."}, []string{"path"})
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_rejected_total", Help: "Epoch reports that cannot be used, by reason."}, []string{"reason"})
+	m.mismatch = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_parameter_mismatches_total", Help: "Probes or reports rejected because their parameters differ from the deployment's, by probe."}, []string{"probe"})
+	m.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_duplicate_reports_total", Help: "Reports received again for an epoch already combined."})
+	m.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_results_total", Help: "Epoch results computed, by path and status."}, []string{"path", "status"})
+	m.probesConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_streams", Help: "Open streams per probe."}, []string{"probe"})
+	m.watchersDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_watchers_dropped_total", Help: "WatchPathStats streams cut off because they did not keep up."})
+	m.resultDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "owl_collector_result_delay_seconds", Help: "Time from the later side's epoch close to the result being stored and queryable.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), NativeHistogramBucketFactor: 1.1,
+	})
+	m.delay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "owl_path_delay_seconds", Help: "Mean one-way delay of each epoch, by path (native histogram; classic buckets from 1 µs).",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 24), NativeHistogramBucketFactor: 1.01,
+	}, []string{"path"})
+	m.mean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_delay_mean_seconds", Help: "Mean one-way delay of the path's latest epoch."}, []string{"path"})
+	m.stddev = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_delay_stddev_seconds", Help: "Standard deviation of the one-way delay of the path's latest epoch."}, []string{"path"})
+	m.samples = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_samples", Help: "Effective sample size of the path's latest epoch."}, []string{"path"})
+	m.lost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_lost_packets_total", Help: "Packets estimated lost between the path's points."}, []string{"path"})
+	m.packets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_packets_total", Help: "Packets the path's synopses counted, by side."}, []string{"path", "side"})
+	m.lastEpoch = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_last_epoch", Help: "Number of the path's latest epoch with a result."}, []string{"path"})
+	for _, c := range []prometheus.Collector{m.reports, m.reportBytes, m.rejected, m.mismatch, m.duplicates, m.results,
+		m.probesConnected, m.watchersDropped, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
+		f(c)
+	}
+	return m
+}
+
+// observe records a new result.
+func (m *metrics) observe(r *owlv1.PathStats) {
+	p := r.GetPath()
+	m.results.WithLabelValues(p, statusName(r.GetStatus())).Inc()
+	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
+		return
+	}
+	m.delay.WithLabelValues(p).Observe(r.GetMeanNs() / 1e9)
+	m.mean.WithLabelValues(p).Set(r.GetMeanNs() / 1e9)
+	m.stddev.WithLabelValues(p).Set(r.GetStddevNs() / 1e9)
+	m.samples.WithLabelValues(p).Set(float64(r.GetSamples()))
+	if r.GetLost() > 0 {
+		m.lost.WithLabelValues(p).Add(r.GetLost())
+	}
+	m.packets.WithLabelValues(p, "upstream").Add(float64(r.GetUpstreamPackets()))
+	m.packets.WithLabelValues(p, "downstream").Add(float64(r.GetDownstreamPackets()))
+	m.lastEpoch.WithLabelValues(p).Set(float64(r.GetEpoch()))
+}
+
+// statusName is a result status as a metric label.
+func statusName(s owlv1.ResultStatus) string {
+	switch s {
+	case owlv1.ResultStatus_RESULT_STATUS_OK:
+		return "ok"
+	case owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES:
+		return "no_samples"
+	case owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM:
+		return "missing_upstream"
+	case owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM:
+		return "missing_downstream"
+	case owlv1.ResultStatus_RESULT_STATUS_MISMATCH:
+		return "mismatch"
+	}
+	return "unknown"
+}

@@ -1,0 +1,202 @@
+// Package netpath defines paths: an ordered pair of observation points and a
+// selector naming the packets that travel from the first to the second (LDS
+// §2.1, "single stream"). The collector configures paths; probes use the
+// selectors to sort packets into them.
+package netpath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
+)
+
+// Path is a configured path.
+type Path struct {
+	Name       string   `yaml:"name"`
+	Upstream   string   `yaml:"upstream"`
+	Downstream string   `yaml:"downstream"`
+	Selector   Selector `yaml:"selector"`
+}
+
+// Selector names the packets of a path. Empty lists match everything.
+type Selector struct {
+	SrcCIDRs []string `yaml:"src_cidrs"`
+	DstCIDRs []string `yaml:"dst_cidrs"`
+	// Protocol is an IP protocol number or name (tcp, udp, icmp, icmpv6);
+	// empty or 0 matches any.
+	Protocol string   `yaml:"protocol"`
+	SrcPorts []string `yaml:"src_ports"`
+	DstPorts []string `yaml:"dst_ports"`
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// ValidName reports whether s can name a path or an observation point:
+// letters, digits and ._:- , at most 128 characters.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// Validate reports a malformed path.
+func (p Path) Validate() error {
+	if !ValidName(p.Name) {
+		return fmt.Errorf("path name %q: use 1–128 letters, digits or ._:-", p.Name)
+	}
+	if !ValidName(p.Upstream) || !ValidName(p.Downstream) {
+		return fmt.Errorf("path %q: upstream %q and downstream %q must be observation point names", p.Name, p.Upstream, p.Downstream)
+	}
+	if p.Upstream == p.Downstream {
+		return fmt.Errorf("path %q: upstream and downstream are both %q", p.Name, p.Upstream)
+	}
+	if _, err := p.Selector.Compile(); err != nil {
+		return fmt.Errorf("path %q: %w", p.Name, err)
+	}
+	return nil
+}
+
+// Matcher is a compiled selector.
+type Matcher struct {
+	src, dst         []netip.Prefix
+	proto            uint8
+	srcPort, dstPort []portRange
+}
+
+type portRange struct{ lo, hi uint16 }
+
+var protocols = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "icmpv6": 58, "sctp": 132}
+
+// Compile parses the selector.
+func (s Selector) Compile() (*Matcher, error) {
+	m := &Matcher{}
+	var err error
+	if m.src, err = prefixes(s.SrcCIDRs); err != nil {
+		return nil, fmt.Errorf("src_cidrs: %w", err)
+	}
+	if m.dst, err = prefixes(s.DstCIDRs); err != nil {
+		return nil, fmt.Errorf("dst_cidrs: %w", err)
+	}
+	if p := strings.ToLower(strings.TrimSpace(s.Protocol)); p != "" {
+		if n, ok := protocols[p]; ok {
+			m.proto = n
+		} else if n, err := strconv.ParseUint(p, 10, 8); err == nil {
+			m.proto = uint8(n)
+		} else {
+			return nil, fmt.Errorf("protocol %q: want a number 0–255 or one of tcp, udp, icmp, icmpv6, gre, esp, sctp", s.Protocol)
+		}
+	}
+	if m.srcPort, err = ports(s.SrcPorts); err != nil {
+		return nil, fmt.Errorf("src_ports: %w", err)
+	}
+	if m.dstPort, err = ports(s.DstPorts); err != nil {
+		return nil, fmt.Errorf("dst_ports: %w", err)
+	}
+	return m, nil
+}
+
+func prefixes(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		s = strings.TrimSpace(s)
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q is neither a CIDR nor an address", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func ports(ss []string) ([]portRange, error) {
+	var out []portRange
+	for _, s := range ss {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
+		a, err := strconv.ParseUint(lo, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("port %q: want N or N-M", s)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseUint(hi, 10, 16); err != nil || b < a {
+				return nil, fmt.Errorf("port range %q: want N-M with N ≤ M", s)
+			}
+		}
+		out = append(out, portRange{uint16(a), uint16(b)})
+	}
+	return out, nil
+}
+
+// Match reports whether a packet of flow f belongs to the path.
+func (m *Matcher) Match(f capture.FlowKey) bool {
+	if m.proto != 0 && f.Proto != m.proto {
+		return false
+	}
+	return matchAddr(m.src, f.Src) && matchAddr(m.dst, f.Dst) &&
+		matchPort(m.srcPort, f.SrcPort) && matchPort(m.dstPort, f.DstPort)
+}
+
+func matchAddr(ps []netip.Prefix, a netip.Addr) bool {
+	if len(ps) == 0 {
+		return true
+	}
+	a = a.Unmap()
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchPort(rs []portRange, p uint16) bool {
+	if len(rs) == 0 {
+		return true
+	}
+	for _, r := range rs {
+		if p >= r.lo && p <= r.hi {
+			return true
+		}
+	}
+	return false
+}
+
+// ToProto converts a path to its API form.
+func (p Path) ToProto() *owlv1.Path {
+	return &owlv1.Path{Name: p.Name, Upstream: p.Upstream, Downstream: p.Downstream, Selector: &owlv1.Selector{
+		SrcCidrs: p.Selector.SrcCIDRs, DstCidrs: p.Selector.DstCIDRs, Protocol: uint32(mustProto(p.Selector.Protocol)),
+		SrcPorts: p.Selector.SrcPorts, DstPorts: p.Selector.DstPorts,
+	}}
+}
+
+func mustProto(s string) uint8 {
+	m, err := Selector{Protocol: s}.Compile()
+	if err != nil {
+		return 0
+	}
+	return m.proto
+}
+
+// FromProto converts an API path and validates it.
+func FromProto(pp *owlv1.Path) (Path, error) {
+	if pp == nil {
+		return Path{}, errors.New("empty path")
+	}
+	p := Path{Name: pp.GetName(), Upstream: pp.GetUpstream(), Downstream: pp.GetDownstream()}
+	if s := pp.GetSelector(); s != nil {
+		p.Selector = Selector{SrcCIDRs: s.GetSrcCidrs(), DstCIDRs: s.GetDstCidrs(), SrcPorts: s.GetSrcPorts(), DstPorts: s.GetDstPorts()}
+		if s.GetProtocol() > 255 {
+			return Path{}, fmt.Errorf("path %q: protocol %d out of range", p.Name, s.GetProtocol())
+		}
+		if s.GetProtocol() != 0 {
+			p.Selector.Protocol = strconv.Itoa(int(s.GetProtocol()))
+		}
+	}
+	return p, p.Validate()
+}

@@ -1,0 +1,138 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+// RejectedError says the collector refused the probe.
+type RejectedError struct{ Reason string }
+
+func (e *RejectedError) Error() string { return "collector rejected the probe: " + e.Reason }
+
+// client keeps one Connect stream to the collector open, reconnecting with
+// backoff, and sends every spooled report that the collector has not
+// acknowledged, again after each reconnect.
+type client struct {
+	conn         *grpc.ClientConn
+	log          *slog.Logger
+	spool        *spool
+	hello        func() *owlv1.Hello
+	onPaths      func(*owlv1.PathConfig) error
+	reconnectMax time.Duration
+
+	connected atomic.Bool
+	sessions  atomic.Uint64
+}
+
+// run keeps sessions going until ctx ends or the collector rejects the probe.
+func (c *client) run(ctx context.Context) error {
+	const minBackoff = 100 * time.Millisecond
+	backoff := minBackoff
+	for {
+		start := time.Now()
+		err := c.session(ctx)
+		c.connected.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var rej *RejectedError
+		if errors.As(err, &rej) {
+			return err
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = minBackoff
+		}
+		c.log.Warn("collector stream ended; reconnecting", "err", err, "in", backoff, "unacked", c.spool.len())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, c.reconnectMax)
+	}
+}
+
+// session runs one Connect stream.
+func (c *client) session(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	stream, err := owlv1.NewProbeServiceClient(c.conn).Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("opening stream: %w", err)
+	}
+	if err := stream.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: c.hello()}}); err != nil {
+		return fmt.Errorf("sending hello: %w", err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return fmt.Errorf("waiting for path configuration: %w", err)
+	}
+	switch m := first.Msg.(type) {
+	case *owlv1.CollectorMessage_Reject:
+		return &RejectedError{Reason: m.Reject.GetReason()}
+	case *owlv1.CollectorMessage_Paths:
+		if err := c.onPaths(m.Paths); err != nil {
+			return &RejectedError{Reason: "unusable path configuration: " + err.Error()}
+		}
+	default:
+		return fmt.Errorf("collector sent %T before the path configuration", first.Msg)
+	}
+	c.connected.Store(true)
+	c.sessions.Add(1)
+	c.log.Info("connected to collector", "paths", len(first.GetPaths().GetPaths()), "unacked", c.spool.len())
+
+	errc := make(chan error, 1)
+	wg.Go(func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				errc <- fmt.Errorf("receiving: %w", err)
+				return
+			}
+			switch m := m.Msg.(type) {
+			case *owlv1.CollectorMessage_Ack:
+				c.spool.ack(m.Ack.GetSeq())
+			case *owlv1.CollectorMessage_Paths:
+				if err := c.onPaths(m.Paths); err != nil {
+					c.log.Error("ignoring unusable path configuration", "err", err)
+				}
+			case *owlv1.CollectorMessage_Reject:
+				if m.Reject.GetPath() == "" {
+					errc <- &RejectedError{Reason: m.Reject.GetReason()}
+					return
+				}
+				c.log.Error("collector rejected a report", "path", m.Reject.GetPath(), "reason", m.Reject.GetReason())
+			}
+		}
+	})
+
+	var sent uint64 // highest seq sent on this stream
+	for {
+		for _, r := range c.spool.after(sent) {
+			if err := stream.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+				return fmt.Errorf("sending report %d: %w", r.Seq, err)
+			}
+			sent = r.Seq
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			return err
+		case <-c.spool.changed:
+		}
+	}
+}

@@ -1,0 +1,107 @@
+// Package probe is the observation point: it captures packets, sorts them
+// into the paths the collector assigns, folds them into synopses per epoch and
+// streams the closed epochs to the collector, keeping each in a spool until
+// the collector acknowledges it.
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/params"
+)
+
+// Config is a probe's configuration.
+type Config struct {
+	// ID names the observation point; the collector's paths refer to it.
+	ID string `yaml:"id"`
+	// Collector is the collector's gRPC address (host:port).
+	Collector string `yaml:"collector"`
+	// Sources are read one after the other as one capture.
+	Sources []SourceConfig `yaml:"sources"`
+	// Params must equal the collector's: identity, epoch grid, synopses.
+	Params params.Params `yaml:"params"`
+	// SpoolMaxEpochs bounds the reports kept until acknowledged.
+	SpoolMaxEpochs int `yaml:"spool_max_epochs"`
+	// ExitWhenDone makes the probe exit once its file sources are read and
+	// every report is acknowledged.
+	ExitWhenDone bool `yaml:"exit_when_done"`
+	// ReconnectMax caps the wait between attempts to reach the collector.
+	ReconnectMax time.Duration `yaml:"reconnect_max"`
+	// DrainTimeout bounds how long shutdown waits for acknowledgements.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// MetricsListen serves /metrics and /healthz when set (e.g. ":7702").
+	MetricsListen string `yaml:"metrics_listen"`
+}
+
+// SourceConfig is one packet source.
+type SourceConfig struct {
+	// File is a pcap or pcapng capture (optionally gzipped).
+	File string `yaml:"file"`
+	// ReplaySpeed paces a file at this multiple of its original speed;
+	// 0 reads it as fast as possible.
+	ReplaySpeed float64 `yaml:"replay_speed"`
+}
+
+// DefaultConfig returns a probe that exits when its files are done.
+func DefaultConfig() Config {
+	return Config{
+		Collector:      "127.0.0.1:7700",
+		Params:         params.Default(),
+		SpoolMaxEpochs: 3600,
+		ExitWhenDone:   true,
+		ReconnectMax:   10 * time.Second,
+		DrainTimeout:   10 * time.Second,
+	}
+}
+
+// Validate reports an unusable configuration.
+func (c Config) Validate() error {
+	if !netpath.ValidName(c.ID) {
+		return fmt.Errorf("probe id %q: use 1–128 letters, digits or ._:-", c.ID)
+	}
+	if c.Collector == "" {
+		return errors.New("probe needs a collector address")
+	}
+	if len(c.Sources) == 0 {
+		return errors.New("probe needs at least one source")
+	}
+	for i, s := range c.Sources {
+		if s.File == "" {
+			return fmt.Errorf("source %d: no file given", i+1)
+		}
+		if s.ReplaySpeed < 0 {
+			return fmt.Errorf("source %d: negative replay speed", i+1)
+		}
+	}
+	if err := c.Params.Validate(); err != nil {
+		return fmt.Errorf("params: %w", err)
+	}
+	if c.SpoolMaxEpochs < 1 {
+		return fmt.Errorf("spool_max_epochs %d must be positive", c.SpoolMaxEpochs)
+	}
+	if c.ReconnectMax <= 0 || c.DrainTimeout < 0 {
+		return errors.New("reconnect_max must be positive and drain_timeout not negative")
+	}
+	return nil
+}
+
+// LoadFile reads a YAML configuration over cfg. Unknown keys are errors.
+func LoadFile(path string, cfg *Config) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("reading probe config: %w", err)
+	}
+	defer f.Close()
+	d := yaml.NewDecoder(f)
+	d.KnownFields(true)
+	if err := d.Decode(cfg); err != nil {
+		return fmt.Errorf("parsing probe config %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,222 @@
+// Package store keeps the collector's state on disk in an embedded bbolt
+// database: the reports still waiting for their other side, and the results
+// of every path and epoch. A restarted collector picks up where it stopped.
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+var (
+	bucketResults = []byte("results")
+	bucketPending = []byte("pending")
+)
+
+// Store is the collector's database. Safe for concurrent use.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens (creating if needed) the database in dir.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating data directory: %w", err)
+	}
+	path := filepath.Join(dir, "owl.db")
+	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketResults, bucketPending} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialising %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping() error { return s.db.View(func(*bolt.Tx) error { return nil }) }
+
+// epochKey encodes path and epoch so that keys of a path sort by epoch.
+func epochKey(path string, epoch int64) []byte {
+	k := make([]byte, 0, len(path)+9)
+	k = append(k, path...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, uint64(epoch)^(1<<63))
+}
+
+func pendingKey(path string, epoch int64, role owlv1.Role) []byte {
+	return append(epochKey(path, epoch), byte(role))
+}
+
+// Pending is a stored report waiting for the other side of its path.
+type Pending struct {
+	Probe    string
+	Received time.Time
+	Report   *owlv1.EpochReport
+}
+
+// encode: received unix ns (8) | probe length (1) | probe | report proto.
+func (p Pending) encode() ([]byte, error) {
+	if len(p.Probe) > 255 {
+		return nil, fmt.Errorf("probe id of %d bytes", len(p.Probe))
+	}
+	b := binary.BigEndian.AppendUint64(nil, uint64(p.Received.UnixNano()))
+	b = append(b, byte(len(p.Probe)))
+	b = append(b, p.Probe...)
+	return proto.MarshalOptions{}.MarshalAppend(b, p.Report)
+}
+
+func decodePending(b []byte) (Pending, error) {
+	if len(b) < 9 || len(b) < 9+int(b[8]) {
+		return Pending{}, errors.New("pending record too short")
+	}
+	p := Pending{Received: time.Unix(0, int64(binary.BigEndian.Uint64(b))), Probe: string(b[9 : 9+int(b[8])])}
+	p.Report = &owlv1.EpochReport{}
+	if err := proto.Unmarshal(b[9+int(b[8]):], p.Report); err != nil {
+		return Pending{}, err
+	}
+	return p, nil
+}
+
+// PutPending stores a report that waits for its other side.
+func (s *Store) PutPending(p Pending) error {
+	v, err := p.encode()
+	if err != nil {
+		return err
+	}
+	r := p.Report
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPending).Put(pendingKey(r.GetPath(), r.GetEpoch(), r.GetRole()), v)
+	})
+}
+
+// DeletePending forgets both sides of a path's epoch.
+func (s *Store) DeletePending(path string, epoch int64) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketPending)
+		for _, role := range []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM} {
+			if err := b.Delete(pendingKey(path, epoch, role)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// AllPending returns every stored pending report. Unreadable records are
+// returned as errors alongside the readable ones and removed.
+func (s *Store) AllPending() ([]Pending, []error, error) {
+	var out []Pending
+	var bad []error
+	var badKeys [][]byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPending).ForEach(func(k, v []byte) error {
+			p, err := decodePending(v)
+			if err != nil {
+				bad = append(bad, fmt.Errorf("pending record %x: %w", k, err))
+				badKeys = append(badKeys, bytes.Clone(k))
+				return nil
+			}
+			out = append(out, p)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(badKeys) > 0 {
+		err = s.db.Update(func(tx *bolt.Tx) error {
+			for _, k := range badKeys {
+				if err := tx.Bucket(bucketPending).Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return out, bad, err
+}
+
+// PutResult stores a result, replacing any earlier one of the same path and
+// epoch. With final set, the epoch's pending reports go in the same
+// transaction.
+func (s *Store) PutResult(r *owlv1.PathStats, final bool) error {
+	v, err := proto.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketResults).Put(epochKey(r.GetPath(), r.GetEpoch()), v); err != nil {
+			return err
+		}
+		if !final {
+			return nil
+		}
+		b := tx.Bucket(bucketPending)
+		for _, role := range []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM} {
+			if err := b.Delete(pendingKey(r.GetPath(), r.GetEpoch(), role)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Result returns the stored result of a path's epoch, if any.
+func (s *Store) Result(path string, epoch int64) (*owlv1.PathStats, error) {
+	var out *owlv1.PathStats
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketResults).Get(epochKey(path, epoch))
+		if v == nil {
+			return nil
+		}
+		out = &owlv1.PathStats{}
+		return proto.Unmarshal(v, out)
+	})
+	return out, err
+}
+
+// Results returns a path's results for epochs in [from, to], oldest first,
+// at most limit of them (the newest when there are more).
+func (s *Store) Results(path string, from, to int64, limit int) ([]*owlv1.PathStats, error) {
+	var out []*owlv1.PathStats
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketResults).Cursor()
+		end := epochKey(path, to)
+		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+			r := &owlv1.PathStats{}
+			if err := proto.Unmarshal(v, r); err != nil {
+				return fmt.Errorf("result %x: %w", k, err)
+			}
+			out = append(out, r)
+			if len(out) > limit {
+				out = out[1:]
+			}
+		}
+		return nil
+	})
+	return out, err
+}
