@@ -1,7 +1,7 @@
 # owl — passive one-way latency measurement.
 GO ?= go
 
-.PHONY: all build test lint bench demo fuzz clean
+.PHONY: all build test lint bench demo fuzz proto clean
 
 all: build
 
@@ -20,9 +20,15 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
-# The README's main command: tracegen + LDA against ground truth.
+# The README's main command: a collector and six probes on loopback replay
+# tracegen's captures of the bundled trace; results vs ground truth.
 demo:
-	scripts/demo.sh
+	scripts/retry.sh 300 3 $(GO) mod download
+	$(GO) run ./e2e/demo $(ARGS)
+
+# Regenerate api/owl/v1 with the pinned generators.
+proto:
+	scripts/proto.sh
 
 # Short fuzzing of every decoder of outside bytes (FUZZTIME each).
 FUZZTIME ?= 20s

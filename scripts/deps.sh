@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/retry.sh 300 3 go mod download
 need=()
-for tool in tcpdump:tcpdump tshark:tshark ip:iproute2 ethtool:ethtool; do
-  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
+for tool in protoc:protobuf-compiler /usr/include/google/protobuf/timestamp.proto:libprotobuf-dev tcpdump:tcpdump tshark:tshark ip:iproute2 ethtool:ethtool; do
+  t=${tool%%:*}
+  if [[ $t == /* ]]; then [ -e "$t" ] && continue; else command -v "$t" >/dev/null 2>&1 && continue; fi
+  need+=("${tool#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -12,5 +12,13 @@ scripts/retry.sh 300 2 go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted"; exit 1; fi
+echo "== generated code is current"
+if ! command -v protoc >/dev/null; then
+  echo "SKIPPED: protoc is not installed (deps.sh installs it when run as root)"
+elif ! scripts/proto.sh; then
+  echo "make proto failed"; exit 1
+elif git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --exit-code -- api/; then
+  echo "api/: regenerating left a diff; run make proto and commit"; exit 1
+fi
 echo "== go test"
 go test -count=1 -timeout 15m ./...

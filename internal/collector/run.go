@@ -110,7 +110,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	if c.cfg.ReadyFile != "" {
 		b, _ := json.Marshal(addrs)
 		tmp := c.cfg.ReadyFile + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o644); err == nil {
+		err := os.WriteFile(tmp, b, 0o644)
+		if err == nil {
 			err = os.Rename(tmp, c.cfg.ReadyFile)
 		}
 		if err != nil {

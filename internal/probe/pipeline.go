@@ -142,9 +142,6 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	}
 }
 
-// advance moves time forward without a packet (live capture, idle links).
-func (pl *pipeline) advance(now time.Time) { pl.window.Advance(now.UnixNano()) }
-
 // flush closes every open epoch (end of a capture file).
 func (pl *pipeline) flush() { pl.window.Flush() }
 

@@ -1,0 +1,173 @@
+// Command demo runs owl end to end on loopback with the bundled capture: it
+// builds the binaries, makes the two captures of three paths with tracegen
+// (Weibull delays; 0, 0.1% and 1% loss), starts a collector and six probes
+// as separate processes, waits for the results, and prints them as queried
+// over the collector's gRPC API, next to the ground truth.
+//
+//	go run ./e2e/demo            # what `make demo` runs
+//	go run ./e2e/demo -keep      # leave the collector up for grpcurl
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/sim"
+)
+
+func main() {
+	keep := flag.Bool("keep", false, "keep the collector running after the demo (Ctrl-C to stop)")
+	dir := flag.String("dir", "", "working directory (default: a new temporary one)")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(*dir, *keep); err != nil {
+		log.Error("demo failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+var losses = []struct {
+	name string
+	loss string
+}{{"loss-0", "0"}, {"loss-0.1pct", "0.001"}, {"loss-1pct", "0.01"}}
+
+func run(dir string, keep bool) error {
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "owl-demo-"); err != nil {
+			return err
+		}
+	}
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("building owl into %s/bin ...\n", dir)
+	env, err := harness.NewEnv(dir)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+
+	var paths strings.Builder
+	for i, l := range losses {
+		prefix := filepath.Join(dir, l.name)
+		tg, err := env.Start("tracegen-"+l.name, "tracegen", "-in", filepath.Join(root, "testdata", "trace.pcap"),
+			"-out", prefix, "-loss", l.loss, "-seed", fmt.Sprint(i+1))
+		if err != nil {
+			return err
+		}
+		if err := tg.Wait(time.Minute); err != nil {
+			return fmt.Errorf("tracegen: %v\n%s", err, tg.Log())
+		}
+		fmt.Print(tg.Log())
+		fmt.Fprintf(&paths, "  - {name: %s, upstream: up-%s, downstream: down-%s}\n", l.name, l.name, l.name)
+	}
+	cfg := fmt.Sprintf("grpc_listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\ndata_dir: %s\npair_timeout: 5s\npaths:\n%s",
+		filepath.Join(dir, "data"), paths.String())
+	coll, addrs, err := env.StartCollector("collector", cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("collector on %s (gRPC) and %s (metrics); 6 probes replaying ...\n", addrs.GRPC, addrs.HTTP)
+	var probes []*harness.Proc
+	for _, l := range losses {
+		for _, side := range []string{"up", "down"} {
+			p, err := env.Start(side+"-"+l.name, "probe", "-id", side+"-"+l.name, "-collector", addrs.GRPC,
+				"-file", filepath.Join(dir, l.name+"-"+side+".pcap"))
+			if err != nil {
+				return err
+			}
+			probes = append(probes, p)
+		}
+	}
+	for _, p := range probes {
+		if err := p.Wait(2 * time.Minute); err != nil {
+			return fmt.Errorf("probe %s: %v\n%s", p.Name, err, p.Log())
+		}
+	}
+	conn, err := harness.Dial(addrs.GRPC)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	q := owlv1.NewQueryServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, l := range losses {
+		truths, err := epochTruths(filepath.Join(dir, l.name+"-truth.csv"))
+		if err != nil {
+			return err
+		}
+		stats, err := harness.WaitStats(ctx, q, l.name, len(truths))
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, coll.Log())
+		}
+		fmt.Printf("\n=== path %s: GetPathStats over gRPC vs ground truth (loss %s, 1 s epochs, LDA 2×1024)\n", l.name, l.loss)
+		printTable(stats, truths)
+	}
+	fmt.Printf("\nlogs, captures and data in %s\n", dir)
+	fmt.Printf("try: grpcurl -plaintext -d '{\"path\":\"loss-1pct\",\"limit\":2}' %s owl.v1.QueryService/GetPathStats\n", addrs.GRPC)
+	if keep {
+		fmt.Println("collector kept running; Ctrl-C to stop")
+		sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		<-sig.Done()
+	}
+	return coll.Stop(10 * time.Second)
+}
+
+func epochTruths(path string) ([]sim.EpochTruth, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	truth, err := sim.ReadTruth(f)
+	if err != nil {
+		return nil, err
+	}
+	return sim.EpochTruths(truth, epoch.DefaultConfig(), 0), nil
+}
+
+func printTable(stats []*owlv1.PathStats, truths []sim.EpochTruth) {
+	byEpoch := map[int64]*owlv1.PathStats{}
+	for _, s := range stats {
+		byEpoch[s.GetEpoch()] = s
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "epoch start (UTC)\tsent\tlost\tlost~\ttrue mean µs\towl mean µs\terr\ttrue std µs\towl std µs\terr\tsamples\tstatus\t")
+	for _, t := range truths {
+		s := byEpoch[t.Epoch]
+		if s == nil {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t-\t%.3f\t-\t-\t%.3f\t-\t-\t-\tno result\t\n", t.Epoch, t.Sent, t.Lost, t.MeanNS/1e3, t.StddevNS/1e3)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.3f%%\t%.3f\t%.3f\t%.2f%%\t%d\t%s\t\n",
+			s.GetStart().AsTime().Format("15:04:05"), t.Sent, t.Lost, s.GetLost(),
+			t.MeanNS/1e3, s.GetMeanNs()/1e3, 100*rel(s.GetMeanNs(), t.MeanNS),
+			t.StddevNS/1e3, s.GetStddevNs()/1e3, 100*rel(s.GetStddevNs(), t.StddevNS),
+			s.GetSamples(), strings.TrimPrefix(s.GetStatus().String(), "RESULT_STATUS_"))
+	}
+	tw.Flush()
+}
+
+func rel(est, truth float64) float64 {
+	if truth == 0 {
+		return math.Abs(est)
+	}
+	return math.Abs(est-truth) / truth
+}

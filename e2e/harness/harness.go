@@ -1,0 +1,223 @@
+// Package harness runs owl's binaries as real processes for end-to-end
+// tests and the demo: it builds them, starts a collector and probes on
+// loopback, and queries the collector over gRPC.
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+// Env is a directory with built binaries and the processes started from it.
+type Env struct {
+	Dir string
+	Bin string
+
+	mu    sync.Mutex
+	procs []*Proc
+}
+
+// ModuleRoot finds the directory of owl's go.mod.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside owl's module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// NewEnv builds the commands (probe, collector, tracegen) into dir/bin.
+func NewEnv(dir string) (*Env, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "bin")
+	cmd := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/probe", "./cmd/collector", "./cmd/tracegen")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building owl: %v\n%s", err, out)
+	}
+	return &Env{Dir: dir, Bin: bin}, nil
+}
+
+// Proc is a started process whose output goes to a log file.
+type Proc struct {
+	Name    string
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+}
+
+// Start runs a binary of the environment.
+func (e *Env) Start(name, binary string, args ...string) (*Proc, error) {
+	logPath := filepath.Join(e.Dir, name+".log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(e.Bin, binary), args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &Proc{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	e.mu.Lock()
+	e.procs = append(e.procs, p)
+	e.mu.Unlock()
+	return p, nil
+}
+
+// Wait waits up to d for the process to exit and returns its error.
+func (p *Proc) Wait(d time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(d):
+		return fmt.Errorf("%s still running after %v", p.Name, d)
+	}
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill ends the process at once (SIGKILL), as a crash would.
+func (p *Proc) Kill() {
+	if !p.Exited() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Stop asks the process to shut down (SIGTERM) and waits up to d.
+func (p *Proc) Stop(d time.Duration) error {
+	if p.Exited() {
+		return p.err
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.Wait(d); err != nil {
+		p.Kill()
+		return err
+	}
+	return nil
+}
+
+// Log returns what the process wrote.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.LogPath)
+	return string(b)
+}
+
+// Close kills every process still running.
+func (e *Env) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.procs {
+		p.Kill()
+	}
+}
+
+// Addrs are a collector's bound addresses.
+type Addrs struct {
+	GRPC string `json:"grpc"`
+	HTTP string `json:"http"`
+}
+
+// StartCollector writes config as the collector's YAML, starts it with a
+// ready file and waits until it listens.
+func (e *Env) StartCollector(name, config string, extra ...string) (*Proc, Addrs, error) {
+	cfgPath := filepath.Join(e.Dir, name+".yaml")
+	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
+		return nil, Addrs{}, err
+	}
+	ready := filepath.Join(e.Dir, name+".ready")
+	os.Remove(ready)
+	args := append([]string{"-config", cfgPath, "-ready-file", ready}, extra...)
+	p, err := e.Start(name, "collector", args...)
+	if err != nil {
+		return nil, Addrs{}, err
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(ready); err == nil {
+			var a Addrs
+			if err := json.Unmarshal(b, &a); err != nil {
+				return p, Addrs{}, err
+			}
+			return p, a, nil
+		}
+		if p.Exited() {
+			return p, Addrs{}, fmt.Errorf("collector exited: %v\n%s", p.err, p.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p, Addrs{}, fmt.Errorf("collector not listening after 15s\n%s", p.Log())
+}
+
+// FreePort returns a loopback address with a port that was free a moment ago.
+func FreePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Dial connects to a collector's gRPC address.
+func Dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// WaitStats polls GetPathStats until the path has at least n results (of
+// any status) or ctx ends.
+func WaitStats(ctx context.Context, q owlv1.QueryServiceClient, path string, n int) ([]*owlv1.PathStats, error) {
+	for {
+		resp, err := q.GetPathStats(ctx, &owlv1.GetPathStatsRequest{Path: path, Limit: 100000})
+		if err == nil && len(resp.GetStats()) >= n {
+			return resp.GetStats(), nil
+		}
+		select {
+		case <-ctx.Done():
+			got := 0
+			if resp != nil {
+				got = len(resp.GetStats())
+			}
+			return nil, fmt.Errorf("path %s: %d of %d results after waiting (last error %v)", path, got, n, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

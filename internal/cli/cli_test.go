@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+type conf struct {
+	Name  string        `yaml:"name"`
+	Every time.Duration `yaml:"every"`
+	Banks []uint8       `yaml:"banks"`
+	Count int           `yaml:"count"`
+}
+
+func bind(fs *flag.FlagSet, c *conf) {
+	fs.StringVar(&c.Name, "name", c.Name, "")
+	fs.DurationVar(&c.Every, "every", c.Every, "")
+	fs.Var(Uint8List{P: &c.Banks}, "banks", "")
+	fs.IntVar(&c.Count, "count", c.Count, "")
+}
+
+func load(path string, c *conf) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return yaml.Unmarshal(b, c)
+}
+
+func def() conf { return conf{Name: "default", Every: time.Second, Banks: []uint8{0, 4}, Count: 1} }
+
+func TestPrecedence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("name: file\nevery: 5s\nbanks: [1, 2]\n"), 0o644)
+	c, _, err := Parse("x", []string{"-config", path, "-every", "7s", "-banks", "3,9"}, def, bind, load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := conf{Name: "file", Every: 7 * time.Second, Banks: []uint8{3, 9}, Count: 1}
+	if c.Name != want.Name || c.Every != want.Every || len(c.Banks) != 2 || c.Banks[1] != 9 || c.Count != 1 {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+	c, _, err = Parse("x", []string{"-count", "4"}, def, bind, load)
+	if err != nil || c.Count != 4 || c.Name != "default" {
+		t.Errorf("no file: %+v %v", c, err)
+	}
+	if _, _, err := Parse("x", []string{"-banks", "1,x"}, def, bind, load); err == nil {
+		t.Error("bad list accepted")
+	}
+	if _, _, err := Parse("x", []string{"-log-level", "loud"}, def, bind, load); err == nil {
+		t.Error("bad log level accepted")
+	}
+	if _, _, err := Parse("x", []string{"extra"}, def, bind, load); err == nil {
+		t.Error("stray argument accepted")
+	}
+}

@@ -1,0 +1,336 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
+)
+
+func testConfig(t testing.TB) Config {
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.GRPCListen = "127.0.0.1:0"
+	cfg.HTTPListen = ""
+	cfg.PairTimeout = time.Second
+	cfg.PairRetention = time.Second
+	cfg.Paths = []netpath.Path{{Name: "p", Upstream: "a", Downstream: "b"}}
+	return cfg
+}
+
+func newTest(t testing.TB, cfg Config) *Collector {
+	t.Helper()
+	c, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// ldaPair builds the two sides' LDAs of n packets with a constant delay.
+func ldaPair(t testing.TB, cfg lda.Config, n int, delayNS int64, seed uint64) ([]byte, []byte) {
+	up, _ := lda.New(cfg)
+	down, _ := lda.New(cfg)
+	r := rand.New(rand.NewPCG(seed, 1))
+	for i := 0; i < n; i++ {
+		id, ts := r.Uint64(), r.Int64N(900_000_000)
+		up.Insert(id, ts)
+		down.Insert(id, ts+delayNS)
+	}
+	a, _ := up.MarshalBinary()
+	b, _ := down.MarshalBinary()
+	return a, b
+}
+
+func report(path string, epoch int64, role owlv1.Role, l []byte) *owlv1.EpochReport {
+	return &owlv1.EpochReport{Path: path, Epoch: epoch, Role: role, Lda: l, Counters: &owlv1.Counters{}, ClosedUnixNs: time.Now().UnixNano()}
+}
+
+func TestPairAndStore(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	up, down := ldaPair(t, cfg.Params.LDA, 1000, 12345, 1)
+	if err := c.report("a", report("p", 7, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.store.Result("p", 7); r != nil {
+		t.Fatal("result before the second side")
+	}
+	if err := c.report("b", report("p", 7, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.store.Result("p", 7)
+	if err != nil || r == nil {
+		t.Fatalf("no result: %v", err)
+	}
+	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || r.GetMeanNs() != 12345 || r.GetSamples() != 1000 {
+		t.Errorf("result %v", r)
+	}
+	if got := r.GetStart().AsTime(); !got.Equal(time.Unix(7, 0)) {
+		t.Errorf("start %v", got)
+	}
+	// The same report again (after a reconnect) is acknowledged, not recombined.
+	if err := c.report("a", report("p", 7, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(c.m.duplicates); n != 1 {
+		t.Errorf("duplicates %v", n)
+	}
+	if len(c.paths["p"].pending) != 0 {
+		t.Error("a duplicate left a pending report")
+	}
+	c.Close()
+
+	// A restart keeps the result.
+	c2 := newTest(t, cfg)
+	defer c2.Close()
+	res, err := c2.store.Results("p", 0, 100, 10)
+	if err != nil || len(res) != 1 || res[0].GetMeanNs() != 12345 {
+		t.Fatalf("after restart: %v, %v", res, err)
+	}
+}
+
+func TestRejections(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	up, _ := ldaPair(t, cfg.Params.LDA, 10, 1, 1)
+	other := cfg.Params.LDA
+	other.Rows = 512
+	odd, _ := ldaPair(t, other, 10, 1, 1)
+	tests := []struct {
+		name, probe string
+		r           *owlv1.EpochReport
+		want        string
+	}{
+		{"unknown path", "a", report("nope", 1, owlv1.Role_ROLE_UPSTREAM, up), "not configured"},
+		{"wrong probe", "b", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up), "not its upstream"},
+		{"no role", "a", report("p", 1, owlv1.Role_ROLE_UNSPECIFIED, up), "without a role"},
+		{"malformed", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up[:20]), "malformed"},
+		{"mismatch", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, odd), "lda rows 1024"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := c.report(tt.probe, tt.r)
+			var rej *rejection
+			if !errors.As(err, &rej) || !strings.Contains(rej.reason, tt.want) {
+				t.Errorf("got %v, want a rejection containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestHelloMismatch(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	good := params.Default()
+	pc, err := c.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x")
+	if err != nil || len(pc.GetPaths()) != 1 || pc.GetPaths()[0].GetRole() != owlv1.Role_ROLE_UPSTREAM {
+		t.Fatalf("good hello: %v, %v", pc, err)
+	}
+	bad := params.Default()
+	bad.Identity.Seed++
+	bad.Epoch.Length = 2 * time.Second
+	_, err = c.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y")
+	var rej *rejection
+	if !errors.As(err, &rej) || !strings.Contains(rej.reason, "seed") || !strings.Contains(rej.reason, "length") {
+		t.Fatalf("bad hello: %v", err)
+	}
+	infos := c.probeInfos()
+	if len(infos) != 2 || infos[1].GetError() == "" || !infos[0].GetConnected() {
+		t.Errorf("probe infos %v", infos)
+	}
+	if _, err := c.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z"); err == nil {
+		t.Error("invalid probe id accepted")
+	}
+}
+
+func TestTimeoutThenLateSide(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	up, down := ldaPair(t, cfg.Params.LDA, 100, 500, 2)
+	if err := c.report("a", report("p", 3, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(cfg.PairTimeout)
+	c.sweep()
+	r, _ := c.store.Result("p", 3)
+	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM {
+		t.Fatalf("after timeout: %v", r.GetStatus())
+	}
+	// The late side still completes the epoch within the retention.
+	if err := c.report("b", report("p", 3, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = c.store.Result("p", 3)
+	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || r.GetMeanNs() != 500 {
+		t.Fatalf("after the late side: %v", r)
+	}
+	// A lone report is forgotten after timeout + retention.
+	if err := c.report("a", report("p", 4, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(cfg.PairTimeout)
+	c.sweep()
+	now = now.Add(cfg.PairRetention)
+	c.sweep()
+	if len(c.paths["p"].pending) != 0 {
+		t.Error("lone report kept after retention")
+	}
+	if pend, _, _ := c.store.AllPending(); len(pend) != 0 {
+		t.Errorf("%d pending reports stored after retention", len(pend))
+	}
+}
+
+func TestRestoreCompletesStoredPair(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	up, _ := ldaPair(t, cfg.Params.LDA, 100, 77, 3)
+	if err := c.report("a", report("p", 9, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c2 := newTest(t, cfg)
+	defer c2.Close()
+	pr := c2.paths["p"].pending[9]
+	if pr == nil || pr.up == nil || pr.down != nil {
+		t.Fatalf("pending after restart: %+v", pr)
+	}
+	_, down := ldaPair(t, cfg.Params.LDA, 100, 77, 3)
+	if err := c2.report("b", report("p", 9, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c2.store.Result("p", 9); r.GetMeanNs() != 77 {
+		t.Errorf("result %v", r)
+	}
+}
+
+// serve starts the gRPC services on an in-memory listener.
+func serve(t testing.TB, c *Collector) *grpc.ClientConn {
+	l := bufconn.Listen(1 << 20)
+	s := grpc.NewServer()
+	owlv1.RegisterProbeServiceServer(s, probeService{c: c})
+	owlv1.RegisterQueryServiceServer(s, queryService{c: c})
+	go s.Serve(l)
+	t.Cleanup(s.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		return l.DialContext(ctx)
+	}), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// probeStream opens a Connect stream and completes the Hello.
+func probeStream(t testing.TB, conn *grpc.ClientConn, id string, p params.Params) owlv1.ProbeService_ConnectClient {
+	st, err := owlv1.NewProbeServiceClient(conn).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: &owlv1.Hello{ProbeId: id, Params: p.ToProto()}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Recv()
+	if err != nil || m.GetPaths() == nil {
+		t.Fatalf("hello answer %v, %v", m, err)
+	}
+	return st
+}
+
+func TestGRPCFlow(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	conn := serve(t, c)
+	q := owlv1.NewQueryServiceClient(conn)
+	ctx := context.Background()
+	watch, err := q.WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := probeStream(t, conn, "a", cfg.Params)
+	b := probeStream(t, conn, "b", cfg.Params)
+	for e := int64(10); e < 13; e++ {
+		up, down := ldaPair(t, cfg.Params.LDA, 500, 1000*e, uint64(e))
+		r := report("p", e, owlv1.Role_ROLE_UPSTREAM, up)
+		r.Seq = uint64(e)
+		if err := a.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := a.Recv(); err != nil || m.GetAck().GetSeq() != uint64(e) {
+			t.Fatalf("ack %v, %v", m, err)
+		}
+		r = report("p", e, owlv1.Role_ROLE_DOWNSTREAM, down)
+		if err := b.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := watch.Recv()
+		if err != nil || got.GetEpoch() != e || got.GetMeanNs() != float64(1000*e) {
+			t.Fatalf("watched %v, %v", got, err)
+		}
+	}
+	resp, err := q.GetPathStats(ctx, &owlv1.GetPathStatsRequest{Path: "p", Limit: 2})
+	if err != nil || len(resp.GetStats()) != 2 || resp.GetStats()[1].GetEpoch() != 12 {
+		t.Fatalf("limit 2: %v, %v", resp, err)
+	}
+	if _, err := q.GetPathStats(ctx, &owlv1.GetPathStatsRequest{Path: "nope"}); err == nil {
+		t.Error("unknown path answered")
+	}
+	// A rejected probe hears why on its stream.
+	bad := cfg.Params
+	bad.LDA.Rows = 64
+	st, _ := owlv1.NewProbeServiceClient(conn).Connect(ctx)
+	_ = st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: &owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}}})
+	m, err := st.Recv()
+	if err != nil || !strings.Contains(m.GetReject().GetReason(), "rows") {
+		t.Errorf("rejected hello: %v, %v", m, err)
+	}
+}
+
+func TestMetricsExposition(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	up, down := ldaPair(t, cfg.Params.LDA, 100, 2500, 4)
+	_ = c.report("a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up))
+	_ = c.report("b", report("p", 1, owlv1.Role_ROLE_DOWNSTREAM, down))
+	want := `
+# HELP owl_path_delay_mean_seconds Mean one-way delay of the path's latest epoch.
+# TYPE owl_path_delay_mean_seconds gauge
+owl_path_delay_mean_seconds{path="p"} 2.5e-06
+# HELP owl_path_samples Effective sample size of the path's latest epoch.
+# TYPE owl_path_samples gauge
+owl_path_samples{path="p"} 100
+# HELP owl_collector_results_total Epoch results computed, by path and status.
+# TYPE owl_collector_results_total counter
+owl_collector_results_total{path="p",status="ok"} 1
+`
+	if err := testutil.GatherAndCompare(c.m.reg, strings.NewReader(want),
+		"owl_path_delay_mean_seconds", "owl_path_samples", "owl_collector_results_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,133 @@
+package probe
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
+)
+
+func TestSpoolBoundedAndAcked(t *testing.T) {
+	s := newSpool(3)
+	for e := int64(1); e <= 5; e++ {
+		s.add(&owlv1.EpochReport{Epoch: e})
+	}
+	if s.len() != 3 || s.droppedTotal() != 2 {
+		t.Fatalf("len %d dropped %d, want 3 and 2", s.len(), s.droppedTotal())
+	}
+	got := s.after(0)
+	if got[0].Epoch != 3 || got[0].Seq != 3 || got[2].Seq != 5 {
+		t.Fatalf("kept %v", got)
+	}
+	if got[2].Counters.SpoolDropped != 2 {
+		t.Errorf("report does not carry the drop count: %v", got[2].Counters)
+	}
+	s.ack(4)
+	if s.len() != 2 || len(s.after(3)) != 1 || s.after(3)[0].Seq != 5 {
+		t.Fatalf("after ack: %v", s.after(0))
+	}
+	s.ack(99) // unknown seq: nothing happens
+	if s.len() != 2 {
+		t.Fatal("unknown ack removed a report")
+	}
+}
+
+func frame(t *testing.T, src, dst string, sport, dport uint16) []byte {
+	buf := gopacket.NewSerializeBuffer()
+	ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.ParseIP(src), DstIP: net.ParseIP(dst)}
+	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
+	_ = udp.SetNetworkLayerForChecksum(ip)
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, udp, gopacket.Payload([]byte{byte(sport), byte(dport)})); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestPipelineSortsPacketsIntoPaths(t *testing.T) {
+	p := params.Default()
+	var reports []*owlv1.EpochReport
+	var stats counters
+	pl, err := newPipeline(p, func(r *owlv1.EpochReport) { reports = append(reports, r) },
+		func() *owlv1.ClockStatus { return &owlv1.ClockStatus{Source: "test"} }, &stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pl.setLink(layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	set, err := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
+		{Path: &owlv1.Path{Name: "dns", Upstream: "a", Downstream: "b", Selector: &owlv1.Selector{Protocol: 17, DstPorts: []string{"53"}}}, Role: owlv1.Role_ROLE_UPSTREAM},
+		{Path: &owlv1.Path{Name: "net10", Upstream: "a", Downstream: "c", Selector: &owlv1.Selector{DstCidrs: []string{"10.0.0.0/8"}}}, Role: owlv1.Role_ROLE_UPSTREAM},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.setPaths(set)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	ms := int64(time.Millisecond)
+	pl.frame(frame(t, "192.0.2.1", "10.1.1.1", 4000, 53), base+10*ms)   // both paths
+	pl.frame(frame(t, "192.0.2.1", "192.0.2.9", 4000, 53), base+20*ms)  // dns only
+	pl.frame(frame(t, "192.0.2.1", "10.1.1.1", 4000, 80), base+30*ms)   // net10 only
+	pl.frame(frame(t, "192.0.2.1", "192.0.2.9", 4000, 80), base+40*ms)  // neither
+	pl.frame([]byte{1, 2, 3}, base+50*ms)                               // not decodable
+	pl.frame(frame(t, "192.0.2.1", "10.1.1.1", 4000, 53), base+1200*ms) // next epoch, closes the first
+	if len(reports) != 2 {
+		t.Fatalf("%d reports after the first epoch closed, want 2", len(reports))
+	}
+	for _, r := range reports {
+		l, err := lda.Decode(r.Lda)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Counters.Packets != 2 || l.Packets() != 2 {
+			t.Errorf("path %s: %d packets (LDA %d), want 2", r.Path, r.Counters.Packets, l.Packets())
+		}
+		if r.Counters.OutsidePaths != 1 || r.Counters.DecodeFailures["truncated"] != 1 {
+			t.Errorf("path %s counters %v", r.Path, r.Counters)
+		}
+		if r.Role != owlv1.Role_ROLE_UPSTREAM || r.Clock.GetSource() != "test" {
+			t.Errorf("report %v", r)
+		}
+	}
+	// A new path set applies from the next epoch on.
+	pl.setPaths(&pathSet{})
+	pl.frame(frame(t, "192.0.2.1", "10.1.1.1", 4000, 53), base+1300*ms)
+	pl.frame(frame(t, "192.0.2.1", "10.1.1.1", 4000, 53), base+2300*ms)
+	pl.flush()
+	if len(reports) != 4 || reports[2].Epoch != reports[0].Epoch+1 || reports[2].Counters.Packets != 2 {
+		t.Fatalf("reports %v", reports)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := DefaultConfig()
+	good.ID = "op-a"
+	good.Sources = []SourceConfig{{File: "x.pcap"}}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*Config){
+		"no id":        func(c *Config) { c.ID = "" },
+		"bad id":       func(c *Config) { c.ID = "a b" },
+		"no source":    func(c *Config) { c.Sources = nil },
+		"no file":      func(c *Config) { c.Sources = []SourceConfig{{}} },
+		"bad speed":    func(c *Config) { c.Sources[0].ReplaySpeed = -1 },
+		"bad params":   func(c *Config) { c.Params.LDA.Rows = 3 },
+		"no spool":     func(c *Config) { c.SpoolMaxEpochs = 0 },
+		"no collector": func(c *Config) { c.Collector = "" },
+	} {
+		c := good
+		c.Sources = append([]SourceConfig(nil), good.Sources...)
+		mod(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
