@@ -3,6 +3,9 @@
 // ground truth:
 //
 //	evaluate -up /tmp/run-up.pcap -down /tmp/run-down.pcap -truth /tmp/run-truth.csv
+//
+// With -rda-sweep it reproduces the RDA paper's sweep of the set difference
+// instead (RDA against an LDA of the same memory).
 package main
 
 import (
@@ -33,10 +36,21 @@ func main() {
 	banks := fs.String("lda-banks", "0,4", "LDA bank sampling exponents: bank j samples 2^-e_j − 2^-e_{j+1} of the packets")
 	stddev := fs.String("stddev", "centered", "standard deviation estimator: centered or collapsed (the paper's)")
 	offset := fs.Duration("down-clock-offset", 0, "downstream clock offset given to tracegen")
+	sweep := fs.Bool("rda-sweep", false, "instead: run the RDA paper's set-difference sweep (RDA vs LDA of the same memory) and print its table")
+	sweepCfg := evaluate.DefaultSweepConfig()
+	fs.IntVar(&sweepCfg.Trials, "trials", sweepCfg.Trials, "epochs per set-difference size (-rda-sweep)")
+	fs.IntVar(&sweepCfg.Packets, "packets", sweepCfg.Packets, "common packets per epoch (-rda-sweep)")
 	cfg.Identity.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *sweep {
+		if err := evaluate.WriteSweepTable(os.Stdout, sweepCfg, evaluate.RunSweep(sweepCfg)); err != nil {
+			log.Error("sweep failed", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *prefix != "" {
 		cfg.Up, cfg.Down, cfg.Truth = *prefix+"-up.pcap", *prefix+"-down.pcap", *prefix+"-truth.csv"
 	}

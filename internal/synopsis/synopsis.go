@@ -128,6 +128,20 @@ func (r *Reader) Uint64(field string) uint64 {
 	return v
 }
 
+// Uint32 reads a fixed 4-byte little-endian value.
+func (r *Reader) Uint32(field string) uint32 {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b)-r.off < 4 {
+		r.fail(field, "truncated")
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(r.b[r.off:])
+	r.off += 4
+	return v
+}
+
 // Uvarint reads an unsigned varint and checks it against max.
 func (r *Reader) Uvarint(field string, max uint64) uint64 {
 	if r.err != nil {

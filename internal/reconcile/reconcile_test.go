@@ -1,0 +1,207 @@
+package reconcile
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/owl-latency/owl/internal/synopsis/rda"
+)
+
+// epochCase is one side pair of an epoch with known truth.
+type epochCase struct {
+	up, down     *rda.RDA
+	upTS, downTS map[uint64]int64 // what each probe's cache holds
+	lost, extra  []uint64
+	meanNS       float64 // over packets both sides saw
+	stdNS        float64
+}
+
+// weibullNS draws a delay: 20 µs + Weibull(shape 0.65, scale 50 µs).
+func weibullNS(r *rand.Rand) int64 {
+	return 20_000 + int64(50_000*math.Pow(-math.Log(1-r.Float64()), 1/0.65))
+}
+
+// makeCase builds n common packets, lost packets only upstream and extra
+// packets only downstream (sent in the previous epoch, seen early in this one).
+func makeCase(t testing.TB, cfg rda.Config, n, lost, extra int, seed uint64) epochCase {
+	r := rand.New(rand.NewPCG(seed, 99))
+	c := epochCase{upTS: map[uint64]int64{}, downTS: map[uint64]int64{}}
+	c.up, _ = rda.New(cfg)
+	c.down, _ = rda.New(cfg)
+	var sum, sq float64
+	for i := 0; i < n+lost; i++ {
+		id, ts := r.Uint64(), r.Int64N(999_000_000)
+		c.up.Insert(id, ts)
+		c.upTS[id] = ts
+		if i >= n {
+			c.lost = append(c.lost, id)
+			continue
+		}
+		d := weibullNS(r)
+		c.down.Insert(id, ts+d)
+		c.downTS[id] = ts + d
+		sum += float64(d)
+		sq += float64(d) * float64(d)
+	}
+	for i := 0; i < extra; i++ {
+		id, ts := r.Uint64(), r.Int64N(300_000)
+		c.down.Insert(id, ts)
+		c.downTS[id] = ts
+		c.extra = append(c.extra, id)
+	}
+	c.meanNS = sum / float64(n)
+	c.stdNS = math.Sqrt(sq/float64(n) - c.meanNS*c.meanNS)
+	return c
+}
+
+// run peels, repairs with the caches and computes.
+func (c epochCase) run(t testing.TB, method StddevMethod) (Difference, Estimate, error) {
+	d, err := Peel(c.up, c.down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, down := c.up.Clone(), c.down.Clone()
+	u := NewUsable(up.Config(), d)
+	Repair(up, d.Lost, c.upTS, u)
+	Repair(down, d.Extra, c.downTS, u)
+	est, err := Compute(up, down, u, method)
+	return d, est, err
+}
+
+func sorted(s []uint64) []uint64 { s = slices.Clone(s); slices.Sort(s); return s }
+
+func TestPeelRepairIsExact(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 2000, Seed: 1, Check: true}
+	for seed := uint64(1); seed <= 20; seed++ {
+		c := makeCase(t, cfg, 50_000, 300, 300, seed)
+		d, est, err := c.run(t, StddevCentered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Complete() {
+			t.Fatalf("seed %d: peeling incomplete with d=600, m=2000: %v", seed, d)
+		}
+		if !slices.Equal(sorted(d.Lost), sorted(c.lost)) || !slices.Equal(sorted(d.Extra), sorted(c.extra)) {
+			t.Fatalf("seed %d: decoded %d lost/%d extra, want %d/%d", seed, len(d.Lost), len(d.Extra), len(c.lost), len(c.extra))
+		}
+		if rel := math.Abs(est.MeanNS-c.meanNS) / c.meanNS; rel > 1e-9 {
+			t.Errorf("seed %d: mean %.6f, truth %.6f: relative error %.2e", seed, est.MeanNS, c.meanNS, rel)
+		}
+		if est.Count != 50_000 || est.UsableBuckets != est.Buckets-countEmpty(c) {
+			t.Errorf("seed %d: count %.0f usable %d of %d", seed, est.Count, est.UsableBuckets, est.Buckets)
+		}
+	}
+}
+
+func countEmpty(c epochCase) int {
+	n := 0
+	for l := 0; l < c.up.Config().Banks; l++ {
+		for _, b := range c.up.Buckets(l) {
+			if b.Count == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestStddevEstimators compares selective collapse (the paper's) with the
+// centered estimator on the same repaired RDAs.
+func TestStddevEstimators(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 2000, Seed: 3, Check: true}
+	var errCollapsed, errCentered, maxCentered float64
+	const trials = 20
+	for seed := uint64(1); seed <= trials; seed++ {
+		c := makeCase(t, cfg, 20_000, 100, 100, seed)
+		_, est, err := c.run(t, StddevCentered)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pe := math.Abs(est.StddevCollapsedNS-c.stdNS) / c.stdNS
+		ce := math.Abs(est.StddevCenteredNS-c.stdNS) / c.stdNS
+		errCollapsed += pe / trials
+		errCentered += ce / trials
+		maxCentered = max(maxCentered, ce)
+	}
+	t.Logf("stddev relative error over %d epochs of 2·10⁴ packets: selective collapse %.2f%%, centered %.2f%% (max %.2f%%)",
+		trials, 100*errCollapsed, 100*errCentered, 100*maxCentered)
+	if errCentered >= errCollapsed {
+		t.Errorf("centered (%.2f%%) not better than selective collapse (%.2f%%)", 100*errCentered, 100*errCollapsed)
+	}
+	if maxCentered > 0.10 {
+		t.Errorf("centered stddev off by up to %.1f%%", 100*maxCentered)
+	}
+}
+
+// TestIncompletePeelingIsNeverFoldedIn overloads the RDA: residual buckets
+// are unusable, and the mean of the rest stays close.
+func TestIncompletePeelingIsNeverFoldedIn(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 500, Seed: 5, Check: true}
+	c := makeCase(t, cfg, 30_000, 600, 600, 1)
+	d, est, err := c.run(t, StddevCentered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Complete() {
+		t.Fatal("peeling of d=1200 in m=500 completed: the test needs an overload")
+	}
+	if est.UsableBuckets >= est.Buckets {
+		t.Fatal("residual buckets counted as usable")
+	}
+	// Residual buckets hold lost packets with whole timestamps: folding any
+	// in would move the mean by milliseconds.
+	if rel := math.Abs(est.MeanNS-c.meanNS) / c.meanNS; rel > 0.05 {
+		t.Errorf("mean off by %.2f%% with %v", 100*rel, d)
+	}
+}
+
+// TestMissingTimestampsExcludeBuckets: when a probe cannot return a
+// timestamp, that packet's buckets are left out, never half-repaired.
+func TestMissingTimestampsExcludeBuckets(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 1000, Seed: 7, Check: true}
+	c := makeCase(t, cfg, 10_000, 50, 50, 2)
+	for _, id := range c.lost[:10] {
+		delete(c.upTS, id)
+	}
+	d, est, err := c.run(t, StddevCentered)
+	if err != nil || !d.Complete() {
+		t.Fatal(err, d)
+	}
+	if rel := math.Abs(est.MeanNS-c.meanNS) / c.meanNS; rel > 0.01 {
+		t.Errorf("mean off by %.3f%%", 100*rel)
+	}
+	if est.UsableBuckets > est.Buckets-countEmpty(c)-10 {
+		t.Errorf("usable %d: the buckets of 10 unrepaired packets should be out", est.UsableBuckets)
+	}
+}
+
+func TestPeelRejectsMismatch(t *testing.T) {
+	a, _ := rda.New(rda.Config{Banks: 2, Buckets: 10, Seed: 1})
+	b, _ := rda.New(rda.Config{Banks: 2, Buckets: 20, Seed: 1})
+	if _, err := Peel(a, b); err == nil {
+		t.Error("different sizes peeled")
+	}
+}
+
+func TestSize(t *testing.T) {
+	if Size(0, 64, 1<<20) != 64 || Size(1000, 64, 1<<20) != 2500 || Size(1<<30, 64, 1<<20) != 1<<20 {
+		t.Error("Size")
+	}
+}
+
+// BenchmarkPeel peels a set difference of 10⁴ packets (5,000 lost, 5,000
+// extra) from RDAs of 2 banks × 25,000 buckets.
+func BenchmarkPeel(b *testing.B) {
+	cfg := rda.Config{Banks: 2, Buckets: 25_000, Seed: 1, Check: true}
+	c := makeCase(b, cfg, 100_000, 5000, 5000, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, _ := Peel(c.up, c.down)
+		if !d.Complete() {
+			b.Fatal("incomplete")
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package rda
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/owl-latency/owl/internal/synopsis"
+)
+
+func TestInsertRemoveSubtract(t *testing.T) {
+	cfg := DefaultConfig()
+	a, _ := New(cfg)
+	b, _ := New(cfg)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 1000; i++ {
+		id, off := r.Uint64(), r.Int64N(1e9)
+		a.Insert(id, off)
+		b.Insert(id, off+500)
+	}
+	d, err := b.Subtract(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum, n int64
+	for _, k := range d.Buckets(0) {
+		if k.ID != 0 || k.Count != 0 || k.Check != 0 {
+			t.Fatal("common packets did not cancel")
+		}
+		sum += k.SumNS
+	}
+	for _, k := range a.Buckets(1) {
+		n += k.Count
+	}
+	if sum != 500*1000 || n != 1000 || a.Packets() != 1000 {
+		t.Fatalf("sum %d count %d", sum, n)
+	}
+	// Insert then Remove leaves nothing behind.
+	c, _ := New(cfg)
+	c.Insert(42, 7)
+	c.Remove(42, 7)
+	for _, k := range c.buckets {
+		if !k.Empty() || k.SumNS != 0 {
+			t.Fatal("remove did not undo insert")
+		}
+	}
+}
+
+func TestPureAndIndex(t *testing.T) {
+	for _, banks := range []int{1, 2, 3, 4} {
+		cfg := Config{Banks: banks, Buckets: 97, Seed: 5, Check: true}
+		r, _ := New(cfg)
+		r.Insert(12345, 10)
+		for l := 0; l < banks; l++ {
+			i := r.Index(l, 12345)
+			if !r.Pure(l, i) {
+				t.Errorf("banks %d: single packet not pure in bank %d", banks, l)
+			}
+			if r.Buckets(l)[i].ID != 12345 {
+				t.Errorf("banks %d: bank %d does not hold the packet at its index", banks, l)
+			}
+		}
+	}
+}
+
+func TestMergeIsExact(t *testing.T) {
+	cfg := DefaultConfig()
+	whole, _ := New(cfg)
+	s1, _ := New(cfg)
+	s2, _ := New(cfg)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 5000; i++ {
+		id, off := r.Uint64(), r.Int64N(1e9)
+		whole.Insert(id, off)
+		if i%2 == 0 {
+			s1.Insert(id, off)
+		} else {
+			s2.Insert(id, off)
+		}
+	}
+	if err := s1.Merge(s2); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(whole.buckets, s1.buckets) {
+		t.Fatal("merged shards differ from the whole")
+	}
+	other := cfg
+	other.Buckets = 10
+	o, _ := New(other)
+	if err := whole.Merge(o); !errors.Is(err, synopsis.ErrMismatch) {
+		t.Errorf("merge of another size: %v", err)
+	}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	for _, check := range []bool{true, false} {
+		cfg := Config{Banks: 2, Buckets: 300, Seed: 9, Check: check}
+		r, _ := New(cfg)
+		rng := rand.New(rand.NewPCG(5, 6))
+		for i := 0; i < 3000; i++ {
+			r.Insert(rng.Uint64(), rng.Int64N(1e9))
+		}
+		r.Remove(1, 5) // negative counts survive the trip
+		b, _ := r.MarshalBinary()
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.cfg != cfg || !slices.Equal(got.buckets, r.buckets) {
+			t.Fatal("round trip differs")
+		}
+		t.Logf("check=%t: %d bytes for %d buckets and 3000 packets (%.1f per bucket)", check, len(b), 600, float64(len(b))/600)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	r, _ := New(Config{Banks: 2, Buckets: 4, Seed: 1, Check: true})
+	r.Insert(7, 7)
+	good, _ := r.MarshalBinary()
+	bad := map[string][]byte{
+		"empty":       nil,
+		"header":      good[:5],
+		"kind":        append([]byte("OWLL"), good[4:]...),
+		"truncated":   good[:len(good)-1],
+		"trailing":    append(append([]byte{}, good...), 0),
+		"zero banks":  append(append([]byte{}, good[:5]...), append([]byte{0}, good[6:]...)...),
+		"many banks":  append(append([]byte{}, good[:5]...), append([]byte{9}, good[6:]...)...),
+		"check value": append(append([]byte{}, good[:6]...), append([]byte{2}, good[7:]...)...),
+		"huge":        append(append([]byte{}, good[:7]...), 0xff, 0xff, 0xff, 0x7f),
+	}
+	for name, b := range bad {
+		if _, err := Decode(b); !errors.Is(err, synopsis.ErrFormat) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestFalseDecodeRate measures how often an impure bucket with count ±1
+// passes the purity test, over 10⁶ buckets, with the paper's test (index and
+// count) and with the 32-bit check added.
+func TestFalseDecodeRate(t *testing.T) {
+	const m = 64
+	const trials = 1_000_000
+	base := Config{Banks: 1, Buckets: m, Seed: 11}
+	// IDs that land in each bucket of bank 0.
+	pool := make([][]uint64, m)
+	r := rand.New(rand.NewPCG(7, 8))
+	probe, _ := New(base)
+	for filled := 0; filled < m; {
+		id := r.Uint64()
+		i := probe.Index(0, id)
+		if len(pool[i]) < 64 {
+			pool[i] = append(pool[i], id)
+			if len(pool[i]) == 64 {
+				filled++
+			}
+		}
+	}
+	for _, check := range []bool{false, true} {
+		cfg := base
+		cfg.Check = check
+		candidates, passed := 0, 0
+		for n := 0; n < trials; n++ {
+			x, _ := New(cfg)
+			i := r.IntN(m)
+			k := 3 + 2*r.IntN(2) // 3 or 5 distinct packets, signs summing to ±1
+			seen := map[uint64]bool{}
+			sign := int64(1)
+			for j := 0; j < k; {
+				id := pool[i][r.IntN(len(pool[i]))]
+				if seen[id] {
+					continue
+				}
+				seen[id] = true
+				x.add(id, 1, sign)
+				sign = -sign
+				j++
+			}
+			candidates++
+			if x.Pure(0, i) {
+				passed++
+			}
+		}
+		rate := float64(passed) / float64(candidates)
+		t.Logf("purity test %s: %d of %d impure buckets with count ±1 passed (rate %.2e; 1/m = %.2e)",
+			map[bool]string{false: "index+count (paper)", true: "index+count+32-bit check"}[check], passed, candidates, rate, 1.0/m)
+		if !check && (rate < 0.5/m || rate > 2.0/m) {
+			t.Errorf("paper's test: rate %.3e, expected about 1/m = %.3e", rate, 1.0/m)
+		}
+		if check && passed > 0 {
+			t.Errorf("with the check field %d impure buckets passed", passed)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	r, _ := New(Config{Banks: 2, Buckets: 8, Seed: 1, Check: true})
+	for i := uint64(1); i < 20; i++ {
+		r.Insert(i*0x9e3779b97f4a7c15, int64(i))
+	}
+	b, _ := r.MarshalBinary()
+	f.Add(b)
+	r2, _ := New(Config{Banks: 3, Buckets: 5, Seed: 2})
+	r2.Remove(3, 4)
+	b2, _ := r2.MarshalBinary()
+	f.Add(b2)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, synopsis.ErrFormat) {
+				t.Fatalf("%v does not wrap ErrFormat", err)
+			}
+			return
+		}
+		again, _ := r.MarshalBinary()
+		r2, err := Decode(again)
+		if err != nil || !slices.Equal(r2.buckets, r.buckets) || r2.cfg != r.cfg {
+			t.Fatalf("re-encoded form decodes differently: %v", err)
+		}
+	})
+}
+
+func BenchmarkInsert(b *testing.B) {
+	r, _ := New(DefaultConfig())
+	ids := make([]uint64, 1<<16)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range ids {
+		ids[i] = rng.Uint64()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.Insert(ids[i&(len(ids)-1)], int64(i))
+	}
+}
