@@ -22,9 +22,22 @@ import (
 	"github.com/owl-latency/owl/internal/sim"
 )
 
+// impaired is the path of most tests: Weibull delays, 1% loss, 1% of
+// packets held back by up to 20 ms (reordered, some across epoch
+// boundaries) and 0.2% duplicates.
+var impaired = sim.Impairment{Delay: sim.Weibull{Shape: 0.65, Scale: 50 * time.Microsecond, Base: 20 * time.Microsecond},
+	Loss: 0.01, Reorder: 0.01, ReorderExtra: 20 * time.Millisecond, Duplicate: 0.002, DuplicateGap: 50 * time.Microsecond, Seed: 7}
+
+// lossOnly is the path LDA is made for: Weibull delays and 1% loss.
+var lossOnly = sim.Impairment{Delay: sim.Weibull{Shape: 0.65, Scale: 50 * time.Microsecond, Base: 20 * time.Microsecond}, Loss: 0.01, Seed: 7}
+
 // setup builds the binaries and makes two captures of the bundled trace
-// across a path with Weibull delays and 1% loss.
+// across the impaired path.
 func setup(t *testing.T) (*harness.Env, sim.Outputs, []sim.EpochTruth) {
+	return setupWith(t, impaired)
+}
+
+func setupWith(t *testing.T, m sim.Impairment) (*harness.Env, sim.Outputs, []sim.EpochTruth) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test")
@@ -36,7 +49,6 @@ func setup(t *testing.T) (*harness.Env, sim.Outputs, []sim.EpochTruth) {
 	}
 	t.Cleanup(env.Close)
 	out := sim.OutputsFor(filepath.Join(dir, "trace"))
-	m := sim.Impairment{Delay: sim.Weibull{Shape: 0.65, Scale: 50 * time.Microsecond, Base: 20 * time.Microsecond}, Loss: 0.01, Seed: 7}
 	if _, err := sim.GenerateFiles("../testdata/trace.pcap", out, capture.DefaultIdentityConfig(), m); err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +109,16 @@ func query(t *testing.T, grpc string) owlv1.QueryServiceClient {
 }
 
 // TestServicesEndToEnd runs a collector and two probes as processes on
-// loopback and checks the per-epoch means against ground truth.
+// loopback and checks the per-epoch results against ground truth: with loss
+// only, LDA within 1% and RDA exact; with loss, reordering and duplicates,
+// RDA exact (LDA, which assumes neither, is shown beside it).
 func TestServicesEndToEnd(t *testing.T) {
-	env, out, truths := setup(t)
+	t.Run("loss", func(t *testing.T) { endToEnd(t, lossOnly, true) })
+	t.Run("loss+reorder+duplicates", func(t *testing.T) { endToEnd(t, impaired, false) })
+}
+
+func endToEnd(t *testing.T, m sim.Impairment, checkLDA bool) {
+	env, out, truths := setupWith(t, m)
 	coll, addrs, err := env.StartCollector("collector", collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB))
 	if err != nil {
 		t.Fatal(err)
@@ -117,8 +136,10 @@ func TestServicesEndToEnd(t *testing.T) {
 		byEpoch[s.GetEpoch()] = s
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%12s %6s %12s %12s %9s %9s\n", "epoch", "sent", "true µs", "owl µs", "rel err", "samples")
-	checked := 0
+	fmt.Fprintf(&b, "%12s %6s %5s %5s %5s %12s %12s %9s %12s %9s %8s %6s %4s\n", "epoch", "sent", "lost", "owl", "cross",
+		"true µs", "owl µs", "rel err", "LDA µs", "LDA err", "samples", "est", "m")
+	checked, exact := 0, 0
+	last := truths[len(truths)-1].Epoch
 	for _, tr := range truths {
 		s := byEpoch[tr.Epoch]
 		if s == nil {
@@ -129,16 +150,43 @@ func TestServicesEndToEnd(t *testing.T) {
 			t.Errorf("epoch %d: status %v (%s)", tr.Epoch, s.GetStatus(), s.GetDetail())
 			continue
 		}
-		rel := math.Abs(s.GetMeanNs()-tr.MeanNS) / tr.MeanNS
-		fmt.Fprintf(&b, "%12d %6d %12.3f %12.3f %8.3f%% %9d\n", tr.Epoch, tr.Sent, tr.MeanNS/1e3, s.GetMeanNs()/1e3, 100*rel, s.GetSamples())
-		if rel > 0.01 {
-			t.Errorf("epoch %d: mean %.1f ns, truth %.1f ns: relative error %.3f%% > 1%%", tr.Epoch, s.GetMeanNs(), tr.MeanNS, 100*rel)
+		// RDA with boundary matching measures every packet sent in the
+		// epoch, wherever it arrived.
+		rel := math.Abs(s.GetMeanNs()-tr.AllMeanNS) / tr.AllMeanNS
+		ldaRel := math.Abs(s.GetLdaMeanNs()-tr.MeanNS) / tr.MeanNS
+		fmt.Fprintf(&b, "%12d %6d %5d %5.0f %5d %12.3f %12.3f %9.2e %12.3f %8.3f%% %8d %6s %4d\n", tr.Epoch, tr.Sent, tr.Lost, s.GetLost(), s.GetBoundaryMatched(),
+			tr.AllMeanNS/1e3, s.GetMeanNs()/1e3, rel, s.GetLdaMeanNs()/1e3, 100*ldaRel, s.GetSamples(), s.GetEstimator(), s.GetRdaBuckets())
+		if s.GetEstimator() != "rda" || !s.GetDecoded() {
+			t.Errorf("epoch %d: estimator %s decoded %t: RDA reconciliation did not complete", tr.Epoch, s.GetEstimator(), s.GetDecoded())
+		}
+		switch {
+		case s.GetUnusableBuckets() == 0:
+			// Exact: every bucket repaired.
+			if rel > 1e-9 {
+				t.Errorf("epoch %d: mean %.3f ns, truth %.3f ns: relative error %.2e, want exact", tr.Epoch, s.GetMeanNs(), tr.AllMeanNS, rel)
+			}
+			exact++
+		case rel > 0.01:
+			// Identical packets (same ID) with one copy lost leave buckets out.
+			t.Errorf("epoch %d: mean relative error %.3f%% with %d buckets left out", tr.Epoch, 100*rel, s.GetUnusableBuckets())
+		}
+		if checkLDA && ldaRel > 0.01 {
+			t.Errorf("epoch %d: LDA mean relative error %.3f%% > 1%%", tr.Epoch, 100*ldaRel)
+		}
+		// Loss is exact once boundary crossers are matched; the last epoch
+		// has no next epoch upstream to match them in.
+		if tr.Epoch != last && s.GetLost() != float64(tr.Lost) {
+			t.Errorf("epoch %d: lost %.0f, truth %d", tr.Epoch, s.GetLost(), tr.Lost)
+		}
+		if tr.Epoch != last && s.GetBoundaryMatched() != uint64(tr.Crossed) {
+			t.Errorf("epoch %d: %d boundary matched, truth %d crossed", tr.Epoch, s.GetBoundaryMatched(), tr.Crossed)
 		}
 		checked++
 	}
-	t.Logf("collector vs ground truth at 1%% loss:\n%s", b.String())
-	if checked < 5 {
-		t.Fatalf("only %d epochs checked", checked)
+	t.Logf("collector vs ground truth, loss %g, reordering %g, duplicates %g (%d of %d epochs exact):\n%s",
+		m.Loss, m.Reorder, m.Duplicate, exact, checked, b.String())
+	if checked < 5 || exact < checked-1 {
+		t.Fatalf("%d epochs checked, %d exact", checked, exact)
 	}
 
 	// Reflection lists the services, as grpcurl's "list" does.
@@ -247,13 +295,26 @@ func TestCollectorRestartLosesNothing(t *testing.T) {
 	if len(got) != len(want) {
 		t.Fatalf("%d results after the restart, %d without", len(got), len(want))
 	}
+	// RDA sizes adapt to the set difference as results come in, so the two
+	// runs may reconcile an epoch at different sizes: the mean (exact) and
+	// counts must agree; the standard deviation, estimated from buckets,
+	// may differ a little.
 	for i := range want {
 		w, g := want[i], got[i]
-		if g.GetEpoch() != w.GetEpoch() || g.GetStatus() != w.GetStatus() || g.GetMeanNs() != w.GetMeanNs() ||
-			g.GetStddevNs() != w.GetStddevNs() || g.GetSamples() != w.GetSamples() || g.GetLost() != w.GetLost() {
-			t.Errorf("epoch %d: after restart %v mean %.3f std %.3f n %d lost %.0f; without %v mean %.3f std %.3f n %d lost %.0f",
-				w.GetEpoch(), g.GetStatus(), g.GetMeanNs(), g.GetStddevNs(), g.GetSamples(), g.GetLost(),
-				w.GetStatus(), w.GetMeanNs(), w.GetStddevNs(), w.GetSamples(), w.GetLost())
+		exactBoth := w.GetUnusableBuckets() == 0 && g.GetUnusableBuckets() == 0 && w.GetDecoded() && g.GetDecoded()
+		meanRel := math.Abs(g.GetMeanNs()-w.GetMeanNs()) / w.GetMeanNs()
+		bad := g.GetEpoch() != w.GetEpoch() || g.GetStatus() != w.GetStatus() || g.GetEstimator() != w.GetEstimator() ||
+			g.GetLost() != w.GetLost() || g.GetBoundaryMatched() != w.GetBoundaryMatched() || g.GetDuplicates() != w.GetDuplicates() ||
+			math.Abs(g.GetStddevNs()-w.GetStddevNs()) > 0.1*w.GetStddevNs()
+		if exactBoth {
+			bad = bad || meanRel > 1e-9 || g.GetSamples() != w.GetSamples()
+		} else {
+			bad = bad || meanRel > 0.01
+		}
+		if bad {
+			t.Errorf("epoch %d: after restart %v mean %.3f std %.3f n %d lost %.0f (%s m=%d rebuilds %d dec %t unusable %d); without %v mean %.3f std %.3f n %d lost %.0f (%s m=%d rebuilds %d dec %t unusable %d)",
+				w.GetEpoch(), g.GetStatus(), g.GetMeanNs(), g.GetStddevNs(), g.GetSamples(), g.GetLost(), g.GetEstimator(), g.GetRdaBuckets(), g.GetRebuilds(), g.GetDecoded(), g.GetUnusableBuckets(),
+				w.GetStatus(), w.GetMeanNs(), w.GetStddevNs(), w.GetSamples(), w.GetLost(), w.GetEstimator(), w.GetRdaBuckets(), w.GetRebuilds(), w.GetDecoded(), w.GetUnusableBuckets())
 		}
 	}
 	// The restart happened mid-run: each probe connected twice, and sent

@@ -54,9 +54,7 @@ func BenchmarkEpochCloseToResult(b *testing.B) {
 		if err := a.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := a.Recv(); err != nil {
-			b.Fatal(err)
-		}
+		nextAck(b, a)
 		m := &owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: report("p", int64(i), owlv1.Role_ROLE_DOWNSTREAM, down)}}
 		size = proto.Size(m)
 		b.StartTimer()
@@ -67,9 +65,7 @@ func BenchmarkEpochCloseToResult(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		if _, err := d.Recv(); err != nil {
-			b.Fatal(err)
-		}
+		nextAck(b, d)
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(size), "report_bytes")

@@ -1,14 +1,12 @@
 package collector
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -16,6 +14,7 @@ import (
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
 // Collector holds the state of paths and probes. Its methods are safe for
@@ -31,8 +30,9 @@ type Collector struct {
 	paths    map[string]*pathState // fixed after New
 	pathList []netpath.Path
 
-	mu     sync.Mutex
-	probes map[string]*probeState
+	mu       sync.Mutex
+	probes   map[string]*probeState
+	sessions map[string]*session // the open stream of each probe
 
 	wmu      sync.Mutex
 	watchers map[chan *owlv1.PathStats]string // channel → path filter
@@ -41,9 +41,14 @@ type Collector struct {
 // pathState is everything the collector keeps for one path.
 type pathState struct {
 	path netpath.Path
+	wake chan struct{} // signals the path's worker
 
-	mu      sync.Mutex
-	pending map[int64]*pairing // by epoch
+	mu         sync.Mutex
+	pending    map[int64]*pairing // by epoch
+	queue      []int64            // epochs with both sides in, for the worker
+	boundaries map[int64]*boundary
+	recentDiff []int // set difference sizes of recent epochs
+	rdaBuckets int   // RDA size the probes were told to use
 }
 
 // pairing is one epoch of a path whose sides have not both arrived.
@@ -56,6 +61,7 @@ type pairing struct {
 type side struct {
 	store.Pending
 	lda *lda.LDA
+	rda *rda.RDA // nil when the report has none
 }
 
 // probeState is what the collector knows of a probe.
@@ -85,11 +91,13 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		opts:     lda.Options{Bounds: lda.DelayBounds{MinNS: int64(cfg.DelayBounds.Min), MaxNS: int64(cfg.DelayBounds.Max)}},
 		paths:    map[string]*pathState{},
 		probes:   map[string]*probeState{},
+		sessions: map[string]*session{},
 		watchers: map[chan *owlv1.PathStats]string{},
 	}
 	c.m = newMetrics()
 	for _, p := range cfg.Paths {
-		c.paths[p.Name] = &pathState{path: p, pending: map[int64]*pairing{}}
+		c.paths[p.Name] = &pathState{path: p, pending: map[int64]*pairing{}, wake: make(chan struct{}, 1),
+			boundaries: map[int64]*boundary{}, rdaBuckets: cfg.Params.RDA.Buckets}
 		c.pathList = append(c.pathList, p)
 	}
 	if err := c.restore(); err != nil {
@@ -119,12 +127,11 @@ func (c *Collector) restore() error {
 			_ = c.store.DeletePending(p.Report.GetPath(), p.Report.GetEpoch())
 			continue
 		}
-		l, err := lda.Decode(p.Report.GetLda())
+		s, err := decodeSide(p)
 		if err != nil {
 			continue // it was checked when it came
 		}
 		pr := ps.pairingFor(p.Report.GetEpoch(), p.Received)
-		s := &side{Pending: p, lda: l}
 		if p.Report.GetRole() == owlv1.Role_ROLE_UPSTREAM {
 			pr.up = s
 		} else {
@@ -137,15 +144,33 @@ func (c *Collector) restore() error {
 	}
 	// Pairs whose both sides were stored but not yet combined.
 	for _, ps := range c.paths {
+		var ready []int64
 		for e, pr := range ps.pending {
 			if pr.up != nil && pr.down != nil {
-				if err := c.complete(ps, e, pr); err != nil {
-					return err
-				}
+				ready = append(ready, e)
 			}
+		}
+		slices.Sort(ready)
+		for _, e := range ready {
+			ps.enqueue(e)
 		}
 	}
 	return nil
+}
+
+// decodeSide decodes a report's synopses.
+func decodeSide(p store.Pending) (*side, error) {
+	l, err := lda.Decode(p.Report.GetLda())
+	if err != nil {
+		return nil, err
+	}
+	s := &side{Pending: p, lda: l}
+	if b := p.Report.GetRda(); len(b) > 0 {
+		if s.rda, err = rda.Decode(b); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 func (ps *pathState) pairingFor(epoch int64, at time.Time) *pairing {
@@ -165,7 +190,7 @@ func (r *rejection) Error() string { return r.reason }
 
 // hello registers a probe stream and returns the paths it takes part in, or
 // a rejection when its parameters differ from the deployment's.
-func (c *Collector) hello(h *owlv1.Hello, addr string) (*owlv1.PathConfig, error) {
+func (c *Collector) hello(h *owlv1.Hello, addr string, sess *session) (*owlv1.PathConfig, error) {
 	id := h.GetProbeId()
 	if !netpath.ValidName(id) {
 		return nil, &rejection{fmt.Sprintf("probe id %q: use 1–128 letters, digits or ._:-", id)}
@@ -190,14 +215,22 @@ func (c *Collector) hello(h *owlv1.Hello, addr string) (*owlv1.PathConfig, error
 	}
 	ps.err = ""
 	ps.connected++
+	if old := c.sessions[id]; old != nil && old != sess {
+		c.log.Warn("probe opened a second stream; using the newest", "probe", id)
+	}
+	c.sessions[id] = sess
 	c.m.probesConnected.WithLabelValues(id).Set(float64(ps.connected))
 	pc := &owlv1.PathConfig{}
 	for _, p := range c.pathList {
+		st := c.paths[p.Name]
+		st.mu.Lock()
+		size := uint32(st.rdaBuckets)
+		st.mu.Unlock()
 		switch id {
 		case p.Upstream:
-			pc.Paths = append(pc.Paths, &owlv1.PathAssignment{Path: p.ToProto(), Role: owlv1.Role_ROLE_UPSTREAM})
+			pc.Paths = append(pc.Paths, &owlv1.PathAssignment{Path: p.ToProto(), Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: size})
 		case p.Downstream:
-			pc.Paths = append(pc.Paths, &owlv1.PathAssignment{Path: p.ToProto(), Role: owlv1.Role_ROLE_DOWNSTREAM})
+			pc.Paths = append(pc.Paths, &owlv1.PathAssignment{Path: p.ToProto(), Role: owlv1.Role_ROLE_DOWNSTREAM, RdaBuckets: size})
 		}
 	}
 	c.log.Info("probe connected", "probe", id, "addr", addr, "version", h.GetVersion(), "paths", len(pc.Paths))
@@ -205,9 +238,12 @@ func (c *Collector) hello(h *owlv1.Hello, addr string) (*owlv1.PathConfig, error
 }
 
 // goodbye marks the end of a probe's stream.
-func (c *Collector) goodbye(id string) {
+func (c *Collector) goodbye(id string, sess *session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.sessions[id] == sess {
+		delete(c.sessions, id)
+	}
 	if ps := c.probes[id]; ps != nil && ps.connected > 0 {
 		ps.connected--
 		ps.lastSeen = c.now()
@@ -247,17 +283,21 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 		c.m.rejected.WithLabelValues("bad_role").Inc()
 		return &rejection{fmt.Sprintf("path %q: %s is not its %s", r.GetPath(), probe, roleName(r.GetRole()))}
 	}
-	l, err := lda.Decode(r.GetLda())
+	s, err := decodeSide(store.Pending{Probe: probe, Received: c.now(), Report: r})
 	if err != nil {
 		c.m.rejected.WithLabelValues("malformed").Inc()
 		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
 	}
-	if err := c.cfg.Params.LDA.Compatible(l.Config()); err != nil {
+	err = c.cfg.Params.LDA.Compatible(s.lda.Config())
+	if err == nil && s.rda != nil {
+		err = params.SameRDAHashing(c.cfg.Params.RDA, s.rda.Config())
+	}
+	if err != nil {
 		c.m.rejected.WithLabelValues("mismatch").Inc()
 		c.m.mismatch.WithLabelValues(probe).Inc()
 		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
 	}
-	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda())))
+	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda())))
 
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -268,11 +308,11 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 			return err
 		} else if res != nil && res.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM &&
 			res.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM {
-			c.m.duplicates.Inc()
+			c.m.dupReports.Inc()
+			c.release(probe, r.GetPath(), r.GetEpoch())
 			return nil
 		}
 	}
-	s := &side{Pending: store.Pending{Probe: probe, Received: c.now(), Report: r}, lda: l}
 	if err := c.store.PutPending(s.Pending); err != nil {
 		return fmt.Errorf("storing report: %w", err)
 	}
@@ -283,7 +323,7 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 		pr.down = s
 	}
 	if pr.up != nil && pr.down != nil {
-		return c.complete(ps, r.GetEpoch(), pr)
+		ps.enqueue(r.GetEpoch())
 	}
 	return nil
 }
@@ -295,58 +335,15 @@ func roleName(r owlv1.Role) string {
 	return "upstream"
 }
 
-// complete combines both sides of an epoch. ps.mu is held.
-func (c *Collector) complete(ps *pathState, epoch int64, pr *pairing) error {
-	res := c.estimate(ps.path.Name, epoch, pr.up, pr.down)
-	if err := c.store.PutResult(res, true); err != nil {
-		return fmt.Errorf("storing result: %w", err)
-	}
-	delete(ps.pending, epoch)
-	c.publish(res, pr)
-	return nil
-}
-
-// estimate computes the result of one path and epoch from whichever sides
-// are there.
-func (c *Collector) estimate(path string, epoch int64, up, down *side) *owlv1.PathStats {
-	ep := c.cfg.Params.Epoch
-	res := &owlv1.PathStats{
-		Path: path, Epoch: epoch,
-		Start:     timestamppb.New(time.Unix(0, ep.StartNS(epoch))),
-		Length:    durationpb.New(ep.Length),
-		Estimator: "lda",
-		Computed:  timestamppb.New(c.now()),
-	}
-	if up != nil {
-		res.UpstreamClock, res.UpstreamCounters = up.Report.GetClock(), up.Report.GetCounters()
-		res.Bytes += uint64(len(up.Report.GetLda()))
-	}
-	if down != nil {
-		res.DownstreamClock, res.DownstreamCounters = down.Report.GetClock(), down.Report.GetCounters()
-		res.Bytes += uint64(len(down.Report.GetLda()))
-	}
-	switch {
-	case up == nil:
+// missingResult is the result of an epoch one side of which never came.
+func (c *Collector) missingResult(path string, epoch int64, up, down *side) *owlv1.PathStats {
+	res := c.baseResult(path, epoch, up, down)
+	if up == nil {
 		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM
 		res.Detail = fmt.Sprintf("no report from upstream probe within %v", c.cfg.PairTimeout)
-		return res
-	case down == nil:
+	} else {
 		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM
 		res.Detail = fmt.Sprintf("no report from downstream probe within %v", c.cfg.PairTimeout)
-		return res
-	}
-	est, err := lda.EstimatePair(up.lda, down.lda, c.opts)
-	res.UpstreamPackets, res.DownstreamPackets, res.Lost = est.UpPackets, est.DownPackets, est.LostPackets
-	switch {
-	case errors.Is(err, lda.ErrNoSamples):
-		res.Status = owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES
-		res.Detail = fmt.Sprintf("no usable LDA row (%d upstream, %d downstream packets)", est.UpPackets, est.DownPackets)
-	case err != nil:
-		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISMATCH
-		res.Detail = err.Error()
-	default:
-		res.Status = owlv1.ResultStatus_RESULT_STATUS_OK
-		res.MeanNs, res.StddevNs, res.Samples = est.MeanNS, est.StddevNS, est.Samples
 	}
 	return res
 }
@@ -360,6 +357,18 @@ func (c *Collector) publish(res *owlv1.PathStats, pr *pairing) {
 			c.m.resultDelay.Observe(c.now().Sub(time.Unix(0, closed)).Seconds())
 		}
 	}
+	c.notify(res)
+}
+
+// publishUpdate hands watchers a result that changed after it was first
+// published (boundary matching with a neighbouring epoch).
+func (c *Collector) publishUpdate(res *owlv1.PathStats) {
+	c.m.latest(res)
+	c.notify(res)
+}
+
+// notify sends a result to the watchers of its path.
+func (c *Collector) notify(res *owlv1.PathStats) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	for ch, path := range c.watchers {
@@ -405,8 +414,11 @@ func (c *Collector) sweep() {
 		ps.mu.Lock()
 		for e, pr := range ps.pending {
 			age := now.Sub(pr.first)
+			if pr.up != nil && pr.down != nil {
+				continue // the worker has it
+			}
 			if !pr.timedOut && age >= c.cfg.PairTimeout {
-				res := c.estimate(ps.path.Name, e, pr.up, pr.down)
+				res := c.missingResult(ps.path.Name, e, pr.up, pr.down)
 				if err := c.store.PutResult(res, false); err != nil {
 					c.log.Error("storing missing-side result", "path", ps.path.Name, "epoch", e, "err", err)
 					continue
@@ -414,6 +426,12 @@ func (c *Collector) sweep() {
 				pr.timedOut = true
 				c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", e, "status", res.Status)
 				c.publish(res, nil)
+				if pr.up != nil {
+					c.release(pr.up.Probe, ps.path.Name, e)
+				}
+				if pr.down != nil {
+					c.release(pr.down.Probe, ps.path.Name, e)
+				}
 			}
 			if pr.timedOut && age >= c.cfg.PairTimeout+c.cfg.PairRetention {
 				if err := c.store.DeletePending(ps.path.Name, e); err != nil {
@@ -421,6 +439,13 @@ func (c *Collector) sweep() {
 					continue
 				}
 				delete(ps.pending, e)
+			}
+		}
+		// Boundary matching waits for the next epoch only so long.
+		for _, b := range ps.boundaries {
+			if !b.settled && now.Sub(b.at) >= c.cfg.PairTimeout {
+				b.settled = true
+				c.m.settled(b.res)
 			}
 		}
 		ps.mu.Unlock()

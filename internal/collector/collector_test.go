@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,14 +34,42 @@ func testConfig(t testing.TB) Config {
 	return cfg
 }
 
+// newTest makes a collector whose path workers run until the test ends.
 func newTest(t testing.TB, cfg Config) *Collector {
 	t.Helper()
 	c, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, ps := range c.paths {
+		wg.Go(func() { c.work(ctx, ps) })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	return c
 }
+
+// waitResult waits for a path's epoch to have a result that satisfies ok.
+func waitResult(t testing.TB, c *Collector, path string, epoch int64, ok func(*owlv1.PathStats) bool) *owlv1.PathStats {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err := c.store.Result(path, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r != nil && ok(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fitting result for %s epoch %d; last %v", path, epoch, r)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func anyResult(*owlv1.PathStats) bool { return true }
 
 // ldaPair builds the two sides' LDAs of n packets with a constant delay.
 func ldaPair(t testing.TB, cfg lda.Config, n int, delayNS int64, seed uint64) ([]byte, []byte) {
@@ -74,10 +103,7 @@ func TestPairAndStore(t *testing.T) {
 	if err := c.report("b", report("p", 7, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.store.Result("p", 7)
-	if err != nil || r == nil {
-		t.Fatalf("no result: %v", err)
-	}
+	r := waitResult(t, c, "p", 7, anyResult)
 	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || r.GetMeanNs() != 12345 || r.GetSamples() != 1000 {
 		t.Errorf("result %v", r)
 	}
@@ -88,10 +114,13 @@ func TestPairAndStore(t *testing.T) {
 	if err := c.report("a", report("p", 7, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.ToFloat64(c.m.duplicates); n != 1 {
+	if n := testutil.ToFloat64(c.m.dupReports); n != 1 {
 		t.Errorf("duplicates %v", n)
 	}
-	if len(c.paths["p"].pending) != 0 {
+	c.paths["p"].mu.Lock()
+	left := len(c.paths["p"].pending)
+	c.paths["p"].mu.Unlock()
+	if left != 0 {
 		t.Error("a duplicate left a pending report")
 	}
 	c.Close()
@@ -140,14 +169,14 @@ func TestHelloMismatch(t *testing.T) {
 	c := newTest(t, cfg)
 	defer c.Close()
 	good := params.Default()
-	pc, err := c.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x")
+	pc, err := c.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x", newSession("a", nil))
 	if err != nil || len(pc.GetPaths()) != 1 || pc.GetPaths()[0].GetRole() != owlv1.Role_ROLE_UPSTREAM {
 		t.Fatalf("good hello: %v, %v", pc, err)
 	}
 	bad := params.Default()
 	bad.Identity.Seed++
 	bad.Epoch.Length = 2 * time.Second
-	_, err = c.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y")
+	_, err = c.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y", newSession("b", nil))
 	var rej *rejection
 	if !errors.As(err, &rej) || !strings.Contains(rej.reason, "seed") || !strings.Contains(rej.reason, "length") {
 		t.Fatalf("bad hello: %v", err)
@@ -156,7 +185,7 @@ func TestHelloMismatch(t *testing.T) {
 	if len(infos) != 2 || infos[1].GetError() == "" || !infos[0].GetConnected() {
 		t.Errorf("probe infos %v", infos)
 	}
-	if _, err := c.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z"); err == nil {
+	if _, err := c.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z", newSession("bad id!", nil)); err == nil {
 		t.Error("invalid probe id accepted")
 	}
 }
@@ -181,8 +210,8 @@ func TestTimeoutThenLateSide(t *testing.T) {
 	if err := c.report("b", report("p", 3, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
 		t.Fatal(err)
 	}
-	r, _ = c.store.Result("p", 3)
-	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || r.GetMeanNs() != 500 {
+	r = waitResult(t, c, "p", 3, func(r *owlv1.PathStats) bool { return r.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_OK })
+	if r.GetMeanNs() != 500 {
 		t.Fatalf("after the late side: %v", r)
 	}
 	// A lone report is forgotten after timeout + retention.
@@ -193,7 +222,10 @@ func TestTimeoutThenLateSide(t *testing.T) {
 	c.sweep()
 	now = now.Add(cfg.PairRetention)
 	c.sweep()
-	if len(c.paths["p"].pending) != 0 {
+	c.paths["p"].mu.Lock()
+	left := len(c.paths["p"].pending)
+	c.paths["p"].mu.Unlock()
+	if left != 0 {
 		t.Error("lone report kept after retention")
 	}
 	if pend, _, _ := c.store.AllPending(); len(pend) != 0 {
@@ -211,7 +243,9 @@ func TestRestoreCompletesStoredPair(t *testing.T) {
 	c.Close()
 	c2 := newTest(t, cfg)
 	defer c2.Close()
+	c2.paths["p"].mu.Lock()
 	pr := c2.paths["p"].pending[9]
+	c2.paths["p"].mu.Unlock()
 	if pr == nil || pr.up == nil || pr.down != nil {
 		t.Fatalf("pending after restart: %+v", pr)
 	}
@@ -219,7 +253,7 @@ func TestRestoreCompletesStoredPair(t *testing.T) {
 	if err := c2.report("b", report("p", 9, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := c2.store.Result("p", 9); r.GetMeanNs() != 77 {
+	if r := waitResult(t, c2, "p", 9, anyResult); r.GetMeanNs() != 77 {
 		t.Errorf("result %v", r)
 	}
 }
@@ -258,6 +292,20 @@ func probeStream(t testing.TB, conn *grpc.ClientConn, id string, p params.Params
 	return st
 }
 
+// nextAck skips releases and size hints up to the next acknowledgement.
+func nextAck(t testing.TB, st owlv1.ProbeService_ConnectClient) *owlv1.Ack {
+	t.Helper()
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := m.GetAck(); a != nil {
+			return a
+		}
+	}
+}
+
 func TestGRPCFlow(t *testing.T) {
 	cfg := testConfig(t)
 	c := newTest(t, cfg)
@@ -278,16 +326,14 @@ func TestGRPCFlow(t *testing.T) {
 		if err := a.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
 			t.Fatal(err)
 		}
-		if m, err := a.Recv(); err != nil || m.GetAck().GetSeq() != uint64(e) {
-			t.Fatalf("ack %v, %v", m, err)
+		if m := nextAck(t, a); m.GetSeq() != uint64(e) {
+			t.Fatalf("ack %v", m)
 		}
 		r = report("p", e, owlv1.Role_ROLE_DOWNSTREAM, down)
 		if err := b.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.Recv(); err != nil {
-			t.Fatal(err)
-		}
+		nextAck(t, b)
 		got, err := watch.Recv()
 		if err != nil || got.GetEpoch() != e || got.GetMeanNs() != float64(1000*e) {
 			t.Fatalf("watched %v, %v", got, err)
@@ -318,6 +364,13 @@ func TestMetricsExposition(t *testing.T) {
 	up, down := ldaPair(t, cfg.Params.LDA, 100, 2500, 4)
 	_ = c.report("a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up))
 	_ = c.report("b", report("p", 1, owlv1.Role_ROLE_DOWNSTREAM, down))
+	// Metrics are updated right after the result is stored.
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(c.m.results.WithLabelValues("p", "ok")) < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("no result counted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	want := `
 # HELP owl_path_delay_mean_seconds Mean one-way delay of the path's latest epoch.
 # TYPE owl_path_delay_mean_seconds gauge

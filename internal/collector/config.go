@@ -19,6 +19,7 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
 // Config is the collector's configuration.
@@ -46,6 +47,21 @@ type Config struct {
 	// ReadyFile, when set, receives the bound addresses as JSON once the
 	// collector listens (useful with port 0).
 	ReadyFile string `yaml:"ready_file"`
+	// RDA sizes the paths' RDAs and bounds reconciliation.
+	RDA RDAConfig `yaml:"rda"`
+}
+
+// RDAConfig sizes RDAs and bounds what reconciling one epoch may cost.
+type RDAConfig struct {
+	// MinBuckets and MaxBuckets bound the buckets per bank the collector
+	// asks for (it starts from params.rda.buckets and follows the set
+	// differences it sees: 2.5 × the largest of the last 8 epochs).
+	MinBuckets int `yaml:"min_buckets"`
+	MaxBuckets int `yaml:"max_buckets"`
+	// MaxRebuilds caps late-binding rebuilds per epoch.
+	MaxRebuilds int `yaml:"max_rebuilds"`
+	// RequestTimeout bounds one epoch's rebuilds and timestamp fetches.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
 }
 
 // DelayBounds is lda.DelayBounds in configuration form.
@@ -67,6 +83,7 @@ func DefaultConfig() Config {
 		PairRetention:   10 * time.Minute,
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
 		MaxMessageBytes: 64 << 20,
+		RDA:             RDAConfig{MinBuckets: 64, MaxBuckets: 1 << 20, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 	}
 }
 
@@ -93,6 +110,12 @@ func (c Config) Validate() error {
 	}
 	if c.DelayBounds.Min >= c.DelayBounds.Max {
 		return fmt.Errorf("delay_bounds: min %v must be below max %v", c.DelayBounds.Min, c.DelayBounds.Max)
+	}
+	if c.RDA.MinBuckets < 1 || c.RDA.MaxBuckets < c.RDA.MinBuckets || c.RDA.MaxBuckets > rda.MaxBuckets {
+		return fmt.Errorf("rda: min_buckets %d and max_buckets %d must satisfy 1 ≤ min ≤ max ≤ %d", c.RDA.MinBuckets, c.RDA.MaxBuckets, rda.MaxBuckets)
+	}
+	if c.RDA.MaxRebuilds < 0 || c.RDA.RequestTimeout <= 0 {
+		return errors.New("rda: max_rebuilds must not be negative and request_timeout must be positive")
 	}
 	if c.MaxMessageBytes < 1<<16 {
 		return fmt.Errorf("max_message_bytes %d is below 64 KiB", c.MaxMessageBytes)

@@ -34,7 +34,9 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	if p, ok := peer.FromContext(stream.Context()); ok {
 		addr = p.Addr.String()
 	}
-	pc, err := c.hello(h, addr)
+	sess := newSession(h.GetProbeId(), stream)
+	defer close(sess.done)
+	pc, err := c.hello(h, addr, sess)
 	var rej *rejection
 	if errors.As(err, &rej) {
 		_ = stream.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Reason: rej.reason}}})
@@ -43,14 +45,22 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	defer c.goodbye(h.GetProbeId())
-	if err := stream.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: pc}}); err != nil {
+	defer c.goodbye(h.GetProbeId(), sess)
+	if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: pc}}); err != nil {
 		return err
 	}
 	for {
 		m, err := stream.Recv()
 		if err != nil {
 			return err
+		}
+		switch a := m.GetMsg().(type) {
+		case *owlv1.ProbeMessage_FetchReply:
+			sess.deliver(a.FetchReply.GetRequestId(), m)
+			continue
+		case *owlv1.ProbeMessage_RebuildReply:
+			sess.deliver(a.RebuildReply.GetRequestId(), m)
+			continue
 		}
 		r := m.GetReport()
 		if r == nil {
@@ -59,7 +69,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		err = c.report(h.GetProbeId(), r)
 		if errors.As(err, &rej) {
 			c.log.Warn("report rejected", "probe", h.GetProbeId(), "path", r.GetPath(), "epoch", r.GetEpoch(), "reason", rej.reason)
-			if err := stream.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Path: r.GetPath(), Reason: rej.reason}}}); err != nil {
+			if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Path: r.GetPath(), Reason: rej.reason}}}); err != nil {
 				return err
 			}
 		} else if err != nil {
@@ -68,7 +78,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 			return status.Error(codes.Unavailable, err.Error())
 		}
 		ack := &owlv1.Ack{Seq: r.GetSeq(), Path: r.GetPath(), Epoch: r.GetEpoch()}
-		if err := stream.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Ack{Ack: ack}}); err != nil {
+		if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Ack{Ack: ack}}); err != nil {
 			return err
 		}
 	}

@@ -15,7 +15,7 @@ type metrics struct {
 	reportBytes     *prometheus.CounterVec
 	rejected        *prometheus.CounterVec
 	mismatch        *prometheus.CounterVec
-	duplicates      prometheus.Counter
+	dupReports      prometheus.Counter
 	results         *prometheus.CounterVec
 	probesConnected *prometheus.GaugeVec
 	watchersDropped prometheus.Counter
@@ -28,6 +28,13 @@ type metrics struct {
 	lost      *prometheus.CounterVec
 	packets   *prometheus.CounterVec
 	lastEpoch *prometheus.GaugeVec
+
+	reordered  *prometheus.CounterVec
+	dupPackets *prometheus.CounterVec
+	boundary   *prometheus.CounterVec
+	rebuilds   *prometheus.CounterVec
+	peels      *prometheus.CounterVec
+	exchanged  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -37,7 +44,7 @@ func newMetrics() *metrics {
 	m.reportBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_report_synopsis_bytes_total", Help: "Synopsis bytes received, by path."}, []string{"path"})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_rejected_total", Help: "Epoch reports that cannot be used, by reason."}, []string{"reason"})
 	m.mismatch = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_parameter_mismatches_total", Help: "Probes or reports rejected because their parameters differ from the deployment's, by probe."}, []string{"probe"})
-	m.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_duplicate_reports_total", Help: "Reports received again for an epoch already combined."})
+	m.dupReports = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_duplicate_reports_total", Help: "Reports received again for an epoch already combined."})
 	m.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_results_total", Help: "Epoch results computed, by path and status."}, []string{"path", "status"})
 	m.probesConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_streams", Help: "Open streams per probe."}, []string{"probe"})
 	m.watchersDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_watchers_dropped_total", Help: "WatchPathStats streams cut off because they did not keep up."})
@@ -55,14 +62,22 @@ func newMetrics() *metrics {
 	m.lost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_lost_packets_total", Help: "Packets estimated lost between the path's points."}, []string{"path"})
 	m.packets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_packets_total", Help: "Packets the path's synopses counted, by side."}, []string{"path", "side"})
 	m.lastEpoch = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_last_epoch", Help: "Number of the path's latest epoch with a result."}, []string{"path"})
-	for _, c := range []prometheus.Collector{m.reports, m.reportBytes, m.rejected, m.mismatch, m.duplicates, m.results,
+	m.reordered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_reordered_packets_total", Help: "Packets only the downstream point saw (not duplicates, not sent in the previous epoch)."}, []string{"path"})
+	m.dupPackets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_duplicate_packets_total", Help: "Extra copies of packets the downstream point saw."}, []string{"path"})
+	m.boundary = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_boundary_matched_packets_total", Help: "Packets sent in one epoch and seen downstream in the next, counted as delivered."}, []string{"path"})
+	m.rebuilds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_rebuilds_total", Help: "Late-binding rebuilds of RDAs at a larger size."}, []string{"path"})
+	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
+	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
+	for _, c := range []prometheus.Collector{m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
 		m.probesConnected, m.watchersDropped, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
 		f(c)
 	}
 	return m
 }
 
-// observe records a new result.
+// observe records a new result. The loss of a reconciled RDA epoch is
+// counted later, by settled, once boundary matching with the next epoch is
+// over.
 func (m *metrics) observe(r *owlv1.PathStats) {
 	p := r.GetPath()
 	m.results.WithLabelValues(p, statusName(r.GetStatus())).Inc()
@@ -70,15 +85,40 @@ func (m *metrics) observe(r *owlv1.PathStats) {
 		return
 	}
 	m.delay.WithLabelValues(p).Observe(r.GetMeanNs() / 1e9)
-	m.mean.WithLabelValues(p).Set(r.GetMeanNs() / 1e9)
-	m.stddev.WithLabelValues(p).Set(r.GetStddevNs() / 1e9)
-	m.samples.WithLabelValues(p).Set(float64(r.GetSamples()))
-	if r.GetLost() > 0 {
+	m.latest(r)
+	if r.GetEstimator() != "rda" && r.GetEstimator() != "rda-partial" && r.GetLost() > 0 {
 		m.lost.WithLabelValues(p).Add(r.GetLost())
 	}
 	m.packets.WithLabelValues(p, "upstream").Add(float64(r.GetUpstreamPackets()))
 	m.packets.WithLabelValues(p, "downstream").Add(float64(r.GetDownstreamPackets()))
+	m.reordered.WithLabelValues(p).Add(float64(r.GetReordered()))
+	m.dupPackets.WithLabelValues(p).Add(float64(r.GetDuplicates()))
+}
+
+// latest sets the per-path gauges from a path's newest result.
+func (m *metrics) latest(r *owlv1.PathStats) {
+	p := r.GetPath()
+	m.mean.WithLabelValues(p).Set(r.GetMeanNs() / 1e9)
+	m.stddev.WithLabelValues(p).Set(r.GetStddevNs() / 1e9)
+	m.samples.WithLabelValues(p).Set(float64(r.GetSamples()))
 	m.lastEpoch.WithLabelValues(p).Set(float64(r.GetEpoch()))
+}
+
+// settled counts the final loss of an RDA epoch.
+func (m *metrics) settled(r *owlv1.PathStats) {
+	if r.GetLost() > 0 {
+		m.lost.WithLabelValues(r.GetPath()).Add(r.GetLost())
+	}
+	m.boundary.WithLabelValues(r.GetPath()).Add(float64(r.GetBoundaryMatched()))
+}
+
+// rdaOutcome counts a reconciliation.
+func (m *metrics) rdaOutcome(path string, decoded bool, _ int) {
+	d := "false"
+	if decoded {
+		d = "true"
+	}
+	m.peels.WithLabelValues(path, d).Inc()
 }
 
 // statusName is a result status as a metric label.

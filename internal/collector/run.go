@@ -78,6 +78,12 @@ func (c *Collector) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	for _, ps := range c.paths {
+		g.Go(func() error {
+			c.work(gctx, ps)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		t := time.NewTicker(min(time.Second, c.cfg.PairTimeout/4))
 		defer t.Stop()

@@ -38,20 +38,20 @@ func DefaultSweepConfig() SweepConfig {
 
 // SweepRow is the outcome for one set-difference size.
 type SweepRow struct {
-	D            int
-	Complete     float64 // share of epochs peeled completely
-	Decoded      float64 // share of the set difference decoded
-	RDAMeanErr   float64 // average relative error of the mean
-	RDAMaxMean   float64
+	D          int
+	Complete   float64 // share of epochs peeled completely
+	Decoded    float64 // share of the set difference decoded
+	RDAMeanErr float64 // average relative error of the mean
+	RDAMaxMean float64
 	// RDAMaxMeanPeeled is the largest mean error among completely peeled epochs.
 	RDAMaxMeanPeeled float64
-	RDAStdErr    float64
-	LDAMeanErr   float64
-	LDAStdErr    float64
-	LDAFailed    int // epochs without any usable LDA row
-	RDABytes     int // wire size of one side's RDA
-	LDABytes     int
-	LDARowsTotal int
+	RDAStdErr        float64
+	LDAMeanErr       float64
+	LDAStdErr        float64
+	LDAFailed        int // epochs without any usable LDA row
+	RDABytes         int // wire size of one side's RDA
+	LDABytes         int
+	LDARowsTotal     int
 }
 
 // RunSweep runs the sweep.

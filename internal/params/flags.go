@@ -8,7 +8,7 @@ import (
 
 // BindFlags binds the parameters to flags of fs, with the current values as
 // defaults: -id-seed, -payload-bytes, -nat-safe, -epoch, -grace, -lda-rows,
-// -lda-banks, -lda-seed.
+// -lda-banks, -lda-seed, -rda-banks, -rda-buckets, -rda-seed, -rda-check.
 func (p *Params) BindFlags(fs *flag.FlagSet) {
 	p.Identity.BindFlags(fs)
 	fs.DurationVar(&p.Epoch.Length, "epoch", p.Epoch.Length, "epoch length δ")
@@ -16,4 +16,8 @@ func (p *Params) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.LDA.Rows, "lda-rows", p.LDA.Rows, "LDA rows per bank")
 	fs.Var(cli.Uint8List{P: &p.LDA.BankSampleLog2}, "lda-banks", "LDA bank sampling exponents: bank j samples 2^-e_j − 2^-e_{j+1} of the packets")
 	fs.Uint64Var(&p.LDA.Seed, "lda-seed", p.LDA.Seed, "LDA hash seed")
+	fs.IntVar(&p.RDA.Banks, "rda-banks", p.RDA.Banks, "RDA banks (hash functions)")
+	fs.IntVar(&p.RDA.Buckets, "rda-buckets", p.RDA.Buckets, "RDA buckets per bank to start with (the collector resizes)")
+	fs.Uint64Var(&p.RDA.Seed, "rda-seed", p.RDA.Seed, "RDA hash seed")
+	fs.BoolVar(&p.RDA.Check, "rda-check", p.RDA.Check, "RDA 32-bit check field in every bucket")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
 // Params are a deployment's shared parameters.
@@ -20,11 +21,14 @@ type Params struct {
 	Identity capture.IdentityConfig `yaml:"identity"`
 	Epoch    epoch.Config           `yaml:"epoch"`
 	LDA      lda.Config             `yaml:"lda"`
+	// RDA's banks, seed and check must match; Buckets is only the size a
+	// path starts with (the collector sizes each epoch).
+	RDA rda.Config `yaml:"rda"`
 }
 
 // Default returns the defaults of each part.
 func Default() Params {
-	return Params{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(), LDA: lda.DefaultConfig()}
+	return Params{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(), LDA: lda.DefaultConfig(), RDA: rda.DefaultConfig()}
 }
 
 // Validate checks each part.
@@ -37,6 +41,9 @@ func (p Params) Validate() error {
 	}
 	if err := p.LDA.Validate(); err != nil {
 		return fmt.Errorf("lda: %w", err)
+	}
+	if err := p.RDA.Validate(); err != nil {
+		return fmt.Errorf("rda: %w", err)
 	}
 	return nil
 }
@@ -56,10 +63,20 @@ func (p Params) Compatible(o Params) error {
 	if err := p.LDA.Compatible(o.LDA); err != nil {
 		errs = append(errs, err)
 	}
+	if err := SameRDAHashing(p.RDA, o.RDA); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", ErrMismatch, errors.Join(errs...))
+}
+
+// SameRDAHashing returns an error wrapping synopsis.ErrMismatch unless a
+// and b hash alike (banks, seed, check); their sizes may differ.
+func SameRDAHashing(a, b rda.Config) error {
+	b.Buckets = a.Buckets
+	return a.Compatible(b)
 }
 
 // ToProto converts the parameters to their API form.
@@ -76,14 +93,15 @@ func (p Params) ToProto() *owlv1.SynopsisParams {
 		Identity: &owlv1.IdentityParams{Seed: p.Identity.Seed, PayloadBytes: uint32(p.Identity.PayloadBytes), NatSafe: p.Identity.NATSafe},
 		Epoch:    &owlv1.EpochParams{StartUnixNs: start, LengthNs: int64(p.Epoch.Length)},
 		Lda:      &owlv1.LDAParams{Rows: uint32(p.LDA.Rows), BankSampleLog2: banks, Seed: p.LDA.Seed},
+		Rda:      &owlv1.RDAParams{Banks: uint32(p.RDA.Banks), Seed: p.RDA.Seed, Check: p.RDA.Check},
 	}
 }
 
 // FromProto converts and validates parameters received from a peer. The
 // grace period is local to each probe and is not carried.
 func FromProto(sp *owlv1.SynopsisParams) (Params, error) {
-	if sp == nil || sp.Identity == nil || sp.Epoch == nil || sp.Lda == nil {
-		return Params{}, errors.New("parameters incomplete: identity, epoch and lda are required")
+	if sp == nil || sp.Identity == nil || sp.Epoch == nil || sp.Lda == nil || sp.Rda == nil {
+		return Params{}, errors.New("parameters incomplete: identity, epoch, lda and rda are required")
 	}
 	var p Params
 	p.Identity = capture.IdentityConfig{Seed: sp.Identity.Seed, PayloadBytes: int(min(sp.Identity.PayloadBytes, capture.MaxPayloadBytes+1)), NATSafe: sp.Identity.NatSafe}
@@ -101,6 +119,7 @@ func FromProto(sp *owlv1.SynopsisParams) (Params, error) {
 		}
 		p.LDA.BankSampleLog2 = append(p.LDA.BankSampleLog2, uint8(e))
 	}
+	p.RDA = rda.Config{Banks: int(min(sp.Rda.Banks, rda.MaxBanks+1)), Buckets: rda.DefaultConfig().Buckets, Seed: sp.Rda.Seed, Check: sp.Rda.Check}
 	if err := p.Validate(); err != nil {
 		return Params{}, err
 	}

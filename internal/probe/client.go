@@ -28,6 +28,10 @@ type client struct {
 	spool        *spool
 	hello        func() *owlv1.Hello
 	onPaths      func(*owlv1.PathConfig) error
+	onSize       func(*owlv1.RDASize) error
+	fetch        func(*owlv1.FetchRequest) *owlv1.FetchReply
+	rebuild      func(*owlv1.RebuildRequest) *owlv1.RebuildReply
+	release      func(path string, epoch int64)
 	reconnectMax time.Duration
 
 	connected atomic.Bool
@@ -73,6 +77,14 @@ func (c *client) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("opening stream: %w", err)
 	}
+	// Reports go out from this goroutine, answers to requests from
+	// handler goroutines: Send is serialised.
+	var sendMu sync.Mutex
+	send := func(m *owlv1.ProbeMessage) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(m)
+	}
 	if err := stream.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: c.hello()}}); err != nil {
 		return fmt.Errorf("sending hello: %w", err)
 	}
@@ -115,6 +127,24 @@ func (c *client) session(ctx context.Context) error {
 					return
 				}
 				c.log.Error("collector rejected a report", "path", m.Reject.GetPath(), "reason", m.Reject.GetReason())
+			case *owlv1.CollectorMessage_RdaSize:
+				if err := c.onSize(m.RdaSize); err != nil {
+					c.log.Error("ignoring RDA size", "path", m.RdaSize.GetPath(), "err", err)
+				}
+			case *owlv1.CollectorMessage_Release:
+				for _, e := range m.Release.GetEpochs() {
+					c.release(e.GetPath(), e.GetEpoch())
+				}
+			case *owlv1.CollectorMessage_Fetch:
+				// Sorting a cache or rebuilding an RDA takes a while:
+				// answer on a goroutine so acknowledgements keep flowing.
+				wg.Go(func() {
+					_ = send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: c.fetch(m.Fetch)}})
+				})
+			case *owlv1.CollectorMessage_Rebuild:
+				wg.Go(func() {
+					_ = send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_RebuildReply{RebuildReply: c.rebuild(m.Rebuild)}})
+				})
 			}
 		}
 	})
@@ -122,7 +152,7 @@ func (c *client) session(ctx context.Context) error {
 	var sent uint64 // highest seq sent on this stream
 	for {
 		for _, r := range c.spool.after(sent) {
-			if err := stream.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+			if err := send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
 				return fmt.Errorf("sending report %d: %w", r.Seq, err)
 			}
 			sent = r.Seq

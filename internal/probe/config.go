@@ -35,8 +35,27 @@ type Config struct {
 	ReconnectMax time.Duration `yaml:"reconnect_max"`
 	// DrainTimeout bounds how long shutdown waits for acknowledgements.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// ReleaseTimeout bounds how long a finished replay waits for the
+	// collector to release its epochs (it may still need the caches).
+	ReleaseTimeout time.Duration `yaml:"release_timeout"`
 	// MetricsListen serves /metrics and /healthz when set (e.g. ":7702").
 	MetricsListen string `yaml:"metrics_listen"`
+	// Cache sets how the (packet ID, timestamp) lists behind RDA repair
+	// are kept.
+	Cache CacheConfig `yaml:"cache"`
+}
+
+// CacheConfig bounds the per-epoch caches that let the collector fetch
+// timestamps of lost and reordered packets and ask for a larger RDA.
+type CacheConfig struct {
+	// MaxPackets caps the entries of one path and epoch (16 bytes each);
+	// past it the epoch's RDA can no longer be rebuilt.
+	MaxPackets int `yaml:"max_packets"`
+	// Retention is how many closed epochs per path are kept; it should
+	// cover the collector's pair timeout.
+	Retention int `yaml:"retention_epochs"`
+	// MaxBytes caps all caches together; the oldest go first.
+	MaxBytes int64 `yaml:"max_bytes"`
 }
 
 // SourceConfig is one packet source.
@@ -57,6 +76,8 @@ func DefaultConfig() Config {
 		ExitWhenDone:   true,
 		ReconnectMax:   10 * time.Second,
 		DrainTimeout:   10 * time.Second,
+		ReleaseTimeout: 60 * time.Second,
+		Cache:          CacheConfig{MaxPackets: 4 << 20, Retention: 64, MaxBytes: 512 << 20},
 	}
 }
 
@@ -85,8 +106,12 @@ func (c Config) Validate() error {
 	if c.SpoolMaxEpochs < 1 {
 		return fmt.Errorf("spool_max_epochs %d must be positive", c.SpoolMaxEpochs)
 	}
-	if c.ReconnectMax <= 0 || c.DrainTimeout < 0 {
-		return errors.New("reconnect_max must be positive and drain_timeout not negative")
+	if c.Cache.MaxPackets < 0 || c.Cache.Retention < 1 || c.Cache.MaxBytes < 0 {
+		return fmt.Errorf("cache: max_packets %d, retention_epochs %d, max_bytes %d: retention must be positive, the others not negative",
+			c.Cache.MaxPackets, c.Cache.Retention, c.Cache.MaxBytes)
+	}
+	if c.ReconnectMax <= 0 || c.DrainTimeout < 0 || c.ReleaseTimeout < 0 {
+		return errors.New("reconnect_max must be positive, drain_timeout and release_timeout not negative")
 	}
 	return nil
 }

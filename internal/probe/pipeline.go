@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,13 +13,15 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
 // assignment is a path the probe takes part in, compiled.
 type assignment struct {
-	path  netpath.Path
-	role  owlv1.Role
-	match *netpath.Matcher
+	path       netpath.Path
+	role       owlv1.Role
+	match      *netpath.Matcher
+	rdaBuckets int // 0: keep the current size
 }
 
 // pathSet is an immutable set of assignments. Each epoch keeps the set it
@@ -39,7 +42,10 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 			return nil, fmt.Errorf("path %q: role %v", p.Name, pa.GetRole())
 		}
 		m, _ := p.Selector.Compile() // validated by FromProto
-		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m})
+		if b := pa.GetRdaBuckets(); b > rda.MaxBuckets {
+			return nil, fmt.Errorf("path %q: rda_buckets %d exceeds %d", p.Name, b, rda.MaxBuckets)
+		}
+		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets())})
 	}
 	return s, nil
 }
@@ -48,6 +54,8 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 type epochData struct {
 	set     *pathSet
 	ldas    []*lda.LDA
+	rdas    []*rda.RDA
+	caches  []*epochCache
 	packets []uint64
 	outside uint64 // decoded packets that matched no path
 }
@@ -71,12 +79,17 @@ type pipeline struct {
 	clock  func() *owlv1.ClockStatus
 	stats  *counters
 
+	caches   *cacheStore
+	maxCache int      // cache entries per path and epoch
+	sizes    sync.Map // path name → RDA buckets the collector asked for
+
 	// decode failures since the last report, by reason
 	failSince [4]uint64
 }
 
-func newPipeline(p params.Params, emit func(*owlv1.EpochReport), clock func() *owlv1.ClockStatus, stats *counters) (*pipeline, error) {
-	pl := &pipeline{params: p, decs: map[layers.LinkType]*capture.Decoder{}, emit: emit, clock: clock, stats: stats}
+func newPipeline(p params.Params, caches *cacheStore, maxCache int, emit func(*owlv1.EpochReport), clock func() *owlv1.ClockStatus, stats *counters) (*pipeline, error) {
+	pl := &pipeline{params: p, decs: map[layers.LinkType]*capture.Decoder{}, emit: emit, clock: clock, stats: stats,
+		caches: caches, maxCache: maxCache}
 	var err error
 	pl.window, err = epoch.NewWindow(p.Epoch, pl.open, pl.close)
 	if err != nil {
@@ -101,13 +114,38 @@ func (pl *pipeline) setLink(link layers.LinkType) error {
 }
 
 // setPaths makes the next epochs use a new path set.
-func (pl *pipeline) setPaths(s *pathSet) { pl.paths.Store(s) }
+func (pl *pipeline) setPaths(s *pathSet) {
+	for _, a := range s.paths {
+		if a.rdaBuckets > 0 {
+			pl.sizes.Store(a.path.Name, a.rdaBuckets)
+		}
+	}
+	pl.paths.Store(s)
+}
+
+// setRDASize makes a path's next epochs use an RDA of this many buckets.
+func (pl *pipeline) setRDASize(path string, buckets int) error {
+	c := pl.params.RDA
+	c.Buckets = buckets
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	pl.sizes.Store(path, buckets)
+	return nil
+}
 
 func (pl *pipeline) open(int64) *epochData {
 	s := pl.paths.Load()
-	ed := &epochData{set: s, ldas: make([]*lda.LDA, len(s.paths)), packets: make([]uint64, len(s.paths))}
-	for i := range s.paths {
+	n := len(s.paths)
+	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), caches: make([]*epochCache, n), packets: make([]uint64, n)}
+	for i, a := range s.paths {
 		ed.ldas[i], _ = lda.New(pl.params.LDA) // validated in Config
+		rc := pl.params.RDA
+		if v, ok := pl.sizes.Load(a.path.Name); ok {
+			rc.Buckets = v.(int)
+		}
+		ed.rdas[i], _ = rda.New(rc) // validated in Config and setRDASize
+		ed.caches[i] = &epochCache{rda: rc, complete: true}
 	}
 	return ed
 }
@@ -132,6 +170,12 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	for i := range ed.set.paths {
 		if ed.set.paths[i].match.Match(p.Flow) {
 			ed.ldas[i].Insert(p.ID, off)
+			ed.rdas[i].Insert(p.ID, off)
+			if c := ed.caches[i]; len(c.entries) < pl.maxCache {
+				c.entries = append(c.entries, entry{p.ID, off})
+			} else {
+				c.complete = false
+			}
 			ed.packets[i]++
 			matched = true
 		}
@@ -146,8 +190,8 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 func (pl *pipeline) flush() { pl.window.Flush() }
 
 // close turns a closed epoch into one report per path.
-func (pl *pipeline) close(c epoch.Closed[*epochData]) {
-	ed := c.Value
+func (pl *pipeline) close(cl epoch.Closed[*epochData]) {
+	ed := cl.Value
 	failures := map[string]uint64{}
 	for _, r := range capture.Reasons {
 		if n := pl.failSince[r]; n > 0 {
@@ -158,23 +202,26 @@ func (pl *pipeline) close(c epoch.Closed[*epochData]) {
 	now := time.Now().UnixNano()
 	clock := pl.clock()
 	for i, a := range ed.set.paths {
-		b, err := ed.ldas[i].MarshalBinary()
-		if err != nil {
-			continue // cannot happen: MarshalBinary does not fail
-		}
+		b, _ := ed.ldas[i].MarshalBinary() // does not fail
+		rb, _ := ed.rdas[i].MarshalBinary()
+		c := ed.caches[i]
+		pl.caches.put(a.path.Name, cl.Epoch, c)
 		pl.emit(&owlv1.EpochReport{
 			Path:  a.path.Name,
-			Epoch: c.Epoch,
+			Epoch: cl.Epoch,
 			Role:  a.role,
 			Lda:   b,
 			Counters: &owlv1.Counters{
 				Packets:        ed.packets[i],
-				Late:           c.Late,
+				Late:           cl.Late,
 				DecodeFailures: failures,
 				OutsidePaths:   ed.outside,
 			},
-			Clock:        clock,
-			ClosedUnixNs: now,
+			Clock:         clock,
+			ClosedUnixNs:  now,
+			Rda:           rb,
+			CacheEntries:  uint64(len(c.entries)),
+			CacheComplete: c.complete,
 		})
 	}
 }

@@ -33,6 +33,7 @@ type Probe struct {
 	pipe   *pipeline
 	ready  chan struct{} // closed when the first path configuration arrived
 	reg    *prometheus.Registry
+	caches *cacheStore
 }
 
 // New builds a probe; Run starts it.
@@ -40,9 +41,10 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{})}
+	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{}),
+		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
 	var err error
-	p.pipe, err = newPipeline(cfg.Params, p.spool.add, p.clockStatus, &p.stats)
+	p.pipe, err = newPipeline(cfg.Params, p.caches, cfg.Cache.MaxPackets, p.spool.add, p.clockStatus, &p.stats)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +66,14 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 			p.pipe.setPaths(s)
 			once.Do(func() { close(p.ready) })
 			return nil
-		}}
+		},
+		onSize: func(m *owlv1.RDASize) error {
+			return p.pipe.setRDASize(m.GetPath(), int(m.GetBuckets()))
+		},
+		fetch:   p.caches.fetch,
+		rebuild: p.caches.rebuild,
+		release: p.caches.release,
+	}
 	p.reg = p.metrics()
 	return p, nil
 }
@@ -154,8 +163,28 @@ func (p *Probe) capture(ctx context.Context) error {
 	if err := p.waitAcked(ctx); err != nil {
 		return nil
 	}
-	p.log.Info("every report acknowledged")
+	p.log.Info("every report acknowledged; waiting for the collector to release the epochs", "unreleased", p.caches.unreleased())
+	if err := p.waitReleased(ctx, p.cfg.ReleaseTimeout); err != nil {
+		p.log.Warn("exiting before the collector released every epoch", "unreleased", p.caches.unreleased())
+	}
 	return errDone
+}
+
+// waitReleased waits up to d for the collector to release every reported
+// epoch: it may still ask for timestamps or rebuilt RDAs of them.
+func (p *Probe) waitReleased(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for p.caches.unreleased() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 func (p *Probe) readFile(ctx context.Context, sc SourceConfig) error {
@@ -258,6 +287,8 @@ func (p *Probe) metrics() *prometheus.Registry {
 			ConstLabels: prometheus.Labels{"reason": r.String()},
 		}, func() float64 { return float64(p.stats.decodeFailures[r].Load()) }))
 	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_cache_bytes", Help: "Bytes of (packet ID, timestamp) caches kept for RDA repair."},
+		func() float64 { return float64(p.caches.size()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_spool_reports", Help: "Epoch reports waiting for acknowledgement."},
 		func() float64 { return float64(p.spool.len()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_collector_connected", Help: "1 when a stream to the collector is up."},

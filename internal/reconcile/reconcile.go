@@ -157,8 +157,11 @@ type Estimate struct {
 	// StddevCenteredNS are both estimators (RDA Alg. 2–3, and every
 	// usable bucket's deviation from the mean).
 	StddevNS, StddevCollapsedNS, StddevCenteredNS float64
-	// UsableBuckets and Buckets count over all banks.
-	UsableBuckets, Buckets int
+	// UsableBuckets and Buckets count over all banks; ExcludedBuckets
+	// counts buckets that hold packets but were left out (residual after
+	// peeling, or holding a packet that could not be repaired). The mean
+	// is exact when it is zero and peeling was complete.
+	UsableBuckets, Buckets, ExcludedBuckets int
 }
 
 // ErrNoSamples is returned when no bucket can be used.
@@ -201,6 +204,9 @@ func Compute(up, down *rda.RDA, u Usable, method StddevMethod) (Estimate, error)
 	for l := 0; l < cfg.Banks; l++ {
 		for i := 0; i < cfg.Buckets; i++ {
 			if !ok(l, i) {
+				if !up.Buckets(l)[i].Empty() || !down.Buckets(l)[i].Empty() {
+					est.ExcludedBuckets++
+				}
 				continue
 			}
 			a, b := up.Buckets(l)[i], down.Buckets(l)[i]

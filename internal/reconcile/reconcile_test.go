@@ -89,8 +89,8 @@ func TestPeelRepairIsExact(t *testing.T) {
 		if rel := math.Abs(est.MeanNS-c.meanNS) / c.meanNS; rel > 1e-9 {
 			t.Errorf("seed %d: mean %.6f, truth %.6f: relative error %.2e", seed, est.MeanNS, c.meanNS, rel)
 		}
-		if est.Count != 50_000 || est.UsableBuckets != est.Buckets-countEmpty(c) {
-			t.Errorf("seed %d: count %.0f usable %d of %d", seed, est.Count, est.UsableBuckets, est.Buckets)
+		if est.Count != 50_000 || est.UsableBuckets != est.Buckets-countEmpty(c) || est.ExcludedBuckets != 0 {
+			t.Errorf("seed %d: count %.0f usable %d of %d, excluded %d", seed, est.Count, est.UsableBuckets, est.Buckets, est.ExcludedBuckets)
 		}
 	}
 }
@@ -172,8 +172,8 @@ func TestMissingTimestampsExcludeBuckets(t *testing.T) {
 	if rel := math.Abs(est.MeanNS-c.meanNS) / c.meanNS; rel > 0.01 {
 		t.Errorf("mean off by %.3f%%", 100*rel)
 	}
-	if est.UsableBuckets > est.Buckets-countEmpty(c)-10 {
-		t.Errorf("usable %d: the buckets of 10 unrepaired packets should be out", est.UsableBuckets)
+	if est.UsableBuckets > est.Buckets-countEmpty(c)-10 || est.ExcludedBuckets < 10 {
+		t.Errorf("usable %d, excluded %d: the buckets of 10 unrepaired packets should be out", est.UsableBuckets, est.ExcludedBuckets)
 	}
 }
 

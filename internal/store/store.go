@@ -19,8 +19,9 @@ import (
 )
 
 var (
-	bucketResults = []byte("results")
-	bucketPending = []byte("pending")
+	bucketResults  = []byte("results")
+	bucketPending  = []byte("pending")
+	bucketBoundary = []byte("boundary")
 )
 
 // Store is the collector's database. Safe for concurrent use.
@@ -39,7 +40,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketResults, bucketPending} {
+		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -183,6 +184,77 @@ func (s *Store) PutResult(r *owlv1.PathStats, final bool) error {
 		}
 		return nil
 	})
+}
+
+// EpochRef names one epoch of one path.
+type EpochRef struct {
+	Path  string
+	Epoch int64
+}
+
+// Boundary is an opaque record a path keeps per epoch for matching packets
+// across epoch boundaries.
+type Boundary struct {
+	EpochRef
+	Data []byte
+}
+
+// Write is a set of changes applied in one transaction.
+type Write struct {
+	Results    []*owlv1.PathStats
+	Boundaries []Boundary
+	// Done lists epochs whose pending reports are used up.
+	Done []EpochRef
+	// DropBoundaries lists boundary records no longer needed.
+	DropBoundaries []EpochRef
+}
+
+// Apply makes all changes of w or none.
+func (s *Store) Apply(w Write) error {
+	vals := make([][]byte, len(w.Results))
+	for i, r := range w.Results {
+		v, err := proto.Marshal(r)
+		if err != nil {
+			return err
+		}
+		vals[i] = v
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		res, pend, bnd := tx.Bucket(bucketResults), tx.Bucket(bucketPending), tx.Bucket(bucketBoundary)
+		for i, r := range w.Results {
+			if err := res.Put(epochKey(r.GetPath(), r.GetEpoch()), vals[i]); err != nil {
+				return err
+			}
+		}
+		for _, b := range w.Boundaries {
+			if err := bnd.Put(epochKey(b.Path, b.Epoch), b.Data); err != nil {
+				return err
+			}
+		}
+		for _, d := range w.Done {
+			for _, role := range []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM} {
+				if err := pend.Delete(pendingKey(d.Path, d.Epoch, role)); err != nil {
+					return err
+				}
+			}
+		}
+		for _, d := range w.DropBoundaries {
+			if err := bnd.Delete(epochKey(d.Path, d.Epoch)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// BoundaryData returns an epoch's boundary record, or nil.
+func (s *Store) BoundaryData(path string, epoch int64) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		out = bytes.Clone(tx.Bucket(bucketBoundary).Get(epochKey(path, epoch)))
+		return nil
+	})
+	return out, err
 }
 
 // Result returns the stored result of a path's epoch, if any.

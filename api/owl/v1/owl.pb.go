@@ -146,6 +146,8 @@ type ProbeMessage struct {
 	//
 	//	*ProbeMessage_Hello
 	//	*ProbeMessage_Report
+	//	*ProbeMessage_FetchReply
+	//	*ProbeMessage_RebuildReply
 	Msg           isProbeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -206,6 +208,24 @@ func (x *ProbeMessage) GetReport() *EpochReport {
 	return nil
 }
 
+func (x *ProbeMessage) GetFetchReply() *FetchReply {
+	if x != nil {
+		if x, ok := x.Msg.(*ProbeMessage_FetchReply); ok {
+			return x.FetchReply
+		}
+	}
+	return nil
+}
+
+func (x *ProbeMessage) GetRebuildReply() *RebuildReply {
+	if x != nil {
+		if x, ok := x.Msg.(*ProbeMessage_RebuildReply); ok {
+			return x.RebuildReply
+		}
+	}
+	return nil
+}
+
 type isProbeMessage_Msg interface {
 	isProbeMessage_Msg()
 }
@@ -218,9 +238,21 @@ type ProbeMessage_Report struct {
 	Report *EpochReport `protobuf:"bytes,2,opt,name=report,proto3,oneof"`
 }
 
+type ProbeMessage_FetchReply struct {
+	FetchReply *FetchReply `protobuf:"bytes,3,opt,name=fetch_reply,json=fetchReply,proto3,oneof"`
+}
+
+type ProbeMessage_RebuildReply struct {
+	RebuildReply *RebuildReply `protobuf:"bytes,4,opt,name=rebuild_reply,json=rebuildReply,proto3,oneof"`
+}
+
 func (*ProbeMessage_Hello) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Report) isProbeMessage_Msg() {}
+
+func (*ProbeMessage_FetchReply) isProbeMessage_Msg() {}
+
+func (*ProbeMessage_RebuildReply) isProbeMessage_Msg() {}
 
 // Hello introduces a probe on a new stream.
 type Hello struct {
@@ -301,6 +333,7 @@ type SynopsisParams struct {
 	Identity      *IdentityParams        `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
 	Epoch         *EpochParams           `protobuf:"bytes,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Lda           *LDAParams             `protobuf:"bytes,3,opt,name=lda,proto3" json:"lda,omitempty"`
+	Rda           *RDAParams             `protobuf:"bytes,4,opt,name=rda,proto3" json:"rda,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -352,6 +385,13 @@ func (x *SynopsisParams) GetEpoch() *EpochParams {
 func (x *SynopsisParams) GetLda() *LDAParams {
 	if x != nil {
 		return x.Lda
+	}
+	return nil
+}
+
+func (x *SynopsisParams) GetRda() *RDAParams {
+	if x != nil {
+		return x.Rda
 	}
 	return nil
 }
@@ -529,6 +569,68 @@ func (x *LDAParams) GetSeed() uint64 {
 	return 0
 }
 
+// RDAParams fix the RDA's hashing; the bucket count is chosen per epoch by
+// the collector (RDASize, RebuildRequest).
+type RDAParams struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Banks         uint32                 `protobuf:"varint,1,opt,name=banks,proto3" json:"banks,omitempty"`
+	Seed          uint64                 `protobuf:"varint,2,opt,name=seed,proto3" json:"seed,omitempty"`
+	Check         bool                   `protobuf:"varint,3,opt,name=check,proto3" json:"check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RDAParams) Reset() {
+	*x = RDAParams{}
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RDAParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RDAParams) ProtoMessage() {}
+
+func (x *RDAParams) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
+func (*RDAParams) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RDAParams) GetBanks() uint32 {
+	if x != nil {
+		return x.Banks
+	}
+	return 0
+}
+
+func (x *RDAParams) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *RDAParams) GetCheck() bool {
+	if x != nil {
+		return x.Check
+	}
+	return false
+}
+
 // EpochReport carries one side's synopses of one path and epoch.
 type EpochReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -542,14 +644,21 @@ type EpochReport struct {
 	// closed_unix_ns is when the probe closed the epoch, by its clock.
 	ClosedUnixNs int64 `protobuf:"varint,7,opt,name=closed_unix_ns,json=closedUnixNs,proto3" json:"closed_unix_ns,omitempty"`
 	// seq numbers the reports of one probe, for acknowledgement.
-	Seq           uint64 `protobuf:"varint,8,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,8,opt,name=seq,proto3" json:"seq,omitempty"`
+	// rda is the RDA at the size the collector last asked for the path.
+	Rda []byte `protobuf:"bytes,9,opt,name=rda,proto3" json:"rda,omitempty"`
+	// cache_entries is how many (packet id, timestamp) entries the probe
+	// keeps for this path and epoch to answer FetchRequest and
+	// RebuildRequest; cache_complete is false when its cache overflowed.
+	CacheEntries  uint64 `protobuf:"varint,10,opt,name=cache_entries,json=cacheEntries,proto3" json:"cache_entries,omitempty"`
+	CacheComplete bool   `protobuf:"varint,11,opt,name=cache_complete,json=cacheComplete,proto3" json:"cache_complete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +670,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +683,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -633,6 +742,27 @@ func (x *EpochReport) GetSeq() uint64 {
 	return 0
 }
 
+func (x *EpochReport) GetRda() []byte {
+	if x != nil {
+		return x.Rda
+	}
+	return nil
+}
+
+func (x *EpochReport) GetCacheEntries() uint64 {
+	if x != nil {
+		return x.CacheEntries
+	}
+	return 0
+}
+
+func (x *EpochReport) GetCacheComplete() bool {
+	if x != nil {
+		return x.CacheComplete
+	}
+	return false
+}
+
 // Counters say what a probe saw, and what it did not, during an epoch.
 type Counters struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -656,7 +786,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +798,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +811,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -742,7 +872,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +884,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +897,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -805,6 +935,10 @@ type CollectorMessage struct {
 	//	*CollectorMessage_Paths
 	//	*CollectorMessage_Ack
 	//	*CollectorMessage_Reject
+	//	*CollectorMessage_Fetch
+	//	*CollectorMessage_Rebuild
+	//	*CollectorMessage_RdaSize
+	//	*CollectorMessage_Release
 	Msg           isCollectorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -812,7 +946,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +958,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +971,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -874,6 +1008,42 @@ func (x *CollectorMessage) GetReject() *Reject {
 	return nil
 }
 
+func (x *CollectorMessage) GetFetch() *FetchRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*CollectorMessage_Fetch); ok {
+			return x.Fetch
+		}
+	}
+	return nil
+}
+
+func (x *CollectorMessage) GetRebuild() *RebuildRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*CollectorMessage_Rebuild); ok {
+			return x.Rebuild
+		}
+	}
+	return nil
+}
+
+func (x *CollectorMessage) GetRdaSize() *RDASize {
+	if x != nil {
+		if x, ok := x.Msg.(*CollectorMessage_RdaSize); ok {
+			return x.RdaSize
+		}
+	}
+	return nil
+}
+
+func (x *CollectorMessage) GetRelease() *Release {
+	if x != nil {
+		if x, ok := x.Msg.(*CollectorMessage_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
 type isCollectorMessage_Msg interface {
 	isCollectorMessage_Msg()
 }
@@ -890,11 +1060,459 @@ type CollectorMessage_Reject struct {
 	Reject *Reject `protobuf:"bytes,3,opt,name=reject,proto3,oneof"`
 }
 
+type CollectorMessage_Fetch struct {
+	Fetch *FetchRequest `protobuf:"bytes,4,opt,name=fetch,proto3,oneof"`
+}
+
+type CollectorMessage_Rebuild struct {
+	Rebuild *RebuildRequest `protobuf:"bytes,5,opt,name=rebuild,proto3,oneof"`
+}
+
+type CollectorMessage_RdaSize struct {
+	RdaSize *RDASize `protobuf:"bytes,6,opt,name=rda_size,json=rdaSize,proto3,oneof"`
+}
+
+type CollectorMessage_Release struct {
+	Release *Release `protobuf:"bytes,7,opt,name=release,proto3,oneof"`
+}
+
 func (*CollectorMessage_Paths) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_Ack) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_Reject) isCollectorMessage_Msg() {}
+
+func (*CollectorMessage_Fetch) isCollectorMessage_Msg() {}
+
+func (*CollectorMessage_Rebuild) isCollectorMessage_Msg() {}
+
+func (*CollectorMessage_RdaSize) isCollectorMessage_Msg() {}
+
+func (*CollectorMessage_Release) isCollectorMessage_Msg() {}
+
+// Release tells a probe that the collector is done with epochs of a path:
+// their result is stored, and the probe may drop their caches. A probe that
+// replays files waits for the release of every epoch it reported before it
+// exits.
+type Release struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epochs        []*EpochRef            `protobuf:"bytes,1,rep,name=epochs,proto3" json:"epochs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Release) Reset() {
+	*x = Release{}
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Release) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Release) ProtoMessage() {}
+
+func (x *Release) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Release.ProtoReflect.Descriptor instead.
+func (*Release) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Release) GetEpochs() []*EpochRef {
+	if x != nil {
+		return x.Epochs
+	}
+	return nil
+}
+
+type EpochRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Epoch         int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpochRef) Reset() {
+	*x = EpochRef{}
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpochRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpochRef) ProtoMessage() {}
+
+func (x *EpochRef) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
+func (*EpochRef) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *EpochRef) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *EpochRef) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// FetchRequest asks a probe for the timestamps of packets of a path and
+// epoch, as its cache holds them.
+type FetchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	PacketIds     []uint64               `protobuf:"fixed64,4,rep,packed,name=packet_ids,json=packetIds,proto3" json:"packet_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchRequest) Reset() {
+	*x = FetchRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchRequest) ProtoMessage() {}
+
+func (x *FetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
+func (*FetchRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FetchRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FetchRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetPacketIds() []uint64 {
+	if x != nil {
+		return x.PacketIds
+	}
+	return nil
+}
+
+// FetchReply answers a FetchRequest: one (id, offset) pair per occurrence
+// in the cache (an id seen twice appears twice; an id not found does not
+// appear). Offsets are nanoseconds from the epoch's start.
+type FetchReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	PacketIds     []uint64               `protobuf:"fixed64,3,rep,packed,name=packet_ids,json=packetIds,proto3" json:"packet_ids,omitempty"`
+	OffsetsNs     []int64                `protobuf:"zigzag64,4,rep,packed,name=offsets_ns,json=offsetsNs,proto3" json:"offsets_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchReply) Reset() {
+	*x = FetchReply{}
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchReply) ProtoMessage() {}
+
+func (x *FetchReply) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
+func (*FetchReply) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *FetchReply) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *FetchReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *FetchReply) GetPacketIds() []uint64 {
+	if x != nil {
+		return x.PacketIds
+	}
+	return nil
+}
+
+func (x *FetchReply) GetOffsetsNs() []int64 {
+	if x != nil {
+		return x.OffsetsNs
+	}
+	return nil
+}
+
+// RebuildRequest asks a probe to rebuild a path's RDA of an epoch at
+// another size from its cache (late binding).
+type RebuildRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Buckets       uint32                 `protobuf:"varint,4,opt,name=buckets,proto3" json:"buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildRequest) Reset() {
+	*x = RebuildRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildRequest) ProtoMessage() {}
+
+func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
+func (*RebuildRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RebuildRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *RebuildRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RebuildRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RebuildRequest) GetBuckets() uint32 {
+	if x != nil {
+		return x.Buckets
+	}
+	return 0
+}
+
+type RebuildReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Rda           []byte                 `protobuf:"bytes,3,opt,name=rda,proto3" json:"rda,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildReply) Reset() {
+	*x = RebuildReply{}
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildReply) ProtoMessage() {}
+
+func (x *RebuildReply) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
+func (*RebuildReply) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RebuildReply) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *RebuildReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RebuildReply) GetRda() []byte {
+	if x != nil {
+		return x.Rda
+	}
+	return nil
+}
+
+// RDASize tells a probe the RDA size to use for a path's next epochs.
+type RDASize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Buckets       uint32                 `protobuf:"varint,2,opt,name=buckets,proto3" json:"buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RDASize) Reset() {
+	*x = RDASize{}
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RDASize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RDASize) ProtoMessage() {}
+
+func (x *RDASize) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
+func (*RDASize) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RDASize) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RDASize) GetBuckets() uint32 {
+	if x != nil {
+		return x.Buckets
+	}
+	return 0
+}
 
 // PathConfig is the set of paths a probe takes part in; it replaces any
 // earlier set.
@@ -907,7 +1525,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1537,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1550,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -944,16 +1562,18 @@ func (x *PathConfig) GetPaths() []*PathAssignment {
 
 // PathAssignment is a path and the probe's role on it.
 type PathAssignment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          *Path                  `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Role          Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=owl.v1.Role" json:"role,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  *Path                  `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Role  Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=owl.v1.Role" json:"role,omitempty"`
+	// rda_buckets is the RDA size to start with.
+	RdaBuckets    uint32 `protobuf:"varint,3,opt,name=rda_buckets,json=rdaBuckets,proto3" json:"rda_buckets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1585,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1598,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -995,6 +1615,13 @@ func (x *PathAssignment) GetRole() Role {
 	return Role_ROLE_UNSPECIFIED
 }
 
+func (x *PathAssignment) GetRdaBuckets() uint32 {
+	if x != nil {
+		return x.RdaBuckets
+	}
+	return 0
+}
+
 // Ack tells a probe that its report with this seq is stored.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1007,7 +1634,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1646,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1659,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -1068,7 +1695,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1707,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1720,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Reject) GetPath() string {
@@ -1124,7 +1751,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1763,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1776,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Path) GetName() string {
@@ -1196,7 +1823,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1835,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1848,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -1267,7 +1894,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1906,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1919,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 type ListProbesResponse struct {
@@ -1304,7 +1931,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1943,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1956,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -1357,7 +1984,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1996,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +2009,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -1449,7 +2076,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +2088,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +2101,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 type ListPathsResponse struct {
@@ -1486,7 +2113,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +2125,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +2138,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -1535,7 +2162,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +2174,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +2187,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -1600,7 +2227,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +2239,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +2252,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -1645,7 +2272,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +2284,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +2297,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -1699,7 +2326,9 @@ type PathStats struct {
 	Lost              float64 `protobuf:"fixed64,10,opt,name=lost,proto3" json:"lost,omitempty"`
 	UpstreamPackets   uint64  `protobuf:"varint,11,opt,name=upstream_packets,json=upstreamPackets,proto3" json:"upstream_packets,omitempty"`
 	DownstreamPackets uint64  `protobuf:"varint,12,opt,name=downstream_packets,json=downstreamPackets,proto3" json:"downstream_packets,omitempty"`
-	// estimator names the method: "lda".
+	// estimator names the method behind mean and stddev: "rda" (repaired
+	// RDA, exact mean when decoded), "rda-unrepaired" (RDA buckets free of
+	// problematic packets, when timestamps could not be fetched) or "lda".
 	Estimator          string       `protobuf:"bytes,13,opt,name=estimator,proto3" json:"estimator,omitempty"`
 	UpstreamClock      *ClockStatus `protobuf:"bytes,14,opt,name=upstream_clock,json=upstreamClock,proto3" json:"upstream_clock,omitempty"`
 	DownstreamClock    *ClockStatus `protobuf:"bytes,15,opt,name=downstream_clock,json=downstreamClock,proto3" json:"downstream_clock,omitempty"`
@@ -1708,14 +2337,40 @@ type PathStats struct {
 	// bytes is the size of the two reports' synopses.
 	Bytes uint64 `protobuf:"varint,18,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// computed is when the collector computed the result.
-	Computed      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=computed,proto3" json:"computed,omitempty"`
+	Computed *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=computed,proto3" json:"computed,omitempty"`
+	// RDA reconciliation. lost (above) counts packets sent in this epoch
+	// that never arrived, after boundary matching.
+	// reordered counts packets only the downstream side saw that are
+	// neither duplicates nor sent in the previous epoch (boundary matched).
+	Reordered uint64 `protobuf:"varint,20,opt,name=reordered,proto3" json:"reordered,omitempty"`
+	// boundary_matched counts packets sent in this epoch and seen downstream
+	// in the next one: delivered, and in the delay statistics.
+	BoundaryMatched uint64 `protobuf:"varint,21,opt,name=boundary_matched,json=boundaryMatched,proto3" json:"boundary_matched,omitempty"`
+	// duplicates counts extra copies the downstream side saw.
+	Duplicates uint64 `protobuf:"varint,22,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	// decoded is true when peeling emptied every bucket.
+	Decoded bool `protobuf:"varint,23,opt,name=decoded,proto3" json:"decoded,omitempty"`
+	// rda_buckets is the RDA size (buckets per bank) that was reconciled.
+	RdaBuckets uint32 `protobuf:"varint,24,opt,name=rda_buckets,json=rdaBuckets,proto3" json:"rda_buckets,omitempty"`
+	// rebuilds counts late-binding rebuilds at a larger size.
+	Rebuilds uint32 `protobuf:"varint,25,opt,name=rebuilds,proto3" json:"rebuilds,omitempty"`
+	// unusable_buckets counts RDA buckets that hold packets but were left out
+	// of the estimate (not peeled, or holding a packet whose timestamp could
+	// not be resolved). With decoded true and none left out, mean_ns is exact.
+	UnusableBuckets uint32 `protobuf:"varint,26,opt,name=unusable_buckets,json=unusableBuckets,proto3" json:"unusable_buckets,omitempty"`
+	// exchanged_bytes counts the bytes of synopses, rebuilds and fetches.
+	ExchangedBytes uint64 `protobuf:"varint,27,opt,name=exchanged_bytes,json=exchangedBytes,proto3" json:"exchanged_bytes,omitempty"`
+	// The LDA's estimate of the same epoch, for comparison.
+	LdaMeanNs     float64 `protobuf:"fixed64,28,opt,name=lda_mean_ns,json=ldaMeanNs,proto3" json:"lda_mean_ns,omitempty"`
+	LdaStddevNs   float64 `protobuf:"fixed64,29,opt,name=lda_stddev_ns,json=ldaStddevNs,proto3" json:"lda_stddev_ns,omitempty"`
+	LdaSamples    uint64  `protobuf:"varint,30,opt,name=lda_samples,json=ldaSamples,proto3" json:"lda_samples,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +2382,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +2395,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PathStats) GetPath() string {
@@ -1876,24 +2531,105 @@ func (x *PathStats) GetComputed() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PathStats) GetReordered() uint64 {
+	if x != nil {
+		return x.Reordered
+	}
+	return 0
+}
+
+func (x *PathStats) GetBoundaryMatched() uint64 {
+	if x != nil {
+		return x.BoundaryMatched
+	}
+	return 0
+}
+
+func (x *PathStats) GetDuplicates() uint64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+func (x *PathStats) GetDecoded() bool {
+	if x != nil {
+		return x.Decoded
+	}
+	return false
+}
+
+func (x *PathStats) GetRdaBuckets() uint32 {
+	if x != nil {
+		return x.RdaBuckets
+	}
+	return 0
+}
+
+func (x *PathStats) GetRebuilds() uint32 {
+	if x != nil {
+		return x.Rebuilds
+	}
+	return 0
+}
+
+func (x *PathStats) GetUnusableBuckets() uint32 {
+	if x != nil {
+		return x.UnusableBuckets
+	}
+	return 0
+}
+
+func (x *PathStats) GetExchangedBytes() uint64 {
+	if x != nil {
+		return x.ExchangedBytes
+	}
+	return 0
+}
+
+func (x *PathStats) GetLdaMeanNs() float64 {
+	if x != nil {
+		return x.LdaMeanNs
+	}
+	return 0
+}
+
+func (x *PathStats) GetLdaStddevNs() float64 {
+	if x != nil {
+		return x.LdaStddevNs
+	}
+	return 0
+}
+
+func (x *PathStats) GetLdaSamples() uint64 {
+	if x != nil {
+		return x.LdaSamples
+	}
+	return 0
+}
+
 var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
-	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"k\n" +
+	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\x01\n" +
 	"\fProbeMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.owl.v1.HelloH\x00R\x05hello\x12-\n" +
-	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportH\x00R\x06reportB\x05\n" +
+	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportH\x00R\x06report\x125\n" +
+	"\vfetch_reply\x18\x03 \x01(\v2\x12.owl.v1.FetchReplyH\x00R\n" +
+	"fetchReply\x12;\n" +
+	"\rrebuild_reply\x18\x04 \x01(\v2\x14.owl.v1.RebuildReplyH\x00R\frebuildReplyB\x05\n" +
 	"\x03msg\"\x97\x01\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12)\n" +
-	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\"\x94\x01\n" +
+	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\"\xb9\x01\n" +
 	"\x0eSynopsisParams\x122\n" +
 	"\bidentity\x18\x01 \x01(\v2\x16.owl.v1.IdentityParamsR\bidentity\x12)\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x13.owl.v1.EpochParamsR\x05epoch\x12#\n" +
-	"\x03lda\x18\x03 \x01(\v2\x11.owl.v1.LDAParamsR\x03lda\"d\n" +
+	"\x03lda\x18\x03 \x01(\v2\x11.owl.v1.LDAParamsR\x03lda\x12#\n" +
+	"\x03rda\x18\x04 \x01(\v2\x11.owl.v1.RDAParamsR\x03rda\"d\n" +
 	"\x0eIdentityParams\x12\x12\n" +
 	"\x04seed\x18\x01 \x01(\x04R\x04seed\x12#\n" +
 	"\rpayload_bytes\x18\x02 \x01(\rR\fpayloadBytes\x12\x19\n" +
@@ -1904,7 +2640,11 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tLDAParams\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12(\n" +
 	"\x10bank_sample_log2\x18\x02 \x03(\rR\x0ebankSampleLog2\x12\x12\n" +
-	"\x04seed\x18\x03 \x01(\x04R\x04seed\"\xfc\x01\n" +
+	"\x04seed\x18\x03 \x01(\x04R\x04seed\"K\n" +
+	"\tRDAParams\x12\x14\n" +
+	"\x05banks\x18\x01 \x01(\rR\x05banks\x12\x12\n" +
+	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12\x14\n" +
+	"\x05check\x18\x03 \x01(\bR\x05check\"\xda\x02\n" +
 	"\vEpochReport\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
@@ -1913,7 +2653,11 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bcounters\x18\x05 \x01(\v2\x10.owl.v1.CountersR\bcounters\x12)\n" +
 	"\x05clock\x18\x06 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\x12$\n" +
 	"\x0eclosed_unix_ns\x18\a \x01(\x03R\fclosedUnixNs\x12\x10\n" +
-	"\x03seq\x18\b \x01(\x04R\x03seq\"\xae\x02\n" +
+	"\x03seq\x18\b \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03rda\x18\t \x01(\fR\x03rda\x12#\n" +
+	"\rcache_entries\x18\n" +
+	" \x01(\x04R\fcacheEntries\x12%\n" +
+	"\x0ecache_complete\x18\v \x01(\bR\rcacheComplete\"\xae\x02\n" +
 	"\bCounters\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x12\n" +
 	"\x04late\x18\x02 \x01(\x04R\x04late\x12M\n" +
@@ -1928,18 +2672,59 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\"\n" +
 	"\fsynchronized\x18\x02 \x01(\bR\fsynchronized\x12\x1b\n" +
 	"\toffset_ns\x18\x03 \x01(\x03R\boffsetNs\x12%\n" +
-	"\x0euncertainty_ns\x18\x04 \x01(\x03R\runcertaintyNs\"\x90\x01\n" +
+	"\x0euncertainty_ns\x18\x04 \x01(\x03R\runcertaintyNs\"\xcd\x02\n" +
 	"\x10CollectorMessage\x12*\n" +
 	"\x05paths\x18\x01 \x01(\v2\x12.owl.v1.PathConfigH\x00R\x05paths\x12\x1f\n" +
 	"\x03ack\x18\x02 \x01(\v2\v.owl.v1.AckH\x00R\x03ack\x12(\n" +
-	"\x06reject\x18\x03 \x01(\v2\x0e.owl.v1.RejectH\x00R\x06rejectB\x05\n" +
-	"\x03msg\":\n" +
+	"\x06reject\x18\x03 \x01(\v2\x0e.owl.v1.RejectH\x00R\x06reject\x12,\n" +
+	"\x05fetch\x18\x04 \x01(\v2\x14.owl.v1.FetchRequestH\x00R\x05fetch\x122\n" +
+	"\arebuild\x18\x05 \x01(\v2\x16.owl.v1.RebuildRequestH\x00R\arebuild\x12,\n" +
+	"\brda_size\x18\x06 \x01(\v2\x0f.owl.v1.RDASizeH\x00R\ardaSize\x12+\n" +
+	"\arelease\x18\a \x01(\v2\x0f.owl.v1.ReleaseH\x00R\areleaseB\x05\n" +
+	"\x03msg\"3\n" +
+	"\aRelease\x12(\n" +
+	"\x06epochs\x18\x01 \x03(\v2\x10.owl.v1.EpochRefR\x06epochs\"4\n" +
+	"\bEpochRef\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"v\n" +
+	"\fFetchRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"packet_ids\x18\x04 \x03(\x06R\tpacketIds\"\x7f\n" +
+	"\n" +
+	"FetchReply\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"packet_ids\x18\x03 \x03(\x06R\tpacketIds\x12\x1d\n" +
+	"\n" +
+	"offsets_ns\x18\x04 \x03(\x12R\toffsetsNs\"s\n" +
+	"\x0eRebuildRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x18\n" +
+	"\abuckets\x18\x04 \x01(\rR\abuckets\"U\n" +
+	"\fRebuildReply\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x10\n" +
+	"\x03rda\x18\x03 \x01(\fR\x03rda\"7\n" +
+	"\aRDASize\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\abuckets\x18\x02 \x01(\rR\abuckets\":\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
-	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\"T\n" +
+	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\"u\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
-	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\"A\n" +
+	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
+	"\vrda_buckets\x18\x03 \x01(\rR\n" +
+	"rdaBuckets\"A\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
@@ -1983,7 +2768,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x14GetPathStatsResponse\x12'\n" +
 	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.PathStatsR\x05stats\"+\n" +
 	"\x15WatchPathStatsRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\x88\x06\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\x81\t\n" +
 	"\tPathStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -2004,7 +2789,22 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x11upstream_counters\x18\x10 \x01(\v2\x10.owl.v1.CountersR\x10upstreamCounters\x12A\n" +
 	"\x13downstream_counters\x18\x11 \x01(\v2\x10.owl.v1.CountersR\x12downstreamCounters\x12\x14\n" +
 	"\x05bytes\x18\x12 \x01(\x04R\x05bytes\x126\n" +
-	"\bcomputed\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\bcomputed*D\n" +
+	"\bcomputed\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\bcomputed\x12\x1c\n" +
+	"\treordered\x18\x14 \x01(\x04R\treordered\x12)\n" +
+	"\x10boundary_matched\x18\x15 \x01(\x04R\x0fboundaryMatched\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x16 \x01(\x04R\n" +
+	"duplicates\x12\x18\n" +
+	"\adecoded\x18\x17 \x01(\bR\adecoded\x12\x1f\n" +
+	"\vrda_buckets\x18\x18 \x01(\rR\n" +
+	"rdaBuckets\x12\x1a\n" +
+	"\brebuilds\x18\x19 \x01(\rR\brebuilds\x12)\n" +
+	"\x10unusable_buckets\x18\x1a \x01(\rR\x0funusableBuckets\x12'\n" +
+	"\x0fexchanged_bytes\x18\x1b \x01(\x04R\x0eexchangedBytes\x12\x1e\n" +
+	"\vlda_mean_ns\x18\x1c \x01(\x01R\tldaMeanNs\x12\"\n" +
+	"\rlda_stddev_ns\x18\x1d \x01(\x01R\vldaStddevNs\x12\x1f\n" +
+	"\vlda_samples\x18\x1e \x01(\x04R\n" +
+	"ldaSamples*D\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rROLE_UPSTREAM\x10\x01\x12\x13\n" +
@@ -2038,7 +2838,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                     // 0: owl.v1.Role
 	(ResultStatus)(0),             // 1: owl.v1.ResultStatus
@@ -2048,78 +2848,94 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*IdentityParams)(nil),        // 5: owl.v1.IdentityParams
 	(*EpochParams)(nil),           // 6: owl.v1.EpochParams
 	(*LDAParams)(nil),             // 7: owl.v1.LDAParams
-	(*EpochReport)(nil),           // 8: owl.v1.EpochReport
-	(*Counters)(nil),              // 9: owl.v1.Counters
-	(*ClockStatus)(nil),           // 10: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),      // 11: owl.v1.CollectorMessage
-	(*PathConfig)(nil),            // 12: owl.v1.PathConfig
-	(*PathAssignment)(nil),        // 13: owl.v1.PathAssignment
-	(*Ack)(nil),                   // 14: owl.v1.Ack
-	(*Reject)(nil),                // 15: owl.v1.Reject
-	(*Path)(nil),                  // 16: owl.v1.Path
-	(*Selector)(nil),              // 17: owl.v1.Selector
-	(*ListProbesRequest)(nil),     // 18: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),    // 19: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),             // 20: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),      // 21: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),     // 22: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),   // 23: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),  // 24: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil), // 25: owl.v1.WatchPathStatsRequest
-	(*PathStats)(nil),             // 26: owl.v1.PathStats
-	nil,                           // 27: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*RDAParams)(nil),             // 8: owl.v1.RDAParams
+	(*EpochReport)(nil),           // 9: owl.v1.EpochReport
+	(*Counters)(nil),              // 10: owl.v1.Counters
+	(*ClockStatus)(nil),           // 11: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),      // 12: owl.v1.CollectorMessage
+	(*Release)(nil),               // 13: owl.v1.Release
+	(*EpochRef)(nil),              // 14: owl.v1.EpochRef
+	(*FetchRequest)(nil),          // 15: owl.v1.FetchRequest
+	(*FetchReply)(nil),            // 16: owl.v1.FetchReply
+	(*RebuildRequest)(nil),        // 17: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),          // 18: owl.v1.RebuildReply
+	(*RDASize)(nil),               // 19: owl.v1.RDASize
+	(*PathConfig)(nil),            // 20: owl.v1.PathConfig
+	(*PathAssignment)(nil),        // 21: owl.v1.PathAssignment
+	(*Ack)(nil),                   // 22: owl.v1.Ack
+	(*Reject)(nil),                // 23: owl.v1.Reject
+	(*Path)(nil),                  // 24: owl.v1.Path
+	(*Selector)(nil),              // 25: owl.v1.Selector
+	(*ListProbesRequest)(nil),     // 26: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),    // 27: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),             // 28: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),      // 29: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),     // 30: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),   // 31: owl.v1.GetPathStatsRequest
+	(*GetPathStatsResponse)(nil),  // 32: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil), // 33: owl.v1.WatchPathStatsRequest
+	(*PathStats)(nil),             // 34: owl.v1.PathStats
+	nil,                           // 35: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
 	3,  // 0: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	8,  // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	4,  // 2: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	10, // 3: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	5,  // 4: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	6,  // 5: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	7,  // 6: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	0,  // 7: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	9,  // 8: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	10, // 9: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	27, // 10: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	12, // 11: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	14, // 12: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	15, // 13: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	13, // 14: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	16, // 15: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 16: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	17, // 17: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	20, // 18: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	28, // 19: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	10, // 20: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	16, // 21: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	28, // 22: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	28, // 23: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	26, // 24: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	28, // 25: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	29, // 26: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	1,  // 27: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	10, // 28: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	10, // 29: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	9,  // 30: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	9,  // 31: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	28, // 32: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	2,  // 33: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	18, // 34: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	21, // 35: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	23, // 36: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	25, // 37: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	11, // 38: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	19, // 39: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	22, // 40: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	24, // 41: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	26, // 42: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	38, // [38:43] is the sub-list for method output_type
-	33, // [33:38] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	9,  // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	16, // 2: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	18, // 3: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	4,  // 4: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	11, // 5: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	5,  // 6: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	6,  // 7: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	7,  // 8: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	8,  // 9: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	0,  // 10: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	10, // 11: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	11, // 12: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	35, // 13: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	20, // 14: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	22, // 15: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	23, // 16: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	15, // 17: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	17, // 18: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	19, // 19: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	13, // 20: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	14, // 21: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	21, // 22: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	24, // 23: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,  // 24: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	25, // 25: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	28, // 26: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	36, // 27: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	11, // 28: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	24, // 29: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	36, // 30: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	36, // 31: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	34, // 32: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	36, // 33: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	37, // 34: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	1,  // 35: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	11, // 36: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	11, // 37: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	10, // 38: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	10, // 39: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	36, // 40: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	2,  // 41: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	26, // 42: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	29, // 43: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	31, // 44: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	33, // 45: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	12, // 46: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	27, // 47: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	30, // 48: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	32, // 49: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	34, // 50: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	46, // [46:51] is the sub-list for method output_type
+	41, // [41:46] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -2130,11 +2946,17 @@ func file_owl_v1_owl_proto_init() {
 	file_owl_v1_owl_proto_msgTypes[0].OneofWrappers = []any{
 		(*ProbeMessage_Hello)(nil),
 		(*ProbeMessage_Report)(nil),
+		(*ProbeMessage_FetchReply)(nil),
+		(*ProbeMessage_RebuildReply)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[9].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[10].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
+		(*CollectorMessage_Fetch)(nil),
+		(*CollectorMessage_Rebuild)(nil),
+		(*CollectorMessage_RdaSize)(nil),
+		(*CollectorMessage_Release)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2142,7 +2964,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

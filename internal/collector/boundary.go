@@ -1,0 +1,129 @@
+package collector
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"slices"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+// boundary is what an epoch's reconciliation leaves for its neighbours: a
+// packet sent just before the end of epoch e and received after it is lost
+// in e and extra in e+1. Matching e's lost IDs with e+1's extra IDs finds
+// those packets; they count as delivered in e, with their exact delay.
+type boundary struct {
+	epoch int64
+	lost  map[uint64]int64 // unmatched lost IDs → absolute upstream time, ns
+	extra map[uint64]int64 // unmatched extra IDs → absolute downstream time, ns
+
+	// The epoch's own estimate: packets, delay sum and sum of squares.
+	n, sumNS, sqNS float64
+	// Delays of the boundary packets matched so far.
+	crossN, crossSumNS, crossSqNS float64
+
+	res     *owlv1.PathStats
+	settled bool // its loss went into the metrics
+	at      time.Time
+}
+
+// newBoundary records an epoch's estimate: n packets with the given mean
+// and standard deviation.
+func newBoundary(epoch int64, n, meanNS, stdNS float64, res *owlv1.PathStats, at time.Time) *boundary {
+	return &boundary{epoch: epoch, lost: map[uint64]int64{}, extra: map[uint64]int64{},
+		n: n, sumNS: n * meanNS, sqNS: n * (stdNS*stdNS + meanNS*meanNS), res: res, at: at}
+}
+
+// match pairs the lost IDs of b (sent in b's epoch) with the extra IDs of
+// next (seen downstream in the following epoch). It updates both results
+// and reports whether anything matched.
+func (b *boundary) match(next *boundary) bool {
+	matched := 0
+	for id, upNS := range b.lost {
+		downNS, ok := next.extra[id]
+		if !ok {
+			continue
+		}
+		d := float64(downNS - upNS)
+		b.crossN++
+		b.crossSumNS += d
+		b.crossSqNS += d * d
+		delete(b.lost, id)
+		delete(next.extra, id)
+		matched++
+	}
+	if matched == 0 {
+		return false
+	}
+	b.res.BoundaryMatched += uint64(matched)
+	b.res.Lost -= float64(matched)
+	next.res.Reordered -= uint64(min(uint64(matched), next.res.Reordered))
+	b.apply()
+	return true
+}
+
+// apply writes the combined statistics into the result.
+func (b *boundary) apply() {
+	n := b.n + b.crossN
+	if n == 0 || b.res.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
+		return
+	}
+	mean := (b.sumNS + b.crossSumNS) / n
+	b.res.MeanNs = mean
+	b.res.StddevNs = math.Sqrt(math.Max((b.sqNS+b.crossSqNS)/n-mean*mean, 0))
+	b.res.Samples = uint64(math.Round(n))
+}
+
+// encode: n, sum, sq, crossN, crossSum, crossSq (float64 each), then lost
+// and extra as count + (id, ns) pairs, all little-endian.
+func (b *boundary) encode() []byte {
+	out := make([]byte, 0, 48+8+16*(len(b.lost)+len(b.extra)))
+	for _, f := range []float64{b.n, b.sumNS, b.sqNS, b.crossN, b.crossSumNS, b.crossSqNS} {
+		out = binary.LittleEndian.AppendUint64(out, math.Float64bits(f))
+	}
+	for _, m := range []map[uint64]int64{b.lost, b.extra} {
+		ids := make([]uint64, 0, len(m))
+		for id := range m {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids) // deterministic bytes
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(ids)))
+		for _, id := range ids {
+			out = binary.LittleEndian.AppendUint64(out, id)
+			out = binary.LittleEndian.AppendUint64(out, uint64(m[id]))
+		}
+	}
+	return out
+}
+
+var errBoundary = errors.New("malformed boundary record")
+
+func decodeBoundary(epoch int64, b []byte, res *owlv1.PathStats) (*boundary, error) {
+	if len(b) < 48+8 {
+		return nil, errBoundary
+	}
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])) }
+	bd := &boundary{epoch: epoch, n: f(0), sumNS: f(1), sqNS: f(2), crossN: f(3), crossSumNS: f(4), crossSqNS: f(5), res: res, settled: true}
+	rest := b[48:]
+	for _, m := range []*map[uint64]int64{&bd.lost, &bd.extra} {
+		if len(rest) < 4 {
+			return nil, errBoundary
+		}
+		n := int(binary.LittleEndian.Uint32(rest))
+		rest = rest[4:]
+		if len(rest) < 16*n {
+			return nil, errBoundary
+		}
+		*m = make(map[uint64]int64, n)
+		for i := 0; i < n; i++ {
+			(*m)[binary.LittleEndian.Uint64(rest)] = int64(binary.LittleEndian.Uint64(rest[8:]))
+			rest = rest[16:]
+		}
+	}
+	if len(rest) != 0 {
+		return nil, errBoundary
+	}
+	return bd, nil
+}

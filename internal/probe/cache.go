@@ -1,0 +1,210 @@
+package probe
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
+)
+
+// entry is one packet as a probe's cache keeps it.
+type entry struct {
+	id       uint64
+	offsetNS int64
+}
+
+const entryBytes = 16
+
+// epochCache is the (ID, timestamp) list of one path and epoch. It is
+// appended to on the capture goroutine while the epoch is open and only
+// read after: sorted by ID the first time a request needs it.
+type epochCache struct {
+	rda      rda.Config // hashing of the path's RDAs (buckets vary)
+	complete bool       // false when the cache hit its size limit
+
+	mu      sync.Mutex
+	entries []entry
+	sorted  bool
+}
+
+// lookup returns every entry of the given IDs (an ID cached twice is
+// returned twice; an ID not cached is not returned).
+func (c *epochCache) lookup(ids []uint64) ([]uint64, []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.sorted {
+		slices.SortFunc(c.entries, func(a, b entry) int {
+			switch {
+			case a.id < b.id:
+				return -1
+			case a.id > b.id:
+				return 1
+			}
+			return 0
+		})
+		c.sorted = true
+	}
+	var outIDs []uint64
+	var outOffs []int64
+	for _, id := range ids {
+		i, _ := slices.BinarySearchFunc(c.entries, id, func(e entry, id uint64) int {
+			switch {
+			case e.id < id:
+				return -1
+			case e.id > id:
+				return 1
+			}
+			return 0
+		})
+		for ; i < len(c.entries) && c.entries[i].id == id; i++ {
+			outIDs = append(outIDs, id)
+			outOffs = append(outOffs, c.entries[i].offsetNS)
+		}
+	}
+	return outIDs, outOffs
+}
+
+// rebuild makes the epoch's RDA again with another bucket count.
+func (c *epochCache) rebuild(buckets int) (*rda.RDA, error) {
+	cfg := c.rda
+	cfg.Buckets = buckets
+	r, err := rda.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		r.Insert(e.id, e.offsetNS)
+	}
+	return r, nil
+}
+
+type cacheKey struct {
+	path  string
+	epoch int64
+}
+
+// cacheStore keeps closed epochs' caches for a number of epochs per path and
+// within a byte budget, evicting the oldest first. Safe for concurrent use.
+type cacheStore struct {
+	retention int   // epochs kept per path
+	maxBytes  int64 // all caches together
+
+	mu          sync.Mutex
+	caches      map[cacheKey]*epochCache
+	order       []cacheKey // oldest first
+	bytes       int64
+	evicted     uint64
+	outstanding map[cacheKey]bool // reported, not yet released by the collector
+}
+
+func newCacheStore(retention int, maxBytes int64) *cacheStore {
+	return &cacheStore{retention: retention, maxBytes: maxBytes, caches: map[cacheKey]*epochCache{}, outstanding: map[cacheKey]bool{}}
+}
+
+// put keeps a closed epoch's cache until the collector releases the epoch
+// (or it is evicted by age or size).
+func (s *cacheStore) put(path string, epoch int64, c *epochCache) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := cacheKey{path, epoch}
+	s.outstanding[k] = true
+	if old := s.caches[k]; old != nil {
+		s.bytes -= int64(len(old.entries)) * entryBytes
+	} else {
+		s.order = append(s.order, k)
+	}
+	s.caches[k] = c
+	s.bytes += int64(len(c.entries)) * entryBytes
+	// Per path, only the newest retention epochs.
+	n := 0
+	for i := len(s.order) - 1; i >= 0; i-- {
+		if s.order[i].path == path {
+			n++
+			if n > s.retention {
+				s.drop(i)
+			}
+		}
+	}
+	for s.bytes > s.maxBytes && len(s.order) > 1 {
+		s.drop(0)
+	}
+}
+
+// drop removes the cache at position i of order. s.mu is held.
+func (s *cacheStore) drop(i int) {
+	k := s.order[i]
+	if c := s.caches[k]; c != nil {
+		s.bytes -= int64(len(c.entries)) * entryBytes
+		delete(s.caches, k)
+		s.evicted++
+	}
+	s.order = slices.Delete(s.order, i, i+1)
+}
+
+// release drops an epoch the collector is done with.
+func (s *cacheStore) release(path string, epoch int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := cacheKey{path, epoch}
+	delete(s.outstanding, k)
+	if i := slices.Index(s.order, k); i >= 0 {
+		s.drop(i)
+	}
+}
+
+// unreleased is the number of reported epochs the collector has not released.
+func (s *cacheStore) unreleased() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.outstanding)
+}
+
+func (s *cacheStore) get(path string, epoch int64) *epochCache {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.caches[cacheKey{path, epoch}]
+}
+
+// size returns the bytes held.
+func (s *cacheStore) size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// fetch answers a FetchRequest.
+func (s *cacheStore) fetch(req *owlv1.FetchRequest) *owlv1.FetchReply {
+	rep := &owlv1.FetchReply{RequestId: req.GetRequestId()}
+	c := s.get(req.GetPath(), req.GetEpoch())
+	if c == nil {
+		rep.Error = fmt.Sprintf("no cache for path %q epoch %d (evicted or never seen)", req.GetPath(), req.GetEpoch())
+		return rep
+	}
+	rep.PacketIds, rep.OffsetsNs = c.lookup(req.GetPacketIds())
+	return rep
+}
+
+// rebuild answers a RebuildRequest.
+func (s *cacheStore) rebuild(req *owlv1.RebuildRequest) *owlv1.RebuildReply {
+	rep := &owlv1.RebuildReply{RequestId: req.GetRequestId()}
+	c := s.get(req.GetPath(), req.GetEpoch())
+	switch {
+	case c == nil:
+		rep.Error = fmt.Sprintf("no cache for path %q epoch %d (evicted or never seen)", req.GetPath(), req.GetEpoch())
+		return rep
+	case !c.complete:
+		rep.Error = fmt.Sprintf("cache of path %q epoch %d overflowed: cannot rebuild", req.GetPath(), req.GetEpoch())
+		return rep
+	}
+	r, err := c.rebuild(int(req.GetBuckets()))
+	if err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	rep.Rda, _ = r.MarshalBinary()
+	return rep
+}
