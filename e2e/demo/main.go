@@ -42,7 +42,13 @@ func main() {
 var losses = []struct {
 	name string
 	loss string
-}{{"loss-0", "0"}, {"loss-0.1pct", "0.001"}, {"loss-1pct", "0.01"}}
+	args []string // more tracegen flags
+}{
+	{"loss-0", "0", nil},
+	{"loss-0.1pct", "0.001", nil},
+	{"loss-1pct", "0.01", nil},
+	{"loss-1pct-reorder-dup", "0.01", []string{"-reorder", "0.01", "-reorder-extra", "20ms", "-duplicate", "0.002"}},
+}
 
 func run(dir string, keep bool) error {
 	if dir == "" {
@@ -65,8 +71,8 @@ func run(dir string, keep bool) error {
 	var paths strings.Builder
 	for i, l := range losses {
 		prefix := filepath.Join(dir, l.name)
-		tg, err := env.Start("tracegen-"+l.name, "tracegen", "-in", filepath.Join(root, "testdata", "trace.pcap"),
-			"-out", prefix, "-loss", l.loss, "-seed", fmt.Sprint(i+1))
+		args := append([]string{"-in", filepath.Join(root, "testdata", "trace.pcap"), "-out", prefix, "-loss", l.loss, "-seed", fmt.Sprint(i + 1)}, l.args...)
+		tg, err := env.Start("tracegen-"+l.name, "tracegen", args...)
 		if err != nil {
 			return err
 		}
@@ -82,7 +88,7 @@ func run(dir string, keep bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("collector on %s (gRPC) and %s (metrics); 6 probes replaying ...\n", addrs.GRPC, addrs.HTTP)
+	fmt.Printf("collector on %s (gRPC) and %s (metrics); %d probes replaying ...\n", addrs.GRPC, addrs.HTTP, 2*len(losses))
 	var probes []*harness.Proc
 	for _, l := range losses {
 		for _, side := range []string{"up", "down"} {
@@ -116,7 +122,7 @@ func run(dir string, keep bool) error {
 		if err != nil {
 			return fmt.Errorf("%v\n%s", err, coll.Log())
 		}
-		fmt.Printf("\n=== path %s: GetPathStats over gRPC vs ground truth (loss %s, 1 s epochs, LDA 2×1024)\n", l.name, l.loss)
+		fmt.Printf("\n=== path %s: GetPathStats over gRPC vs ground truth (loss %s %s; 1 s epochs)\n", l.name, l.loss, strings.Join(l.args, " "))
 		printTable(stats, truths)
 	}
 	fmt.Printf("\nlogs, captures and data in %s\n", dir)
@@ -149,18 +155,19 @@ func printTable(stats []*owlv1.PathStats, truths []sim.EpochTruth) {
 		byEpoch[s.GetEpoch()] = s
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "epoch start (UTC)\tsent\tlost\tlost~\ttrue mean µs\towl mean µs\terr\ttrue std µs\towl std µs\terr\tsamples\tstatus\t")
+	fmt.Fprintln(tw, "epoch\tsent\tlost\towl lost\tcrossed\towl matched\ttrue mean µs\towl mean µs\terr\tLDA mean µs\tLDA err\ttrue std µs\towl std µs\terr\tsamples\testimator\tRDA m\tbytes\t")
 	for _, t := range truths {
 		s := byEpoch[t.Epoch]
-		if s == nil {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t-\t%.3f\t-\t-\t%.3f\t-\t-\t-\tno result\t\n", t.Epoch, t.Sent, t.Lost, t.MeanNS/1e3, t.StddevNS/1e3)
+		if s == nil || s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t-\t%d\t-\t%.3f\t-\t-\t-\t-\t%.3f\t-\t-\t-\t%v\t\t\t\n", t.Epoch, t.Sent, t.Lost, t.Crossed, t.AllMeanNS/1e3, t.AllStddevNS/1e3, s.GetStatus())
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t%.3f\t%.3f%%\t%.3f\t%.3f\t%.2f%%\t%d\t%s\t\n",
-			s.GetStart().AsTime().Format("15:04:05"), t.Sent, t.Lost, s.GetLost(),
-			t.MeanNS/1e3, s.GetMeanNs()/1e3, 100*rel(s.GetMeanNs(), t.MeanNS),
-			t.StddevNS/1e3, s.GetStddevNs()/1e3, 100*rel(s.GetStddevNs(), t.StddevNS),
-			s.GetSamples(), strings.TrimPrefix(s.GetStatus().String(), "RESULT_STATUS_"))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%d\t%d\t%.3f\t%.3f\t%.1e\t%.3f\t%.2f%%\t%.3f\t%.3f\t%.2f%%\t%d\t%s\t%d\t%d\t\n",
+			s.GetStart().AsTime().Format("15:04:05"), t.Sent, t.Lost, s.GetLost(), t.Crossed, s.GetBoundaryMatched(),
+			t.AllMeanNS/1e3, s.GetMeanNs()/1e3, rel(s.GetMeanNs(), t.AllMeanNS),
+			s.GetLdaMeanNs()/1e3, 100*rel(s.GetLdaMeanNs(), t.MeanNS),
+			t.AllStddevNS/1e3, s.GetStddevNs()/1e3, 100*rel(s.GetStddevNs(), t.AllStddevNS),
+			s.GetSamples(), s.GetEstimator(), s.GetRdaBuckets(), s.GetExchangedBytes())
 	}
 	tw.Flush()
 }

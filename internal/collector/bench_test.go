@@ -3,6 +3,8 @@ package collector
 import (
 	"context"
 	"encoding/json"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -69,4 +71,119 @@ func BenchmarkEpochCloseToResult(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(size), "report_bytes")
+}
+
+// rdaPair builds both sides' RDAs and caches of an epoch: n common packets,
+// lost packets only upstream, extra packets only downstream.
+func rdaPair(cfg rda.Config, n, lost, extra int) (up, down []byte, upTS, downTS map[uint64]int64) {
+	r := rand.New(rand.NewPCG(9, 9))
+	u, _ := rda.New(cfg)
+	d, _ := rda.New(cfg)
+	upTS, downTS = map[uint64]int64{}, map[uint64]int64{}
+	for i := 0; i < n+lost; i++ {
+		id, ts := r.Uint64(), r.Int64N(900_000_000)
+		u.Insert(id, ts)
+		upTS[id] = ts
+		if i < n {
+			d.Insert(id, ts+90_000)
+			downTS[id] = ts + 90_000
+		}
+	}
+	for i := 0; i < extra; i++ {
+		id, ts := r.Uint64(), r.Int64N(100_000)
+		d.Insert(id, ts)
+		downTS[id] = ts
+	}
+	up, _ = u.MarshalBinary()
+	down, _ = d.MarshalBinary()
+	return up, down, upTS, downTS
+}
+
+// answer plays a probe's side of the repair protocol on a stream: it
+// answers fetches from ts and passes acknowledgements to acks.
+func answer(st owlv1.ProbeService_ConnectClient, ts map[uint64]int64, acks chan<- *owlv1.Ack) {
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			close(acks)
+			return
+		}
+		switch m := m.Msg.(type) {
+		case *owlv1.CollectorMessage_Ack:
+			acks <- m.Ack
+		case *owlv1.CollectorMessage_Fetch:
+			rep := &owlv1.FetchReply{RequestId: m.Fetch.GetRequestId()}
+			for _, id := range m.Fetch.GetPacketIds() {
+				if off, ok := ts[id]; ok {
+					rep.PacketIds = append(rep.PacketIds, id)
+					rep.OffsetsNs = append(rep.OffsetsNs, off)
+				}
+			}
+			_ = st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: rep}})
+		}
+	}
+}
+
+// BenchmarkRepairRoundTrip measures a whole RDA reconciliation on loopback
+// TCP with the store on disk: from the second side's report of an epoch
+// (5,000 packets, 50 lost, 50 extra, RDA 2 × 1024 buckets) to the repaired,
+// exact result reaching a watcher. It includes peeling, two timestamp
+// fetches from the probes, repair, estimation and storage.
+func BenchmarkRepairRoundTrip(b *testing.B) {
+	cfg := testConfig(b)
+	cfg.ReadyFile = filepath.Join(b.TempDir(), "ready")
+	c := newTest(b, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var addrs Addrs
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if bs, err := os.ReadFile(cfg.ReadyFile); err == nil && json.Unmarshal(bs, &addrs) == nil {
+			break
+		}
+	}
+	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	upB, downB, upTS, downTS := rdaPair(cfg.Params.RDA, 5000, 50, 50)
+	ldaUp, ldaDown := ldaPair(b, cfg.Params.LDA, 5000, 90_000, 1)
+	a := probeStream(b, conn, "a", cfg.Params)
+	d := probeStream(b, conn, "b", cfg.Params)
+	aAcks, dAcks := make(chan *owlv1.Ack, 16), make(chan *owlv1.Ack, 16)
+	go answer(a, upTS, aAcks)
+	go answer(d, downTS, dAcks)
+	var res *owlv1.PathStats
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		r := report("p", int64(i), owlv1.Role_ROLE_UPSTREAM, ldaUp)
+		r.Rda = upB
+		if err := a.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+			b.Fatal(err)
+		}
+		<-aAcks
+		r = report("p", int64(i), owlv1.Role_ROLE_DOWNSTREAM, ldaDown)
+		r.Rda = downB
+		b.StartTimer()
+		if err := d.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+			b.Fatal(err)
+		}
+		if res, err = watch.Recv(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		<-dAcks
+		if res.GetEstimator() != "rda" || res.GetMeanNs() != 90_000 || res.GetLost() != 50 {
+			b.Fatalf("result %v", res)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(res.GetExchangedBytes()), "bytes_exchanged")
 }

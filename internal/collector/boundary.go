@@ -29,13 +29,6 @@ type boundary struct {
 	at      time.Time
 }
 
-// newBoundary records an epoch's estimate: n packets with the given mean
-// and standard deviation.
-func newBoundary(epoch int64, n, meanNS, stdNS float64, res *owlv1.PathStats, at time.Time) *boundary {
-	return &boundary{epoch: epoch, lost: map[uint64]int64{}, extra: map[uint64]int64{},
-		n: n, sumNS: n * meanNS, sqNS: n * (stdNS*stdNS + meanNS*meanNS), res: res, at: at}
-}
-
 // match pairs the lost IDs of b (sent in b's epoch) with the extra IDs of
 // next (seen downstream in the following epoch). It updates both results
 // and reports whether anything matched.
