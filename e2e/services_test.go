@@ -47,7 +47,11 @@ func setupWith(t *testing.T, m sim.Impairment) (*harness.Env, sim.Outputs, []sim
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(env.Close)
+	t.Cleanup(func() {
+		if raced := env.Close(); len(raced) > 0 {
+			t.Errorf("data races in %v (see their logs in %s)", raced, dir)
+		}
+	})
 	out := sim.OutputsFor(filepath.Join(dir, "trace"))
 	if _, err := sim.GenerateFiles("../testdata/trace.pcap", out, capture.DefaultIdentityConfig(), m); err != nil {
 		t.Fatal(err)

@@ -22,3 +22,6 @@ elif git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --exit-code -- api/; 
 fi
 echo "== go test"
 go test -count=1 -timeout 15m ./...
+echo "== race detector (concurrent packages; end-to-end with race-built binaries)"
+go test -race -count=1 -timeout 10m ./internal/collector ./internal/probe ./internal/epoch ./internal/store
+OWL_E2E_RACE=1 go test -count=1 -timeout 10m ./e2e/

@@ -66,7 +66,7 @@ func run(dir string, keep bool) error {
 	if err != nil {
 		return err
 	}
-	defer env.Close()
+	defer func() { _ = env.Close() }()
 
 	var paths strings.Builder
 	for i, l := range losses {

@@ -45,14 +45,19 @@ func ModuleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// NewEnv builds the commands (probe, collector, tracegen) into dir/bin.
+// NewEnv builds the commands (probe, collector, tracegen) into dir/bin,
+// with the race detector when OWL_E2E_RACE=1.
 func NewEnv(dir string) (*Env, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
 	bin := filepath.Join(dir, "bin")
-	cmd := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/probe", "./cmd/collector", "./cmd/tracegen")
+	args := []string{"build", "-o", bin + string(filepath.Separator)}
+	if os.Getenv("OWL_E2E_RACE") == "1" {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/probe", "./cmd/collector", "./cmd/tracegen")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building owl: %v\n%s", err, out)
@@ -135,19 +140,28 @@ func (p *Proc) Stop(d time.Duration) error {
 	return nil
 }
 
+// Raced reports whether a race-detector build of the process reported a race.
+func (p *Proc) Raced() bool { return strings.Contains(p.Log(), "WARNING: DATA RACE") }
+
 // Log returns what the process wrote.
 func (p *Proc) Log() string {
 	b, _ := os.ReadFile(p.LogPath)
 	return string(b)
 }
 
-// Close kills every process still running.
-func (e *Env) Close() {
+// Close kills every process still running and returns the names of those
+// whose race detector reported a data race.
+func (e *Env) Close() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	var raced []string
 	for _, p := range e.procs {
 		p.Kill()
+		if p.Raced() {
+			raced = append(raced, p.Name)
+		}
 	}
+	return raced
 }
 
 // Addrs are a collector's bound addresses.

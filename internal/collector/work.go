@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -272,18 +273,21 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 	u := reconcile.NewUsable(up.Config(), diff)
 	var upTS, downTS map[uint64][]int64
 	repaired := true
+	var fetched atomic.Uint64 // bytes, from two goroutines
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		var err error
-		upTS, err = c.fetch(gctx, ps.path.Upstream, path, epoch, diff.Lost, res)
+		upTS, err = c.fetch(gctx, ps.path.Upstream, path, epoch, diff.Lost, &fetched)
 		return err
 	})
 	g.Go(func() error {
 		var err error
-		downTS, err = c.fetch(gctx, ps.path.Downstream, path, epoch, diff.Extra, res)
+		downTS, err = c.fetch(gctx, ps.path.Downstream, path, epoch, diff.Extra, &fetched)
 		return err
 	})
-	if err := g.Wait(); err != nil {
+	err := g.Wait()
+	res.ExchangedBytes += fetched.Load()
+	if err != nil {
 		c.log.Warn("cannot fetch timestamps; leaving the decoded packets' buckets out", "path", path, "epoch", epoch, "err", err)
 		repaired = false
 	}
@@ -368,6 +372,7 @@ func (c *Collector) rebuildBoth(ctx context.Context, ps *pathState, epoch int64,
 	res.Rebuilds++
 	c.m.rebuilds.WithLabelValues(ps.path.Name).Inc()
 	out := [2]*rda.RDA{up, down}
+	var got [2]int // bytes received, per goroutine
 	g, gctx := errgroup.WithContext(ctx)
 	for i, probe := range []string{ps.path.Upstream, ps.path.Downstream} {
 		if out[i].Config().Buckets == m {
@@ -390,19 +395,22 @@ func (c *Collector) rebuildBoth(ctx context.Context, ps *pathState, epoch int64,
 				return fmt.Errorf("rebuilt RDA from %s has the wrong shape: %v", probe, r.Config())
 			}
 			out[i] = r
-			c.m.exchanged.WithLabelValues(ps.path.Name).Add(float64(len(b)))
-			res.ExchangedBytes += uint64(len(b))
+			got[i] = len(b)
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err := g.Wait()
+	n := got[0] + got[1]
+	res.ExchangedBytes += uint64(n)
+	c.m.exchanged.WithLabelValues(ps.path.Name).Add(float64(n))
+	if err != nil {
 		return nil, nil, err
 	}
 	return out[0], out[1], nil
 }
 
-// fetch asks a probe for the timestamps of ids.
-func (c *Collector) fetch(ctx context.Context, probe, path string, epoch int64, ids []uint64, res *owlv1.PathStats) (map[uint64][]int64, error) {
+// fetch asks a probe for the timestamps of ids; it adds the bytes exchanged to n.
+func (c *Collector) fetch(ctx context.Context, probe, path string, epoch int64, ids []uint64, n *atomic.Uint64) (map[uint64][]int64, error) {
 	if len(ids) == 0 {
 		return map[uint64][]int64{}, nil
 	}
@@ -410,9 +418,9 @@ func (c *Collector) fetch(ctx context.Context, probe, path string, epoch int64, 
 	if s == nil {
 		return nil, fmt.Errorf("%s is not connected", probe)
 	}
-	out, n, err := s.fetch(ctx, path, epoch, ids)
-	res.ExchangedBytes += uint64(n)
-	c.m.exchanged.WithLabelValues(path).Add(float64(n))
+	out, size, err := s.fetch(ctx, path, epoch, ids)
+	n.Add(uint64(size))
+	c.m.exchanged.WithLabelValues(path).Add(float64(size))
 	return out, err
 }
 
