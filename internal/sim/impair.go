@@ -39,6 +39,10 @@ type Impairment struct {
 	// DownClockOffset is added to every downstream timestamp and not to the
 	// ground truth: the downstream clock's error.
 	DownClockOffset time.Duration
+	// FlowDelay, when set, adds to every packet of a flow one extra delay
+	// drawn once per flow, so that flows differ (different routes or
+	// queues), as per-flow estimators must tell apart.
+	FlowDelay DelayModel
 	// Seed makes the draws repeatable.
 	Seed uint64
 }
@@ -121,6 +125,7 @@ func Impair(link layers.LinkType, in []Frame, id capture.IdentityConfig, m Impai
 		ageOneHop(link, data)
 		down = append(down, arrival{Frame{Data: data, TimeNS: atNS + int64(m.DownClockOffset), WireLen: f.WireLen}, len(down)})
 	}
+	flowExtra := map[capture.FlowKey]int64{}
 	for i, f := range in {
 		var p capture.Packet
 		if err := dec.Decode(f.Data, f.TimeNS, &p); err != nil {
@@ -135,6 +140,14 @@ func Impair(link layers.LinkType, in []Frame, id capture.IdentityConfig, m Impai
 			continue
 		}
 		d := m.Delay.SampleNS(r)
+		if m.FlowDelay != nil {
+			x, ok := flowExtra[p.Flow]
+			if !ok {
+				x = m.FlowDelay.SampleNS(r)
+				flowExtra[p.Flow] = x
+			}
+			d += x
+		}
 		if m.Reorder > 0 && r.Float64() < m.Reorder {
 			d += 1 + r.Int64N(int64(m.ReorderExtra))
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
 )
 
@@ -182,5 +183,47 @@ func EpochTruths(truth []Record, cfg epoch.Config, downOffsetNS int64) []EpochTr
 		out = append(out, a.t)
 	}
 	slices.SortFunc(out, func(a, b EpochTruth) int { return cmp.Compare(a.Epoch, b.Epoch) })
+	return out
+}
+
+// FlowTruth is the ground truth of one flow in one epoch.
+type FlowTruth struct {
+	Flow capture.FlowKey
+	// Sent, Lost: packets the upstream point saw in the epoch, and lost.
+	Sent, Lost int
+	// SameEpoch packets arrived within the epoch; MeanNS is over them.
+	SameEpoch int
+	MeanNS    float64
+}
+
+// FlowTruths summarises the truth per upstream epoch and flow.
+func FlowTruths(truth []Record, cfg epoch.Config, downOffsetNS int64) map[int64]map[capture.FlowKey]*FlowTruth {
+	out := map[int64]map[capture.FlowKey]*FlowTruth{}
+	sums := map[*FlowTruth]float64{}
+	for _, r := range truth {
+		e, _ := cfg.Of(r.UpNS)
+		m := out[e]
+		if m == nil {
+			m = map[capture.FlowKey]*FlowTruth{}
+			out[e] = m
+		}
+		ft := m[r.Flow]
+		if ft == nil {
+			ft = &FlowTruth{Flow: r.Flow}
+			m[r.Flow] = ft
+		}
+		ft.Sent++
+		if r.Lost {
+			ft.Lost++
+			continue
+		}
+		if de, _ := cfg.Of(r.DownNS + downOffsetNS); de == e {
+			ft.SameEpoch++
+			sums[ft] += float64(r.DelayNS())
+		}
+	}
+	for ft, s := range sums {
+		ft.MeanNS = s / float64(ft.SameEpoch)
+	}
 	return out
 }

@@ -212,3 +212,6 @@ func (r *Reader) Done() error {
 	}
 	return r.err
 }
+
+// HashBytes hashes a byte string under a seed (flow keys).
+func HashBytes(b []byte, seed uint64) uint64 { return xxh3.HashSeed(b, seed) }

@@ -1,0 +1,396 @@
+// Package lds is the Lossy Difference Sketch (Sanjuàs-Cuxart, Barlet-Ros,
+// Duffield, Kompella, "Sketching the delay", IMC 2011, §2–4): R rows × C
+// cells of (timestamp sum, packet count, digest), kept alike at both ends of
+// a path, from which the one-way delay of any flow can be estimated.
+//
+// A packet of flow f goes, in every row r that samples it, to cell
+// (h_r(f) + h'(packet)) mod C: the flow hash picks a base cell per row and
+// the packet hash an offset in [0, k), so a flow's packets spread over a
+// virtual LDA of k neighbouring cells (§2.3.3). The digest is the xor of the
+// IDs of the packets in the cell (§2.3.2): a cell is usable only when both
+// ends agree on its count and digest. A flow's mean delay comes from its
+// usable cells that hold at most (1+α) times the packets of its least loaded
+// usable cell (§2.3.4), counts scaled by the row's sampling rate (§4.2).
+package lds
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/owl-latency/owl/internal/synopsis"
+)
+
+// Limits, also enforced on decoding.
+const (
+	MaxRows   = 16
+	MaxCols   = 1 << 22
+	MaxK      = 64
+	MaxWeight = 1 << 16
+)
+
+const version = 1
+
+// Config sets the shape of an LDS; both ends of a path must use the same.
+type Config struct {
+	// Rows is R; Cols is C, the cells per row.
+	Rows int `yaml:"rows"`
+	Cols int `yaml:"cols"`
+	// K is the length of a flow's virtual LDA in each row.
+	K int `yaml:"k"`
+	// RowSampleLog2 gives each row its sampling rate 2^-e (empty: all
+	// rows sample every packet). Rows with low rates survive heavy loss,
+	// rows with high rates collect more samples (multi-bank LDS, §4.2).
+	RowSampleLog2 []uint8 `yaml:"row_sample_log2"`
+	// Seed keys the hashes.
+	Seed uint64 `yaml:"seed"`
+}
+
+// DefaultConfig returns 4 rows × 4096 cells, k = 4, rows sampling 1/64,
+// 1/8, 1/2 and 1 (for loss up to about 1%), as §5.2 does with 4 banks.
+func DefaultConfig() Config {
+	return Config{Rows: 4, Cols: 4096, K: 4, RowSampleLog2: []uint8{6, 3, 1, 0}, Seed: 0x6c6473}
+}
+
+// Validate reports parameters out of range.
+func (c Config) Validate() error {
+	if c.Rows < 1 || c.Rows > MaxRows {
+		return fmt.Errorf("lds rows %d out of range [1, %d]", c.Rows, MaxRows)
+	}
+	if c.Cols < 1 || c.Cols > MaxCols {
+		return fmt.Errorf("lds cols %d out of range [1, %d]", c.Cols, MaxCols)
+	}
+	if c.K < 1 || c.K > MaxK || c.K > c.Cols {
+		return fmt.Errorf("lds k %d out of range [1, min(%d, cols)]", c.K, MaxK)
+	}
+	if len(c.RowSampleLog2) != 0 && len(c.RowSampleLog2) != c.Rows {
+		return fmt.Errorf("lds needs one sampling exponent per row (%d), got %d", c.Rows, len(c.RowSampleLog2))
+	}
+	for _, e := range c.RowSampleLog2 {
+		if e > 63 {
+			return fmt.Errorf("lds sampling exponent %d exceeds 63", e)
+		}
+	}
+	return nil
+}
+
+// Compatible returns an error wrapping synopsis.ErrMismatch when o differs.
+func (c Config) Compatible(o Config) error {
+	if c.Rows != o.Rows || c.Cols != o.Cols || c.K != o.K || c.Seed != o.Seed || !slices.Equal(c.RowSampleLog2, o.RowSampleLog2) {
+		return fmt.Errorf("%w: lds %d×%d k %d sampling %v seed %#x vs %d×%d k %d sampling %v seed %#x", synopsis.ErrMismatch,
+			c.Rows, c.Cols, c.K, c.RowSampleLog2, c.Seed, o.Rows, o.Cols, o.K, o.RowSampleLog2, o.Seed)
+	}
+	return nil
+}
+
+// rate is row r's sampling probability.
+func (c Config) rate(r int) float64 {
+	if len(c.RowSampleLog2) == 0 {
+		return 1
+	}
+	return math.Ldexp(1, -int(c.RowSampleLog2[r]))
+}
+
+// Cell is one cell of the sketch.
+type Cell struct {
+	SumNS  int64  // weighted sum of timestamp offsets
+	Count  uint64 // weighted packet count
+	Digest uint64 // xor of the IDs of the packets
+}
+
+// LDS is one end's sketch for one path and epoch. Not safe for concurrent use.
+type LDS struct {
+	cfg   Config
+	zeros []uint8 // per row: leading zeros a packet hash needs to be sampled
+	cells []Cell  // row-major
+}
+
+// New returns an empty LDS.
+func New(cfg Config) (*LDS, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.RowSampleLog2 = slices.Clone(cfg.RowSampleLog2)
+	l := &LDS{cfg: cfg, zeros: make([]uint8, cfg.Rows), cells: make([]Cell, cfg.Rows*cfg.Cols)}
+	copy(l.zeros, cfg.RowSampleLog2)
+	return l, nil
+}
+
+// Config returns the sketch's parameters.
+func (l *LDS) Config() Config { return l.cfg }
+
+// FlowHash hashes a flow key's bytes (capture.FlowKey.AppendBinary) for
+// Insert and Estimate.
+func FlowHash(key []byte, seed uint64) uint64 { return synopsis.HashBytes(key, seed) }
+
+// base returns the flow's base cell in row r.
+func (l *LDS) base(r int, flow uint64) int {
+	h := synopsis.Hash(flow, l.cfg.Seed+uint64(r>>1))
+	if r&1 == 1 {
+		h >>= 32
+	}
+	return int((uint64(uint32(h)) * uint64(l.cfg.Cols)) >> 32)
+}
+
+// Insert adds a packet (ID id, seen offsetNS into the epoch) of the flow
+// with hash flow, with weight w (1 unless the operator's rules say more).
+func (l *LDS) Insert(flow, id uint64, offsetNS int64, w uint64) {
+	ph := synopsis.Hash(id, l.cfg.Seed^0x706b74)
+	off := int((uint64(uint32(ph)) * uint64(l.cfg.K)) >> 32)
+	lz := uint8(bits.LeadingZeros64(ph))
+	cols := l.cfg.Cols
+	for r := 0; r < l.cfg.Rows; r += 2 {
+		h := synopsis.Hash(flow, l.cfg.Seed+uint64(r>>1))
+		if lz >= l.zeros[r] {
+			j := int((uint64(uint32(h))*uint64(cols))>>32) + off
+			if j >= cols {
+				j -= cols
+			}
+			c := &l.cells[r*cols+j]
+			c.SumNS += int64(w) * offsetNS
+			c.Count += w
+			c.Digest ^= id
+		}
+		if r+1 < l.cfg.Rows && lz >= l.zeros[r+1] {
+			j := int(((h>>32)*uint64(cols))>>32) + off
+			if j >= cols {
+				j -= cols
+			}
+			c := &l.cells[(r+1)*cols+j]
+			c.SumNS += int64(w) * offsetNS
+			c.Count += w
+			c.Digest ^= id
+		}
+	}
+}
+
+// Merge adds o (a shard of the same path and epoch) to l.
+func (l *LDS) Merge(o *LDS) error {
+	if err := l.cfg.Compatible(o.cfg); err != nil {
+		return err
+	}
+	for i, c := range o.cells {
+		a := &l.cells[i]
+		a.SumNS += c.SumNS
+		a.Count += c.Count
+		a.Digest ^= c.Digest
+	}
+	return nil
+}
+
+// Options tune the estimator.
+type Options struct {
+	// Alpha is α: cells with more than (1+α) times the packets of the
+	// least loaded usable cell are left out (default 0.1, the paper's).
+	Alpha float64
+	// MinCellPackets leaves out rows whose sampling gives each of the
+	// flow's k cells fewer packets of the flow than this, by the flow's
+	// estimated size (default 32). In such a row most of the flow's cells
+	// hold none of its packets, only colliding ones, and the least loaded
+	// cell the α rule starts from is one of those. Rows are left out only
+	// while another row has usable cells.
+	MinCellPackets float64
+}
+
+// DefaultOptions returns α = 0.1 and MinCellPackets 32.
+func DefaultOptions() Options { return Options{Alpha: 0.1, MinCellPackets: 32} }
+
+// FlowEstimate is what a pair of sketches tells about one flow.
+type FlowEstimate struct {
+	// MeanNS is the flow's mean delay; Samples the (weighted, scaled back
+	// from sampling) packet count behind it. Zero when no cell is usable.
+	MeanNS  float64
+	Samples float64
+	// StddevNS is a rough standard deviation, from the spread of the
+	// selected cells of one row (zero when fewer than two cells allow).
+	StddevNS float64
+	// Cells is how many cells entered the mean; Usable how many of the
+	// flow's R·k cells both ends agreed on.
+	Cells, Usable int
+	// UpPackets and DownPackets estimate the flow's packets at each end,
+	// count-min style (§4.3): per row the vLDA's cells summed and scaled
+	// by the sampling rate, then the least row. They are upper bounds.
+	UpPackets, DownPackets float64
+	// Lost estimates the flow's lost packets from the row that gives the
+	// least upstream count (the least collided).
+	Lost float64
+}
+
+// ErrNoCell is returned when none of a flow's cells is usable.
+var ErrNoCell = errors.New("no usable cell for the flow")
+
+// EstimateFlow estimates the delay of the flow with hash flow and weight w.
+func EstimateFlow(up, down *LDS, flow uint64, w uint64, opts Options) (FlowEstimate, error) {
+	if err := up.cfg.Compatible(down.cfg); err != nil {
+		return FlowEstimate{}, err
+	}
+	if w == 0 {
+		w = 1
+	}
+	type cand struct {
+		row           int
+		sum           int64
+		count, scaled float64
+	}
+	cfg := up.cfg
+	var cands []cand
+	est := FlowEstimate{UpPackets: math.Inf(1), DownPackets: math.Inf(1)}
+	for r := 0; r < cfg.Rows; r++ {
+		p := cfg.rate(r)
+		b := up.base(r, flow)
+		var upN, downN uint64
+		for o := 0; o < cfg.K; o++ {
+			j := (b + o) % cfg.Cols
+			a, d := up.cells[r*cfg.Cols+j], down.cells[r*cfg.Cols+j]
+			upN += a.Count
+			downN += d.Count
+			if a.Count == d.Count && a.Digest == d.Digest && a.Count > 0 {
+				cands = append(cands, cand{row: r, sum: d.SumNS - a.SumNS, count: float64(a.Count), scaled: float64(a.Count) / p})
+			}
+		}
+		upP, downP := float64(upN)/p/float64(w), float64(downN)/p/float64(w)
+		if upP < est.UpPackets {
+			est.UpPackets, est.Lost = upP, upP-downP
+		}
+		est.DownPackets = min(est.DownPackets, downP)
+	}
+	est.Usable = len(cands)
+	if len(cands) == 0 {
+		return est, ErrNoCell
+	}
+	// Rows sampled too thinly for this flow's size are left out.
+	if opts.MinCellPackets > 0 {
+		var kept []cand
+		for _, c := range cands {
+			if est.UpPackets*float64(w)*cfg.rate(c.row)/float64(cfg.K) >= opts.MinCellPackets {
+				kept = append(kept, c)
+			}
+		}
+		if len(kept) > 0 {
+			cands = kept
+		}
+	}
+	minScaled := math.Inf(1)
+	for _, c := range cands {
+		minScaled = min(minScaled, c.scaled)
+	}
+	var sum, n float64
+	perRow := map[int][]cand{}
+	for _, c := range cands {
+		if c.scaled > (1+opts.Alpha)*minScaled {
+			continue
+		}
+		sum += float64(c.sum)
+		n += c.count
+		est.Cells++
+		perRow[c.row] = append(perRow[c.row], c)
+	}
+	est.MeanNS = sum / n
+	// Samples: the packets behind the selected cells of the best row
+	// (rows hold the same packets again), scaled back from sampling.
+	best := -1
+	for r, cs := range perRow {
+		if best < 0 || len(cs) > len(perRow[best]) || (len(cs) == len(perRow[best]) && r > best) {
+			best = r
+		}
+	}
+	var bc, bc2, bsq float64
+	for _, c := range perRow[best] {
+		bc += c.count
+		bc2 += c.count * c.count
+	}
+	est.Samples = bc / cfg.rate(best) / float64(w)
+	if len(perRow[best]) >= 2 {
+		for _, c := range perRow[best] {
+			r := float64(c.sum) - c.count*est.MeanNS
+			bsq += r * r
+		}
+		if dof := bc - bc2/bc; dof > 0 {
+			// Each cell's sum is weighted by w: divide the weight out.
+			est.StddevNS = math.Sqrt(bsq/dof) / math.Sqrt(float64(w))
+		}
+	}
+	return est, nil
+}
+
+// AppendBinary appends the wire form:
+//
+//	envelope (kind 'S', version 1) | rows (1) | cols (uvarint) | k (1) |
+//	sampling flag (1) [+ rows exponents] | seed (8 LE) |
+//	per cell, row-major: sum (zig-zag varint), count (uvarint), digest
+//	(8 LE, only when count > 0)
+func (l *LDS) AppendBinary(b []byte) ([]byte, error) {
+	b = synopsis.AppendHeader(b, synopsis.KindLDS, version)
+	b = append(b, byte(l.cfg.Rows))
+	b = binary.AppendUvarint(b, uint64(l.cfg.Cols))
+	b = append(b, byte(l.cfg.K))
+	if len(l.cfg.RowSampleLog2) == 0 {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = append(b, l.cfg.RowSampleLog2...)
+	}
+	b = binary.LittleEndian.AppendUint64(b, l.cfg.Seed)
+	for _, c := range l.cells {
+		b = binary.AppendVarint(b, c.SumNS)
+		b = binary.AppendUvarint(b, c.Count)
+		if c.Count > 0 {
+			b = binary.LittleEndian.AppendUint64(b, c.Digest)
+		}
+	}
+	return b, nil
+}
+
+// MarshalBinary returns the wire form.
+func (l *LDS) MarshalBinary() ([]byte, error) { return l.AppendBinary(nil) }
+
+// Decode parses a wire form, rejecting truncated, oversized or trailing
+// input with an error wrapping synopsis.ErrFormat.
+func Decode(b []byte) (*LDS, error) {
+	rd, err := synopsis.NewReader(b, synopsis.KindLDS, version)
+	if err != nil {
+		return nil, err
+	}
+	var cfg Config
+	cfg.Rows = int(rd.Byte("rows"))
+	cfg.Cols = int(rd.Uvarint("cols", MaxCols))
+	cfg.K = int(rd.Byte("k"))
+	switch rd.Byte("sampling") {
+	case 0:
+	case 1:
+		if cfg.Rows <= MaxRows && rd.Need("row sampling", cfg.Rows) {
+			cfg.RowSampleLog2 = make([]uint8, cfg.Rows)
+			for i := range cfg.RowSampleLog2 {
+				cfg.RowSampleLog2[i] = rd.Byte("row sampling")
+			}
+		}
+	default:
+		rd.Fail("sampling", "must be 0 or 1")
+	}
+	cfg.Seed = rd.Uint64("seed")
+	if rd.Err() != nil {
+		return nil, rd.Err()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
+	}
+	if !rd.Need("cells", 2*cfg.Rows*cfg.Cols) {
+		return nil, rd.Err()
+	}
+	l, _ := New(cfg)
+	for i := range l.cells {
+		c := &l.cells[i]
+		c.SumNS = rd.Varint("cell sum")
+		c.Count = rd.Uvarint("cell count", math.MaxUint64)
+		if c.Count > 0 {
+			c.Digest = rd.Uint64("cell digest")
+		}
+	}
+	if err := rd.Done(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}

@@ -1,0 +1,175 @@
+package lds
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/owl-latency/owl/internal/synopsis"
+)
+
+func TestSingleFlowExact(t *testing.T) {
+	cfg := Config{Rows: 4, Cols: 1000, K: 4, Seed: 3}
+	up, _ := New(cfg)
+	down, _ := New(cfg)
+	r := rand.New(rand.NewPCG(1, 1))
+	const flow = 0xabcdef
+	var sum float64
+	for i := 0; i < 500; i++ {
+		id, ts := r.Uint64(), r.Int64N(1e9)
+		d := 1000 + r.Int64N(100)
+		up.Insert(flow, id, ts, 1)
+		down.Insert(flow, id, ts+d, 1)
+		sum += float64(d)
+	}
+	est, err := EstimateFlow(up, down, flow, 1, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The α rule keeps the cells within 10% of the least loaded: a subset
+	// of the packets, so close to the mean but not exactly it.
+	if math.Abs(est.MeanNS-sum/500) > 5 || est.UpPackets != 500 || est.Lost != 0 || est.Samples < 100 {
+		t.Errorf("estimate %+v, want mean %.3f and 500 packets", est, sum/500)
+	}
+	if est.StddevNS < 15 || est.StddevNS > 45 { // uniform on 100 ns: σ ≈ 29
+		t.Errorf("stddev %.1f", est.StddevNS)
+	}
+	if _, err := EstimateFlow(up, down, 0x1234, 1, DefaultOptions()); !errors.Is(err, ErrNoCell) {
+		t.Errorf("unknown flow: %v", err)
+	}
+}
+
+// A cell whose counts match but whose packets differ (a lost packet and a
+// duplicate, or a packet from the previous epoch) must be left out: the
+// digest catches it.
+func TestDigestRejectsSwappedPackets(t *testing.T) {
+	cfg := Config{Rows: 1, Cols: 1, K: 1, Seed: 1}
+	up, _ := New(cfg)
+	down, _ := New(cfg)
+	up.Insert(7, 100, 500, 1)
+	down.Insert(7, 100, 600, 1)
+	up.Insert(7, 200, 900_000_000, 1) // lost
+	down.Insert(7, 300, 10, 1)        // came from the previous epoch
+	if _, err := EstimateFlow(up, down, 7, 1, DefaultOptions()); !errors.Is(err, ErrNoCell) {
+		t.Fatalf("cell with swapped packets used: %v", err)
+	}
+}
+
+func TestLossAndCounts(t *testing.T) {
+	cfg := Config{Rows: 3, Cols: 64, K: 3, Seed: 9}
+	up, _ := New(cfg)
+	down, _ := New(cfg)
+	r := rand.New(rand.NewPCG(2, 2))
+	for i := 0; i < 300; i++ {
+		id := r.Uint64()
+		up.Insert(5, id, 1, 1)
+		if i != 0 {
+			down.Insert(5, id, 101, 1)
+		}
+	}
+	est, err := EstimateFlow(up, down, 5, 1, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if est.UpPackets != 300 || est.DownPackets != 299 || est.Lost != 1 || est.MeanNS != 100 || est.Usable != 6 {
+		t.Errorf("%+v", est)
+	}
+}
+
+func TestWeights(t *testing.T) {
+	cfg := Config{Rows: 2, Cols: 4, K: 1, Seed: 9}
+	up, _ := New(cfg)
+	down, _ := New(cfg)
+	for i := uint64(1); i <= 10; i++ {
+		up.Insert(1, i, 0, 25)
+		down.Insert(1, i, 300, 25)
+	}
+	est, err := EstimateFlow(up, down, 1, 25, DefaultOptions())
+	if err != nil || est.MeanNS != 300 || est.UpPackets != 10 || est.Samples != 10 {
+		t.Errorf("%+v %v", est, err)
+	}
+}
+
+func TestMergeAndWire(t *testing.T) {
+	cfg := DefaultConfig()
+	whole, _ := New(cfg)
+	a, _ := New(cfg)
+	b, _ := New(cfg)
+	r := rand.New(rand.NewPCG(3, 3))
+	for i := 0; i < 5000; i++ {
+		f, id, ts := r.Uint64N(100), r.Uint64(), r.Int64N(1e9)
+		whole.Insert(f, id, ts, 1)
+		if i%2 == 0 {
+			a.Insert(f, id, ts, 1)
+		} else {
+			b.Insert(f, id, ts, 1)
+		}
+	}
+	if err := a.Merge(b); err != nil || !slices.Equal(a.cells, whole.cells) {
+		t.Fatal("merge not exact", err)
+	}
+	bs, _ := whole.MarshalBinary()
+	got, err := Decode(bs)
+	if err != nil || !slices.Equal(got.cells, whole.cells) || got.cfg.Compatible(cfg) != nil {
+		t.Fatal("wire round trip", err)
+	}
+	t.Logf("%d cells with 5000 packets: %d bytes", len(whole.cells), len(bs))
+	for _, bad := range [][]byte{bs[:len(bs)-1], append(append([]byte{}, bs...), 1), bs[:6], nil} {
+		if _, err := Decode(bad); !errors.Is(err, synopsis.ErrFormat) {
+			t.Errorf("bad input: %v", err)
+		}
+	}
+}
+
+func TestSize(t *testing.T) {
+	// The paper's example (§3): 146,000 flows, 4.2% of them large, k = 1,
+	// ε = e^-4.2: R = 4 and about 70,000 counters.
+	rows, cols, err := Size(146_000, 6125.0/146_000, math.Exp(-4.2), 1)
+	if err != nil || rows != 4 || rows*cols < 65_000 || rows*cols > 75_000 {
+		t.Errorf("Size = %d × %d, %v", rows, cols, err)
+	}
+	if _, _, err := Size(0, 0.1, 0.01, 1); err == nil {
+		t.Error("zero flows accepted")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	l, _ := New(Config{Rows: 2, Cols: 8, K: 2, RowSampleLog2: []uint8{1, 0}, Seed: 4})
+	for i := uint64(0); i < 30; i++ {
+		l.Insert(i%5, i*0x9e3779b97f4a7c15, int64(i), 1)
+	}
+	b, _ := l.MarshalBinary()
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, synopsis.ErrFormat) {
+				t.Fatalf("%v does not wrap ErrFormat", err)
+			}
+			return
+		}
+		again, _ := l.MarshalBinary()
+		l2, err := Decode(again)
+		if err != nil || !slices.Equal(l2.cells, l.cells) {
+			t.Fatal("re-encoded form decodes differently")
+		}
+		_, _ = EstimateFlow(l, l, 1, 1, DefaultOptions())
+	})
+}
+
+func BenchmarkInsert(b *testing.B) {
+	l, _ := New(Config{Rows: 4, Cols: 4096, K: 4, Seed: 1})
+	ids := make([]uint64, 1<<16)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range ids {
+		ids[i] = r.Uint64()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := ids[i&(len(ids)-1)]
+		l.Insert(id>>50, id, int64(i), 1)
+	}
+}

@@ -1,0 +1,116 @@
+// Package rap finds the heaviest flows of a stream with the Random Admission
+// Policy (Ben Basat et al., as analysed in Zheng's dissertation, ch. 1 and
+// 4): a SpaceSaving variant with a fixed number of counters. A tracked flow's
+// counter grows with each of its packets; a new flow takes over the smallest
+// counter c_min with probability 1/(c_min+1), starting at c_min+1, and is
+// otherwise ignored. Random admission keeps the many small flows from
+// churning the table, so heavy flows stay in it.
+package rap
+
+import (
+	"math/rand/v2"
+	"slices"
+)
+
+// Entry is a tracked flow.
+type Entry[T any] struct {
+	Key   uint64 // the flow's hash
+	Value T      // what the caller keeps with it (the flow key)
+	// Count estimates the flow's packets; for a flow admitted late it
+	// includes the counter it took over (an overestimate).
+	Count uint64
+}
+
+// Table holds k counters. Not safe for concurrent use.
+type Table[T any] struct {
+	k    int
+	heap []Entry[T]     // min-heap by Count
+	pos  map[uint64]int // key → index in heap
+	rnd  *rand.Rand
+}
+
+// New returns a table of k counters; seed makes admissions repeatable.
+func New[T any](k int, seed uint64) *Table[T] {
+	return &Table[T]{k: max(k, 1), pos: make(map[uint64]int, k), rnd: rand.New(rand.NewPCG(seed, 0x726170))}
+}
+
+// Add counts a packet of the flow with this key; v is copied only when the
+// flow is admitted.
+func (t *Table[T]) Add(key uint64, v *T) {
+	if i, ok := t.pos[key]; ok {
+		t.heap[i].Count++
+		t.down(i)
+		return
+	}
+	if len(t.heap) < t.k {
+		t.heap = append(t.heap, Entry[T]{Key: key, Value: *v, Count: 1})
+		t.pos[key] = len(t.heap) - 1
+		t.up(len(t.heap) - 1)
+		return
+	}
+	min := t.heap[0].Count
+	if t.rnd.Uint64N(min+1) != 0 {
+		return
+	}
+	delete(t.pos, t.heap[0].Key)
+	t.heap[0] = Entry[T]{Key: key, Value: *v, Count: min + 1}
+	t.pos[key] = 0
+	t.down(0)
+}
+
+// Top returns the n largest counters, largest first.
+func (t *Table[T]) Top(n int) []Entry[T] {
+	out := slices.Clone(t.heap)
+	slices.SortFunc(out, func(a, b Entry[T]) int {
+		switch {
+		case a.Count > b.Count:
+			return -1
+		case a.Count < b.Count:
+			return 1
+		}
+		return 0
+	})
+	if n < len(out) {
+		out = out[:n]
+	}
+	return out
+}
+
+// Len is the number of tracked flows.
+func (t *Table[T]) Len() int { return len(t.heap) }
+
+func (t *Table[T]) swap(i, j int) {
+	t.heap[i], t.heap[j] = t.heap[j], t.heap[i]
+	t.pos[t.heap[i].Key] = i
+	t.pos[t.heap[j].Key] = j
+}
+
+func (t *Table[T]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if t.heap[p].Count <= t.heap[i].Count {
+			return
+		}
+		t.swap(i, p)
+		i = p
+	}
+}
+
+func (t *Table[T]) down(i int) {
+	n := len(t.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && t.heap[r].Count < t.heap[l].Count {
+			m = r
+		}
+		if t.heap[i].Count <= t.heap[m].Count {
+			return
+		}
+		t.swap(i, m)
+		i = m
+	}
+}
