@@ -19,6 +19,7 @@ import (
 	"github.com/owl-latency/owl/e2e/harness"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/sim"
 )
 
@@ -38,6 +39,12 @@ func setup(t *testing.T) (*harness.Env, sim.Outputs, []sim.EpochTruth) {
 }
 
 func setupWith(t *testing.T, m sim.Impairment) (*harness.Env, sim.Outputs, []sim.EpochTruth) {
+	env, out, truths, _ := setupFlows(t, m)
+	return env, out, truths
+}
+
+// setupFlows is setupWith, also returning the per-flow truth.
+func setupFlows(t *testing.T, m sim.Impairment) (*harness.Env, sim.Outputs, []sim.EpochTruth, map[int64]map[capture.FlowKey]*sim.FlowTruth) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test")
@@ -65,7 +72,19 @@ func setupWith(t *testing.T, m sim.Impairment) (*harness.Env, sim.Outputs, []sim
 	if err != nil {
 		t.Fatal(err)
 	}
-	return env, out, sim.EpochTruths(truth, epoch.DefaultConfig(), 0)
+	// The truth file has no flow keys: take them from the input capture.
+	link, frames, err := sim.ReadCapture("../testdata/trace.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, _ := capture.NewDecoder(link, capture.DefaultIdentityConfig())
+	for i := range truth {
+		var p capture.Packet
+		if dec.Decode(frames[truth[i].Frame-1].Data, 0, &p) == nil {
+			truth[i].Flow = p.Flow
+		}
+	}
+	return env, out, sim.EpochTruths(truth, epoch.DefaultConfig(), 0), sim.FlowTruths(truth, epoch.DefaultConfig(), 0)
 }
 
 func collectorYAML(dataDir, grpc string, paths string) string {
@@ -122,7 +141,7 @@ func TestServicesEndToEnd(t *testing.T) {
 }
 
 func endToEnd(t *testing.T, m sim.Impairment, checkLDA bool) {
-	env, out, truths := setupWith(t, m)
+	env, out, truths, flowTruths := setupFlows(t, m)
 	coll, addrs, err := env.StartCollector("collector", collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB))
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +211,8 @@ func endToEnd(t *testing.T, m sim.Impairment, checkLDA bool) {
 	if checked < 5 || exact < checked-1 {
 		t.Fatalf("%d epochs checked, %d exact", checked, exact)
 	}
+
+	checkFlows(t, q, flowTruths)
 
 	// Reflection lists the services, as grpcurl's "list" does.
 	conn, _ := harness.Dial(addrs.GRPC)
@@ -389,5 +410,66 @@ func TestParameterMismatch(t *testing.T) {
 	}
 	if m := httpGet(t, "http://"+addrs.HTTP+"/metrics"); !strings.Contains(m, `owl_collector_parameter_mismatches_total{probe="op-c"} 1`) {
 		t.Errorf("mismatch not counted")
+	}
+}
+
+// checkFlows asks for the path's heaviest flow and checks its per-epoch
+// delay (LDS) against the ground truth.
+func checkFlows(t *testing.T, q owlv1.QueryServiceClient, truths map[int64]map[capture.FlowKey]*sim.FlowTruth) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	top, err := q.TopFlows(ctx, &owlv1.TopFlowsRequest{Path: "a-to-b", Limit: 3})
+	if err != nil || len(top.GetFlows()) == 0 {
+		t.Fatalf("TopFlows: %v, %v", top, err)
+	}
+	heavy := top.GetFlows()[0].GetFlow()
+	fk, err := netpath.FlowFromProto(heavy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The truth's heaviest flow over the run.
+	sizes := map[capture.FlowKey]int{}
+	for _, flows := range truths {
+		for k, ft := range flows {
+			sizes[k] += ft.Sent
+		}
+	}
+	var want capture.FlowKey
+	for k, n := range sizes {
+		if n > sizes[want] {
+			want = k
+		}
+	}
+	if fk != want {
+		t.Errorf("TopFlows' heaviest flow is %v (%.0f packets), the truth's %v (%d packets)", fk, top.GetFlows()[0].GetPackets(), want, sizes[want])
+	}
+	fs, err := q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: "a-to-b", Flow: heavy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	checked := 0
+	for _, s := range fs.GetStats() {
+		ft := truths[s.GetEpoch()][fk]
+		if ft == nil || ft.SameEpoch < 1000 {
+			continue
+		}
+		rel := math.Abs(s.GetMeanNs()-ft.MeanNS) / ft.MeanNS
+		// The LDS bound: the sketch measures a subset of the flow's
+		// packets (cells with a lost packet are out), so its mean is off
+		// by sampling, a few standard errors of the true spread, plus
+		// up to 1% from colliding flows.
+		bound := 4*ft.StddevNS/math.Sqrt(s.GetSamples()) + 0.01*ft.MeanNS
+		fmt.Fprintf(&b, "epoch %d: %d packets, true %.3f µs, LDS %.3f µs ± %.3f (%.2f%%, bound %.2f%%), %.0f samples\n", s.GetEpoch(), ft.SameEpoch,
+			ft.MeanNS/1e3, s.GetMeanNs()/1e3, s.GetStderrNs()/1e3, 100*rel, 100*bound/ft.MeanNS, s.GetSamples())
+		if !s.GetEstimated() || math.Abs(s.GetMeanNs()-ft.MeanNS) > bound {
+			t.Errorf("flow %v epoch %d: LDS mean %.1f ns, truth %.1f ns: off by %.1f ns, bound %.1f ns", fk, s.GetEpoch(), s.GetMeanNs(), ft.MeanNS, math.Abs(s.GetMeanNs()-ft.MeanNS), bound)
+		}
+		checked++
+	}
+	t.Logf("heaviest flow %v:\n%s", fk, b.String())
+	if checked < 3 {
+		t.Errorf("only %d epochs of the heaviest flow checked", checked)
 	}
 }

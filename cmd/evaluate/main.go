@@ -17,9 +17,11 @@ import (
 	"strings"
 
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/evaluate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 func main() {
@@ -40,10 +42,26 @@ func main() {
 	sweepCfg := evaluate.DefaultSweepConfig()
 	fs.IntVar(&sweepCfg.Trials, "trials", sweepCfg.Trials, "epochs per set-difference size (-rda-sweep)")
 	fs.IntVar(&sweepCfg.Packets, "packets", sweepCfg.Packets, "common packets per epoch (-rda-sweep)")
+	ldsRun := fs.Bool("lds-bins", false, "instead: per-flow LDS accuracy by flow-size bin on synthetic Pareto traffic (uses -lds-* and -flows, -loss)")
+	ldsCfg := evaluate.LDSRunConfig{Flows: 146_000, Shape: 0.9, LDS: lds.Config{Rows: 4, Cols: 17_500, K: 1, Seed: 1}, Opts: lds.DefaultOptions(), Seed: 1}
+	fs.IntVar(&ldsCfg.Flows, "flows", ldsCfg.Flows, "flows (-lds-bins)")
+	fs.Float64Var(&ldsCfg.Loss, "loss", 0, "uniform loss (-lds-bins)")
+	fs.IntVar(&ldsCfg.LDS.Rows, "lds-rows", ldsCfg.LDS.Rows, "LDS rows (-lds-bins)")
+	fs.IntVar(&ldsCfg.LDS.Cols, "lds-cols", ldsCfg.LDS.Cols, "LDS cells per row (-lds-bins)")
+	fs.IntVar(&ldsCfg.LDS.K, "lds-k", ldsCfg.LDS.K, "LDS vLDA length (-lds-bins)")
+	fs.Var(cli.Uint8List{P: &ldsCfg.LDS.RowSampleLog2}, "lds-sampling", "LDS per-row sampling exponents (-lds-bins)")
 	cfg.Identity.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *ldsRun {
+		ldsCfg.Output = os.Stdout
+		if _, err := evaluate.RunLDS(ldsCfg); err != nil {
+			log.Error("lds run failed", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *sweep {
 		if err := evaluate.WriteSweepTable(os.Stdout, sweepCfg, evaluate.RunSweep(sweepCfg)); err != nil {
 			log.Error("sweep failed", "err", err)

@@ -10,10 +10,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -29,6 +31,7 @@ type Collector struct {
 
 	paths    map[string]*pathState // fixed after New
 	pathList []netpath.Path
+	weightOf func(capture.FlowKey) uint64 // LDS flow weights
 
 	mu       sync.Mutex
 	probes   map[string]*probeState
@@ -49,6 +52,8 @@ type pathState struct {
 	boundaries map[int64]*boundary
 	recentDiff []int // set difference sizes of recent epochs
 	rdaBuckets int   // RDA size the probes were told to use
+	newest     int64 // newest epoch reconciled
+	seen       bool  // newest is set
 }
 
 // pairing is one epoch of a path whose sides have not both arrived.
@@ -62,6 +67,7 @@ type side struct {
 	store.Pending
 	lda *lda.LDA
 	rda *rda.RDA // nil when the report has none
+	lds *lds.LDS // nil when the report has none
 }
 
 // probeState is what the collector knows of a probe.
@@ -95,6 +101,10 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		watchers: map[chan *owlv1.PathStats]string{},
 	}
 	c.m = newMetrics()
+	if c.weightOf, err = cfg.Params.WeightOf(); err != nil {
+		st.Close()
+		return nil, err
+	}
 	for _, p := range cfg.Paths {
 		c.paths[p.Name] = &pathState{path: p, pending: map[int64]*pairing{}, wake: make(chan struct{}, 1),
 			boundaries: map[int64]*boundary{}, rdaBuckets: cfg.Params.RDA.Buckets}
@@ -167,6 +177,11 @@ func decodeSide(p store.Pending) (*side, error) {
 	s := &side{Pending: p, lda: l}
 	if b := p.Report.GetRda(); len(b) > 0 {
 		if s.rda, err = rda.Decode(b); err != nil {
+			return nil, err
+		}
+	}
+	if b := p.Report.GetLds(); len(b) > 0 {
+		if s.lds, err = lds.Decode(b); err != nil {
 			return nil, err
 		}
 	}
@@ -292,12 +307,18 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 	if err == nil && s.rda != nil {
 		err = params.SameRDAHashing(c.cfg.Params.RDA, s.rda.Config())
 	}
+	if err == nil && s.lds != nil {
+		err = c.cfg.Params.LDS.Compatible(s.lds.Config())
+	}
+	if err == nil && len(r.GetTopFlows()) > 100_000 {
+		err = fmt.Errorf("%d top flows exceed 100000", len(r.GetTopFlows()))
+	}
 	if err != nil {
 		c.m.rejected.WithLabelValues("mismatch").Inc()
 		c.m.mismatch.WithLabelValues(probe).Inc()
 		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
 	}
-	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda())))
+	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds())))
 
 	ps.mu.Lock()
 	defer ps.mu.Unlock()

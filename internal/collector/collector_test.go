@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -18,9 +19,11 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 func testConfig(t testing.TB) Config {
@@ -385,5 +388,72 @@ owl_collector_results_total{path="p",status="ok"} 1
 	if err := testutil.GatherAndCompare(c.m.reg, strings.NewReader(want),
 		"owl_path_delay_mean_seconds", "owl_path_samples", "owl_collector_results_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestFlowQueries reports two flows of different delays with their LDSs and
+// top-flow lists, then asks for them over gRPC.
+func TestFlowQueries(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	conn := serve(t, c)
+	q := owlv1.NewQueryServiceClient(conn)
+	heavy := capture.FlowKey{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 1, DstPort: 2, Proto: 6}
+	light := capture.FlowKey{Src: netip.MustParseAddr("10.0.0.3"), Dst: netip.MustParseAddr("10.0.0.4"), SrcPort: 3, DstPort: 4, Proto: 17}
+	upL, _ := lds.New(cfg.Params.LDS)
+	downL, _ := lds.New(cfg.Params.LDS)
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, f := range []struct {
+		k       capture.FlowKey
+		n       int
+		delayNS int64
+	}{{heavy, 3000, 500_000}, {light, 400, 90_000}} {
+		h := c.flowHash(f.k)
+		for i := 0; i < f.n; i++ {
+			id, ts := r.Uint64(), r.Int64N(900_000_000)
+			upL.Insert(h, id, ts, 1)
+			downL.Insert(h, id, ts+f.delayNS, 1)
+		}
+	}
+	ub, _ := upL.MarshalBinary()
+	db, _ := downL.MarshalBinary()
+	up, down := ldaPair(t, cfg.Params.LDA, 100, 1, 5)
+	top := []*owlv1.TopFlow{{Flow: netpath.FlowToProto(heavy), Packets: 3000}, {Flow: netpath.FlowToProto(light), Packets: 400}}
+	ru := report("p", 4, owlv1.Role_ROLE_UPSTREAM, up)
+	ru.Lds, ru.TopFlows = ub, top
+	rd := report("p", 4, owlv1.Role_ROLE_DOWNSTREAM, down)
+	rd.Lds = db
+	if err := c.report("a", ru); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.report("b", rd); err != nil {
+		t.Fatal(err)
+	}
+	waitResult(t, c, "p", 4, anyResult)
+	ctx := context.Background()
+	var tf *owlv1.TopFlowsResponse
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var err error
+		tf, err = q.TopFlows(ctx, &owlv1.TopFlowsRequest{Path: "p", OrderBy: owlv1.TopFlowsRequest_ORDER_MEAN_DELAY})
+		if err == nil && len(tf.GetFlows()) == 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(tf.GetFlows()) != 2 || tf.GetFlows()[0].GetMeanNs() != 500_000 || tf.GetFlows()[1].GetMeanNs() != 90_000 {
+		t.Fatalf("TopFlows by delay: %v", tf)
+	}
+	// Any flow can be asked for, top or not: an unknown one has no estimate.
+	fs, err := q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: "p", Flow: netpath.FlowToProto(light)})
+	if err != nil || len(fs.GetStats()) != 1 || fs.GetStats()[0].GetMeanNs() != 90_000 || !fs.GetStats()[0].GetTop() {
+		t.Fatalf("GetFlowStats: %v, %v", fs, err)
+	}
+	other := netpath.FlowToProto(capture.FlowKey{Src: netip.MustParseAddr("10.9.9.9"), Dst: netip.MustParseAddr("10.9.9.8"), Proto: 17})
+	fs, err = q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: "p", Flow: other})
+	if err != nil || len(fs.GetStats()) != 1 || fs.GetStats()[0].GetEstimated() {
+		t.Fatalf("unknown flow: %v, %v", fs, err)
+	}
+	if _, err := q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: "p", Flow: &owlv1.FlowKey{Src: "x"}}); err == nil {
+		t.Error("bad flow accepted")
 	}
 }

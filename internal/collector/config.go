@@ -49,6 +49,18 @@ type Config struct {
 	ReadyFile string `yaml:"ready_file"`
 	// RDA sizes the paths' RDAs and bounds reconciliation.
 	RDA RDAConfig `yaml:"rda"`
+	// Flows sets per-flow results.
+	Flows FlowsConfig `yaml:"flows"`
+}
+
+// FlowsConfig sets how per-flow results are kept and exported.
+type FlowsConfig struct {
+	// Retention is how long the sketches behind GetFlowStats of any flow,
+	// and the top flows' results, are kept.
+	Retention time.Duration `yaml:"retention"`
+	// MetricsTop is how many of a path's heaviest flows of its latest
+	// epoch get Prometheus series (bounded cardinality).
+	MetricsTop int `yaml:"metrics_top"`
 }
 
 // RDAConfig sizes RDAs and bounds what reconciling one epoch may cost.
@@ -84,6 +96,7 @@ func DefaultConfig() Config {
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
 		MaxMessageBytes: 64 << 20,
 		RDA:             RDAConfig{MinBuckets: 64, MaxBuckets: 1 << 20, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
+		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
 	}
 }
 
@@ -116,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if c.RDA.MaxRebuilds < 0 || c.RDA.RequestTimeout <= 0 {
 		return errors.New("rda: max_rebuilds must not be negative and request_timeout must be positive")
+	}
+	if c.Flows.Retention < c.Params.Epoch.Length || c.Flows.MetricsTop < 0 || c.Flows.MetricsTop > 1000 {
+		return fmt.Errorf("flows: retention %v must cover an epoch and metrics_top %d be in [0, 1000]", c.Flows.Retention, c.Flows.MetricsTop)
 	}
 	if c.MaxMessageBytes < 1<<16 {
 		return fmt.Errorf("max_message_bytes %d is below 64 KiB", c.MaxMessageBytes)

@@ -1,15 +1,21 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 // probeService serves ProbeService.
@@ -109,23 +115,9 @@ func (s queryService) GetPathStats(ctx context.Context, req *owlv1.GetPathStatsR
 	if s.c.paths[req.GetPath()] == nil {
 		return nil, status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
 	}
-	ep := s.c.cfg.Params.Epoch
-	from, to := int64(math.MinInt64/2), int64(math.MaxInt64/2)
-	if req.GetFrom() != nil {
-		if err := req.GetFrom().CheckValid(); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "from: %v", err)
-		}
-		e, off := ep.Of(req.GetFrom().AsTime().UnixNano())
-		from = e
-		if off > 0 {
-			from++ // epochs that start at or after from
-		}
-	}
-	if req.GetTo() != nil {
-		if err := req.GetTo().CheckValid(); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "to: %v", err)
-		}
-		to, _ = ep.Of(req.GetTo().AsTime().UnixNano())
+	from, to, err := s.epochRange(req.GetFrom(), req.GetTo())
+	if err != nil {
+		return nil, err
 	}
 	limit := int(req.GetLimit())
 	if limit == 0 {
@@ -158,4 +150,135 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 			}
 		}
 	}
+}
+
+// epochRange turns a request's time range into epochs.
+func (s queryService) epochRange(from, to *timestamppb.Timestamp) (int64, int64, error) {
+	ep := s.c.cfg.Params.Epoch
+	lo, hi := int64(math.MinInt64/2), int64(math.MaxInt64/2)
+	if from != nil {
+		if err := from.CheckValid(); err != nil {
+			return 0, 0, status.Errorf(codes.InvalidArgument, "from: %v", err)
+		}
+		e, off := ep.Of(from.AsTime().UnixNano())
+		lo = e
+		if off > 0 {
+			lo++ // epochs that start at or after from
+		}
+	}
+	if to != nil {
+		if err := to.CheckValid(); err != nil {
+			return 0, 0, status.Errorf(codes.InvalidArgument, "to: %v", err)
+		}
+		hi, _ = ep.Of(to.AsTime().UnixNano())
+	}
+	return lo, hi, nil
+}
+
+// GetFlowStats estimates one flow in every retained epoch of the range.
+func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsRequest) (*owlv1.GetFlowStatsResponse, error) {
+	if s.c.paths[req.GetPath()] == nil {
+		return nil, status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
+	}
+	f, err := netpath.FlowFromProto(req.GetFlow())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	lo, hi, err := s.epochRange(req.GetFrom(), req.GetTo())
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 100
+	}
+	limit = min(limit, maxResults)
+	h := s.c.flowHash(f)
+	var out []*owlv1.FlowStats
+	var decodeErr error
+	err = s.c.store.LDSPairs(req.GetPath(), lo, hi, func(e int64, upB, downB []byte) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		if fs, err := s.c.store.FlowResult(req.GetPath(), e, h); err == nil && fs != nil {
+			out = append(out, fs)
+		} else {
+			up, err1 := lds.Decode(upB)
+			down, err2 := lds.Decode(downB)
+			if err := errors.Join(err1, err2); err != nil {
+				decodeErr = err
+				return false
+			}
+			out = append(out, s.c.estimateFlow(req.GetPath(), e, up, down, f))
+		}
+		if len(out) > limit {
+			out = out[1:]
+		}
+		return true
+	})
+	if err = errors.Join(err, decodeErr); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &owlv1.GetFlowStatsResponse{Stats: out}, ctx.Err()
+}
+
+// TopFlows sums up the top flows of the epochs in the range.
+func (s queryService) TopFlows(ctx context.Context, req *owlv1.TopFlowsRequest) (*owlv1.TopFlowsResponse, error) {
+	if s.c.paths[req.GetPath()] == nil {
+		return nil, status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
+	}
+	lo, hi, err := s.epochRange(req.GetFrom(), req.GetTo())
+	if err != nil {
+		return nil, err
+	}
+	type acc struct {
+		fs        *owlv1.FlowStats
+		delaySum  float64
+		sampleSum float64
+	}
+	byFlow := map[uint64]*acc{}
+	err = s.c.store.FlowResults(req.GetPath(), lo, hi, func(h uint64, f *owlv1.FlowStats) bool {
+		a := byFlow[h]
+		if a == nil {
+			a = &acc{fs: &owlv1.FlowStats{Path: f.GetPath(), Epoch: f.GetEpoch(), Start: f.GetStart(), Flow: f.GetFlow(), Top: true}}
+			byFlow[h] = a
+		}
+		a.fs.Packets += f.GetPackets()
+		a.fs.Lost += f.GetLost()
+		a.fs.Epochs++
+		if f.GetEstimated() {
+			a.fs.Estimated = true
+			a.delaySum += f.GetMeanNs() * f.GetSamples()
+			a.sampleSum += f.GetSamples()
+		}
+		return ctx.Err() == nil
+	})
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	out := make([]*owlv1.FlowStats, 0, len(byFlow))
+	for _, a := range byFlow {
+		if a.sampleSum > 0 {
+			a.fs.MeanNs, a.fs.Samples = a.delaySum/a.sampleSum, a.sampleSum
+		}
+		out = append(out, a.fs)
+	}
+	key := func(f *owlv1.FlowStats) float64 {
+		switch req.GetOrderBy() {
+		case owlv1.TopFlowsRequest_ORDER_MEAN_DELAY:
+			return f.GetMeanNs()
+		case owlv1.TopFlowsRequest_ORDER_LOSS:
+			return f.GetLost()
+		}
+		return f.GetPackets()
+	}
+	slices.SortFunc(out, func(a, b *owlv1.FlowStats) int { return cmp.Compare(key(b), key(a)) })
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 10
+	}
+	if limit < len(out) {
+		out = out[:limit]
+	}
+	return &owlv1.TopFlowsResponse{Flows: out}, nil
 }

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -35,6 +37,9 @@ type metrics struct {
 	rebuilds   *prometheus.CounterVec
 	peels      *prometheus.CounterVec
 	exchanged  *prometheus.CounterVec
+
+	flowMean    *prometheus.GaugeVec
+	flowPackets *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -68,7 +73,9 @@ func newMetrics() *metrics {
 	m.rebuilds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_rebuilds_total", Help: "Late-binding rebuilds of RDAs at a larger size."}, []string{"path"})
 	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
 	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
-	for _, c := range []prometheus.Collector{m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
+	m.flowMean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_delay_mean_seconds", Help: "Mean one-way delay of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
+	m.flowPackets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_packets", Help: "Packets of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
+	for _, c := range []prometheus.Collector{m.flowMean, m.flowPackets, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
 		m.probesConnected, m.watchersDropped, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
 		f(c)
 	}
@@ -136,4 +143,21 @@ func statusName(s owlv1.ResultStatus) string {
 		return "mismatch"
 	}
 	return "unknown"
+}
+
+// flows replaces a path's per-flow series with its newest top flows.
+func (m *metrics) flows(path string, top []*owlv1.FlowStats, n int) {
+	if len(top) == 0 {
+		return
+	}
+	m.flowMean.DeletePartialMatch(prometheus.Labels{"path": path})
+	m.flowPackets.DeletePartialMatch(prometheus.Labels{"path": path})
+	for _, f := range top[:min(n, len(top))] {
+		k := f.GetFlow()
+		label := fmt.Sprintf("%d %s:%d>%s:%d", k.GetProtocol(), k.GetSrc(), k.GetSrcPort(), k.GetDst(), k.GetDstPort())
+		m.flowPackets.WithLabelValues(path, label).Set(f.GetPackets())
+		if f.GetEstimated() {
+			m.flowMean.WithLabelValues(path, label).Set(f.GetMeanNs() / 1e9)
+		}
+	}
 }

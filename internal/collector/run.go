@@ -87,12 +87,17 @@ func (c *Collector) Run(ctx context.Context) error {
 	g.Go(func() error {
 		t := time.NewTicker(min(time.Second, c.cfg.PairTimeout/4))
 		defer t.Stop()
+		lastPrune := time.Now()
 		for {
 			select {
 			case <-gctx.Done():
 				return nil
 			case <-t.C:
 				c.sweep()
+				if time.Since(lastPrune) > time.Minute {
+					c.pruneFlows()
+					lastPrune = time.Now()
+				}
 			}
 		}
 	})

@@ -78,9 +78,16 @@ func (s *session) deliver(id uint64, m *owlv1.ProbeMessage) {
 	}
 }
 
+// cached is one packet as a probe's cache holds it.
+type cached struct {
+	offsetNS int64
+	flow     uint64 // LDS flow hash (0 when the probe did not say)
+	weight   uint64
+}
+
 // fetch asks the probe for the timestamps of ids in a path's epoch. It
-// returns every offset the probe has for each id.
-func (s *session) fetch(ctx context.Context, path string, epoch int64, ids []uint64) (map[uint64][]int64, int, error) {
+// returns every entry the probe has for each id.
+func (s *session) fetch(ctx context.Context, path string, epoch int64, ids []uint64) (map[uint64][]cached, int, error) {
 	id := requestIDs.Add(1)
 	req := &owlv1.FetchRequest{RequestId: id, Path: path, Epoch: epoch, PacketIds: ids}
 	r, err := s.call(ctx, id, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Fetch{Fetch: req}})
@@ -88,16 +95,21 @@ func (s *session) fetch(ctx context.Context, path string, epoch int64, ids []uin
 		return nil, 0, err
 	}
 	rep := r.GetFetchReply()
-	size := 8*len(ids) + 16*len(rep.GetPacketIds())
+	size := 8*len(ids) + 28*len(rep.GetPacketIds())
 	if rep.GetError() != "" {
 		return nil, size, fmt.Errorf("%s: %s", s.probe, rep.GetError())
 	}
 	if len(rep.GetPacketIds()) != len(rep.GetOffsetsNs()) {
 		return nil, size, fmt.Errorf("%s: fetch reply with %d ids and %d offsets", s.probe, len(rep.GetPacketIds()), len(rep.GetOffsetsNs()))
 	}
-	out := make(map[uint64][]int64, len(ids))
+	withFlows := len(rep.GetFlowHashes()) == len(rep.GetPacketIds()) && len(rep.GetWeights()) == len(rep.GetPacketIds())
+	out := make(map[uint64][]cached, len(ids))
 	for i, pid := range rep.GetPacketIds() {
-		out[pid] = append(out[pid], rep.GetOffsetsNs()[i])
+		e := cached{offsetNS: rep.GetOffsetsNs()[i]}
+		if withFlows {
+			e.flow, e.weight = rep.GetFlowHashes()[i], uint64(rep.GetWeights()[i])
+		}
+		out[pid] = append(out[pid], e)
 	}
 	return out, size, nil
 }

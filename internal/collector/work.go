@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -73,9 +75,10 @@ func (c *Collector) reconcileEpoch(ctx context.Context, ps *pathState, epoch int
 	res := c.baseResult(ps.path.Name, epoch, pr.up, pr.down)
 	c.estimateLDA(res, pr.up, pr.down)
 	var bd *boundary
+	var rep repairs
 	if pr.up.rda != nil && pr.down.rda != nil {
 		var err error
-		bd, err = c.estimateRDA(ctx, ps, epoch, pr, res)
+		bd, err = c.estimateRDA(ctx, ps, epoch, pr, res, &rep)
 		if err != nil {
 			c.log.Warn("RDA reconciliation failed; keeping the LDA estimate", "path", ps.path.Name, "epoch", epoch, "err", err)
 		}
@@ -85,6 +88,7 @@ func (c *Collector) reconcileEpoch(ctx context.Context, ps *pathState, epoch int
 	}
 
 	w := store.Write{Results: []*owlv1.PathStats{res}, Done: []store.EpochRef{{Path: ps.path.Name, Epoch: epoch}}}
+	flows := c.topFlows(ps.path.Name, epoch, pr.up, pr.down, rep, &w)
 	var updated []*owlv1.PathStats
 	if bd != nil {
 		// Match across both neighbouring epochs, whichever came first.
@@ -107,6 +111,9 @@ func (c *Collector) reconcileEpoch(ctx context.Context, ps *pathState, epoch int
 	if ps.pending[epoch] == pr {
 		delete(ps.pending, epoch)
 	}
+	if !ps.seen || epoch > ps.newest {
+		ps.newest, ps.seen = epoch, true
+	}
 	if bd != nil {
 		ps.boundaries[epoch] = bd
 		for e := range ps.boundaries {
@@ -117,6 +124,7 @@ func (c *Collector) reconcileEpoch(ctx context.Context, ps *pathState, epoch int
 	}
 	ps.mu.Unlock()
 	c.publish(res, pr)
+	c.m.flows(ps.path.Name, flows, c.cfg.Flows.MetricsTop)
 	for _, u := range updated {
 		c.publishUpdate(u)
 	}
@@ -218,11 +226,42 @@ func (c *Collector) estimateLDA(res *owlv1.PathStats, up, down *side) {
 	}
 }
 
+// ldsRemoval is a packet to take out of one side's LDS.
+type ldsRemoval struct {
+	id uint64
+	e  cached
+}
+
+// repairs lists what RDA reconciliation found to take out of each side's LDS.
+type repairs struct{ up, down []ldsRemoval }
+
+// apply returns repaired copies of the two sketches. Packets whose flow the
+// probe did not say are left in: their cells stay unusable, as the digest
+// shows.
+func (r repairs) apply(up, down *lds.LDS) (*lds.LDS, *lds.LDS) {
+	if len(r.up)+len(r.down) == 0 {
+		return up, down
+	}
+	up, down = up.Clone(), down.Clone()
+	for _, x := range r.up {
+		if x.e.weight > 0 {
+			up.Remove(x.e.flow, x.id, x.e.offsetNS, x.e.weight)
+		}
+	}
+	for _, x := range r.down {
+		if x.e.weight > 0 {
+			down.Remove(x.e.flow, x.id, x.e.offsetNS, x.e.weight)
+		}
+	}
+	return up, down
+}
+
 // estimateRDA reconciles the epoch's RDAs: peel (rebuilding both sides at a
 // larger size while peeling fails, up to the configured limit), fetch the
 // timestamps of the decoded packets, repair, compute. It overrides the
-// result's estimate and returns the epoch's boundary record.
-func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64, pr *pairing, res *owlv1.PathStats) (*boundary, error) {
+// result's estimate, fills rep with the packets to take out of the LDSs,
+// and returns the epoch's boundary record.
+func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64, pr *pairing, res *owlv1.PathStats, rep *repairs) (*boundary, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RDA.RequestTimeout)
 	defer cancel()
 	up, down := pr.up.rda, pr.down.rda
@@ -271,7 +310,7 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 
 	// Timestamps of the decoded packets, from the side that saw them.
 	u := reconcile.NewUsable(up.Config(), diff)
-	var upTS, downTS map[uint64][]int64
+	var upTS, downTS map[uint64][]cached
 	repaired := true
 	var fetched atomic.Uint64 // bytes, from two goroutines
 	g, gctx := errgroup.WithContext(ctx)
@@ -303,8 +342,9 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 			// Only an ID the upstream side saw exactly once can be
 			// removed: with two copies, which one was lost is unknown.
 			if ts := upTS[id]; len(ts) == 1 {
-				upOff[id] = ts[0]
-				bdLost[id] = start + ts[0]
+				upOff[id] = ts[0].offsetNS
+				bdLost[id] = start + ts[0].offsetNS
+				rep.up = append(rep.up, ldsRemoval{id, ts[0]})
 			}
 		}
 		downOff := map[uint64]int64{}
@@ -312,13 +352,15 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 			ts := slices.Clone(downTS[id])
 			switch {
 			case len(ts) == 1:
-				downOff[id] = ts[0]
-				bdExtra[id] = start + ts[0]
+				downOff[id] = ts[0].offsetNS
+				bdExtra[id] = start + ts[0].offsetNS
+				rep.down = append(rep.down, ldsRemoval{id, ts[0]})
 			case len(ts) >= 2:
 				// A duplicate: the first copy is the delivery, the
 				// last one is the extra.
-				slices.Sort(ts)
-				downOff[id] = ts[len(ts)-1]
+				slices.SortFunc(ts, func(a, b cached) int { return cmp.Compare(a.offsetNS, b.offsetNS) })
+				downOff[id] = ts[len(ts)-1].offsetNS
+				rep.down = append(rep.down, ldsRemoval{id, ts[len(ts)-1]})
 				dups++
 			}
 		}
@@ -410,9 +452,9 @@ func (c *Collector) rebuildBoth(ctx context.Context, ps *pathState, epoch int64,
 }
 
 // fetch asks a probe for the timestamps of ids; it adds the bytes exchanged to n.
-func (c *Collector) fetch(ctx context.Context, probe, path string, epoch int64, ids []uint64, n *atomic.Uint64) (map[uint64][]int64, error) {
+func (c *Collector) fetch(ctx context.Context, probe, path string, epoch int64, ids []uint64, n *atomic.Uint64) (map[uint64][]cached, error) {
 	if len(ids) == 0 {
-		return map[uint64][]int64{}, nil
+		return map[uint64][]cached{}, nil
 	}
 	s := c.session(probe)
 	if s == nil {

@@ -169,10 +169,55 @@ func matchPort(rs []portRange, p uint16) bool {
 
 // ToProto converts a path to its API form.
 func (p Path) ToProto() *owlv1.Path {
-	return &owlv1.Path{Name: p.Name, Upstream: p.Upstream, Downstream: p.Downstream, Selector: &owlv1.Selector{
-		SrcCidrs: p.Selector.SrcCIDRs, DstCidrs: p.Selector.DstCIDRs, Protocol: uint32(mustProto(p.Selector.Protocol)),
-		SrcPorts: p.Selector.SrcPorts, DstPorts: p.Selector.DstPorts,
-	}}
+	return &owlv1.Path{Name: p.Name, Upstream: p.Upstream, Downstream: p.Downstream, Selector: p.Selector.ToProto()}
+}
+
+// ToProto converts a selector to its API form.
+func (s Selector) ToProto() *owlv1.Selector {
+	return &owlv1.Selector{SrcCidrs: s.SrcCIDRs, DstCidrs: s.DstCIDRs, Protocol: uint32(mustProto(s.Protocol)),
+		SrcPorts: s.SrcPorts, DstPorts: s.DstPorts}
+}
+
+// SelectorFromProto converts and compiles an API selector.
+func SelectorFromProto(s *owlv1.Selector) (Selector, error) {
+	var out Selector
+	if s == nil {
+		return out, nil
+	}
+	out = Selector{SrcCIDRs: s.GetSrcCidrs(), DstCIDRs: s.GetDstCidrs(), SrcPorts: s.GetSrcPorts(), DstPorts: s.GetDstPorts()}
+	if s.GetProtocol() > 255 {
+		return Selector{}, fmt.Errorf("protocol %d out of range", s.GetProtocol())
+	}
+	if s.GetProtocol() != 0 {
+		out.Protocol = strconv.Itoa(int(s.GetProtocol()))
+	}
+	_, err := out.Compile()
+	return out, err
+}
+
+// FlowToProto converts a flow key to its API form.
+func FlowToProto(f capture.FlowKey) *owlv1.FlowKey {
+	return &owlv1.FlowKey{Src: f.Src.String(), Dst: f.Dst.String(), SrcPort: uint32(f.SrcPort), DstPort: uint32(f.DstPort), Protocol: uint32(f.Proto)}
+}
+
+// FlowFromProto parses an API flow key.
+func FlowFromProto(f *owlv1.FlowKey) (capture.FlowKey, error) {
+	var k capture.FlowKey
+	if f == nil {
+		return k, errors.New("no flow given")
+	}
+	var err error
+	if k.Src, err = netip.ParseAddr(f.GetSrc()); err != nil {
+		return k, fmt.Errorf("flow src: %w", err)
+	}
+	if k.Dst, err = netip.ParseAddr(f.GetDst()); err != nil {
+		return k, fmt.Errorf("flow dst: %w", err)
+	}
+	if f.GetSrcPort() > 65535 || f.GetDstPort() > 65535 || f.GetProtocol() > 255 {
+		return k, fmt.Errorf("flow ports %d, %d or protocol %d out of range", f.GetSrcPort(), f.GetDstPort(), f.GetProtocol())
+	}
+	k.SrcPort, k.DstPort, k.Proto = uint16(f.GetSrcPort()), uint16(f.GetDstPort()), uint8(f.GetProtocol())
+	return k, nil
 }
 
 func mustProto(s string) uint8 {
@@ -189,14 +234,10 @@ func FromProto(pp *owlv1.Path) (Path, error) {
 		return Path{}, errors.New("empty path")
 	}
 	p := Path{Name: pp.GetName(), Upstream: pp.GetUpstream(), Downstream: pp.GetDownstream()}
-	if s := pp.GetSelector(); s != nil {
-		p.Selector = Selector{SrcCIDRs: s.GetSrcCidrs(), DstCIDRs: s.GetDstCidrs(), SrcPorts: s.GetSrcPorts(), DstPorts: s.GetDstPorts()}
-		if s.GetProtocol() > 255 {
-			return Path{}, fmt.Errorf("path %q: protocol %d out of range", p.Name, s.GetProtocol())
-		}
-		if s.GetProtocol() != 0 {
-			p.Selector.Protocol = strconv.Itoa(int(s.GetProtocol()))
-		}
+	sel, err := SelectorFromProto(pp.GetSelector())
+	if err != nil {
+		return Path{}, fmt.Errorf("path %q: %w", p.Name, err)
 	}
+	p.Selector = sel
 	return p, p.Validate()
 }

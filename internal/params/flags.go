@@ -1,9 +1,14 @@
 package params
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/owl-latency/owl/internal/cli"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 // BindFlags binds the parameters to flags of fs, with the current values as
@@ -20,4 +25,42 @@ func (p *Params) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.RDA.Buckets, "rda-buckets", p.RDA.Buckets, "RDA buckets per bank to start with (the collector resizes)")
 	fs.Uint64Var(&p.RDA.Seed, "rda-seed", p.RDA.Seed, "RDA hash seed")
 	fs.BoolVar(&p.RDA.Check, "rda-check", p.RDA.Check, "RDA 32-bit check field in every bucket")
+	fs.IntVar(&p.LDS.Rows, "lds-rows", p.LDS.Rows, "LDS rows")
+	fs.IntVar(&p.LDS.Cols, "lds-cols", p.LDS.Cols, "LDS cells per row")
+	fs.IntVar(&p.LDS.K, "lds-k", p.LDS.K, "LDS virtual LDA length k (cells per flow and row)")
+	fs.Var(cli.Uint8List{P: &p.LDS.RowSampleLog2}, "lds-sampling", "LDS per-row sampling exponents: row r samples 2^-e_r of the packets")
+	fs.Uint64Var(&p.LDS.Seed, "lds-seed", p.LDS.Seed, "LDS hash seed")
+	fs.Var(ldsSize{p}, "lds-size", "size the LDS rows and cells from FLOWS,LARGE,EPS: expected flows per epoch, share of them large enough to measure (e.g. 0.04), target probability of only large collisions (LDS §3); uses -lds-k, give it first")
+}
+
+// ldsSize sets the LDS shape from sizing inputs (lds.Size).
+type ldsSize struct{ p *Params }
+
+func (v ldsSize) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return fmt.Sprintf("rows %d cols %d", v.p.LDS.Rows, v.p.LDS.Cols)
+}
+
+func (v ldsSize) Set(s string) error {
+	f := strings.Split(s, ",")
+	if len(f) != 3 {
+		return fmt.Errorf("want FLOWS,LARGE,EPS, got %q", s)
+	}
+	flows, err1 := strconv.Atoi(strings.TrimSpace(f[0]))
+	large, err2 := strconv.ParseFloat(strings.TrimSpace(f[1]), 64)
+	eps, err3 := strconv.ParseFloat(strings.TrimSpace(f[2]), 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("want FLOWS,LARGE,EPS numbers: %w", err)
+	}
+	rows, cols, err := lds.Size(flows, large, eps, v.p.LDS.K)
+	if err != nil {
+		return err
+	}
+	v.p.LDS.Rows, v.p.LDS.Cols = rows, cols
+	if len(v.p.LDS.RowSampleLog2) != rows {
+		v.p.LDS.RowSampleLog2 = nil // one rate per row no longer fits: sample every packet
+	}
+	return nil
 }

@@ -7,12 +7,17 @@ package params
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -24,11 +29,24 @@ type Params struct {
 	// RDA's banks, seed and check must match; Buckets is only the size a
 	// path starts with (the collector sizes each epoch).
 	RDA rda.Config `yaml:"rda"`
+	// LDS is the per-flow sketch.
+	LDS lds.Config `yaml:"lds"`
+	// FlowWeights raise the LDS accuracy of chosen flows (LDS §4.1).
+	FlowWeights []FlowWeight `yaml:"flow_weights"`
+}
+
+// FlowWeight gives the flows a selector matches a weight in the LDS: their
+// packets count Weight times, so collisions with lighter flows hurt them
+// less (at those flows' expense).
+type FlowWeight struct {
+	Selector netpath.Selector `yaml:"selector"`
+	Weight   uint64           `yaml:"weight"`
 }
 
 // Default returns the defaults of each part.
 func Default() Params {
-	return Params{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(), LDA: lda.DefaultConfig(), RDA: rda.DefaultConfig()}
+	return Params{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(), LDA: lda.DefaultConfig(),
+		RDA: rda.DefaultConfig(), LDS: lds.DefaultConfig()}
 }
 
 // Validate checks each part.
@@ -44,6 +62,17 @@ func (p Params) Validate() error {
 	}
 	if err := p.RDA.Validate(); err != nil {
 		return fmt.Errorf("rda: %w", err)
+	}
+	if err := p.LDS.Validate(); err != nil {
+		return fmt.Errorf("lds: %w", err)
+	}
+	for i, w := range p.FlowWeights {
+		if w.Weight < 1 || w.Weight > lds.MaxWeight {
+			return fmt.Errorf("flow_weights[%d]: weight %d out of range [1, %d]", i, w.Weight, lds.MaxWeight)
+		}
+		if _, err := w.Selector.Compile(); err != nil {
+			return fmt.Errorf("flow_weights[%d]: %w", i, err)
+		}
 	}
 	return nil
 }
@@ -65,6 +94,14 @@ func (p Params) Compatible(o Params) error {
 	}
 	if err := SameRDAHashing(p.RDA, o.RDA); err != nil {
 		errs = append(errs, err)
+	}
+	if err := p.LDS.Compatible(o.LDS); err != nil {
+		errs = append(errs, err)
+	}
+	if !slices.EqualFunc(p.FlowWeights, o.FlowWeights, func(a, b FlowWeight) bool {
+		return a.Weight == b.Weight && proto.Equal(a.Selector.ToProto(), b.Selector.ToProto())
+	}) {
+		errs = append(errs, fmt.Errorf("flow weights differ: %d rules vs %d", len(p.FlowWeights), len(o.FlowWeights)))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -89,19 +126,27 @@ func (p Params) ToProto() *owlv1.SynopsisParams {
 	for i, e := range p.LDA.BankSampleLog2 {
 		banks[i] = uint32(e)
 	}
-	return &owlv1.SynopsisParams{
+	out := &owlv1.SynopsisParams{
 		Identity: &owlv1.IdentityParams{Seed: p.Identity.Seed, PayloadBytes: uint32(p.Identity.PayloadBytes), NatSafe: p.Identity.NATSafe},
 		Epoch:    &owlv1.EpochParams{StartUnixNs: start, LengthNs: int64(p.Epoch.Length)},
 		Lda:      &owlv1.LDAParams{Rows: uint32(p.LDA.Rows), BankSampleLog2: banks, Seed: p.LDA.Seed},
 		Rda:      &owlv1.RDAParams{Banks: uint32(p.RDA.Banks), Seed: p.RDA.Seed, Check: p.RDA.Check},
+		Lds:      &owlv1.LDSParams{Rows: uint32(p.LDS.Rows), Cols: uint32(p.LDS.Cols), K: uint32(p.LDS.K), Seed: p.LDS.Seed},
 	}
+	for _, e := range p.LDS.RowSampleLog2 {
+		out.Lds.RowSampleLog2 = append(out.Lds.RowSampleLog2, uint32(e))
+	}
+	for _, w := range p.FlowWeights {
+		out.FlowWeights = append(out.FlowWeights, &owlv1.FlowWeight{Selector: w.Selector.ToProto(), Weight: uint32(w.Weight)})
+	}
+	return out
 }
 
 // FromProto converts and validates parameters received from a peer. The
 // grace period is local to each probe and is not carried.
 func FromProto(sp *owlv1.SynopsisParams) (Params, error) {
-	if sp == nil || sp.Identity == nil || sp.Epoch == nil || sp.Lda == nil || sp.Rda == nil {
-		return Params{}, errors.New("parameters incomplete: identity, epoch, lda and rda are required")
+	if sp == nil || sp.Identity == nil || sp.Epoch == nil || sp.Lda == nil || sp.Rda == nil || sp.Lds == nil {
+		return Params{}, errors.New("parameters incomplete: identity, epoch, lda, rda and lds are required")
 	}
 	var p Params
 	p.Identity = capture.IdentityConfig{Seed: sp.Identity.Seed, PayloadBytes: int(min(sp.Identity.PayloadBytes, capture.MaxPayloadBytes+1)), NATSafe: sp.Identity.NatSafe}
@@ -120,8 +165,50 @@ func FromProto(sp *owlv1.SynopsisParams) (Params, error) {
 		p.LDA.BankSampleLog2 = append(p.LDA.BankSampleLog2, uint8(e))
 	}
 	p.RDA = rda.Config{Banks: int(min(sp.Rda.Banks, rda.MaxBanks+1)), Buckets: rda.DefaultConfig().Buckets, Seed: sp.Rda.Seed, Check: sp.Rda.Check}
+	p.LDS = lds.Config{Rows: int(min(sp.Lds.Rows, lds.MaxRows+1)), Cols: int(min(sp.Lds.Cols, lds.MaxCols+1)), K: int(min(sp.Lds.K, lds.MaxK+1)), Seed: sp.Lds.Seed}
+	if len(sp.Lds.RowSampleLog2) > lds.MaxRows {
+		return Params{}, fmt.Errorf("lds: %d sampling exponents", len(sp.Lds.RowSampleLog2))
+	}
+	for _, e := range sp.Lds.RowSampleLog2 {
+		p.LDS.RowSampleLog2 = append(p.LDS.RowSampleLog2, uint8(min(e, 64)))
+	}
+	if len(sp.FlowWeights) > 1024 {
+		return Params{}, fmt.Errorf("%d flow weight rules exceed 1024", len(sp.FlowWeights))
+	}
+	for _, w := range sp.FlowWeights {
+		sel, err := netpath.SelectorFromProto(w.GetSelector())
+		if err != nil {
+			return Params{}, fmt.Errorf("flow weight: %w", err)
+		}
+		p.FlowWeights = append(p.FlowWeights, FlowWeight{Selector: sel, Weight: uint64(w.GetWeight())})
+	}
 	if err := p.Validate(); err != nil {
 		return Params{}, err
 	}
 	return p, nil
+}
+
+// WeightOf compiles the flow weight rules into a function that gives a
+// flow's LDS weight: the first matching rule's, else 1.
+func (p Params) WeightOf() (func(capture.FlowKey) uint64, error) {
+	type rule struct {
+		m *netpath.Matcher
+		w uint64
+	}
+	var rules []rule
+	for i, w := range p.FlowWeights {
+		m, err := w.Selector.Compile()
+		if err != nil {
+			return nil, fmt.Errorf("flow_weights[%d]: %w", i, err)
+		}
+		rules = append(rules, rule{m, w.Weight})
+	}
+	return func(f capture.FlowKey) uint64 {
+		for _, r := range rules {
+			if r.m.Match(f) {
+				return r.w
+			}
+		}
+		return 1
+	}, nil
 }

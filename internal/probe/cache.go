@@ -9,13 +9,16 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
-// entry is one packet as a probe's cache keeps it.
+// entry is one packet as a probe's cache keeps it: its ID and timestamp
+// (to repair the RDA) and its flow hash and weight (to repair the LDS).
 type entry struct {
 	id       uint64
 	offsetNS int64
+	flow     uint64
+	weight   uint32
 }
 
-const entryBytes = 16
+const entryBytes = 32
 
 // epochCache is the (ID, timestamp) list of one path and epoch. It is
 // appended to on the capture goroutine while the epoch is open and only
@@ -31,7 +34,7 @@ type epochCache struct {
 
 // lookup returns every entry of the given IDs (an ID cached twice is
 // returned twice; an ID not cached is not returned).
-func (c *epochCache) lookup(ids []uint64) ([]uint64, []int64) {
+func (c *epochCache) lookup(ids []uint64) []entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.sorted {
@@ -46,8 +49,7 @@ func (c *epochCache) lookup(ids []uint64) ([]uint64, []int64) {
 		})
 		c.sorted = true
 	}
-	var outIDs []uint64
-	var outOffs []int64
+	var out []entry
 	for _, id := range ids {
 		i, _ := slices.BinarySearchFunc(c.entries, id, func(e entry, id uint64) int {
 			switch {
@@ -59,11 +61,10 @@ func (c *epochCache) lookup(ids []uint64) ([]uint64, []int64) {
 			return 0
 		})
 		for ; i < len(c.entries) && c.entries[i].id == id; i++ {
-			outIDs = append(outIDs, id)
-			outOffs = append(outOffs, c.entries[i].offsetNS)
+			out = append(out, c.entries[i])
 		}
 	}
-	return outIDs, outOffs
+	return out
 }
 
 // rebuild makes the epoch's RDA again with another bucket count.
@@ -184,7 +185,12 @@ func (s *cacheStore) fetch(req *owlv1.FetchRequest) *owlv1.FetchReply {
 		rep.Error = fmt.Sprintf("no cache for path %q epoch %d (evicted or never seen)", req.GetPath(), req.GetEpoch())
 		return rep
 	}
-	rep.PacketIds, rep.OffsetsNs = c.lookup(req.GetPacketIds())
+	for _, e := range c.lookup(req.GetPacketIds()) {
+		rep.PacketIds = append(rep.PacketIds, e.id)
+		rep.OffsetsNs = append(rep.OffsetsNs, e.offsetNS)
+		rep.FlowHashes = append(rep.FlowHashes, e.flow)
+		rep.Weights = append(rep.Weights, e.weight)
+	}
 	return rep
 }
 

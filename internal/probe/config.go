@@ -43,6 +43,9 @@ type Config struct {
 	// Cache sets how the (packet ID, timestamp) lists behind RDA repair
 	// are kept.
 	Cache CacheConfig `yaml:"cache"`
+	// TopFlows is how many of each path's heaviest flows a report names
+	// (RAP keeps twice as many counters); the collector estimates them.
+	TopFlows int `yaml:"top_flows"`
 }
 
 // CacheConfig bounds the per-epoch caches that let the collector fetch
@@ -77,6 +80,7 @@ func DefaultConfig() Config {
 		ReconnectMax:   10 * time.Second,
 		DrainTimeout:   10 * time.Second,
 		ReleaseTimeout: 60 * time.Second,
+		TopFlows:       20,
 		Cache:          CacheConfig{MaxPackets: 4 << 20, Retention: 64, MaxBytes: 512 << 20},
 	}
 }
@@ -109,6 +113,9 @@ func (c Config) Validate() error {
 	if c.Cache.MaxPackets < 0 || c.Cache.Retention < 1 || c.Cache.MaxBytes < 0 {
 		return fmt.Errorf("cache: max_packets %d, retention_epochs %d, max_bytes %d: retention must be positive, the others not negative",
 			c.Cache.MaxPackets, c.Cache.Retention, c.Cache.MaxBytes)
+	}
+	if c.TopFlows < 0 || c.TopFlows > 10_000 {
+		return fmt.Errorf("top_flows %d out of range [0, 10000]", c.TopFlows)
 	}
 	if c.ReconnectMax <= 0 || c.DrainTimeout < 0 || c.ReleaseTimeout < 0 {
 		return errors.New("reconnect_max must be positive, drain_timeout and release_timeout not negative")

@@ -13,6 +13,8 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
+	"github.com/owl-latency/owl/internal/synopsis/rap"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -55,6 +57,8 @@ type epochData struct {
 	set     *pathSet
 	ldas    []*lda.LDA
 	rdas    []*rda.RDA
+	ldss    []*lds.LDS
+	raps    []*rap.Table[capture.FlowKey]
 	caches  []*epochCache
 	packets []uint64
 	outside uint64 // decoded packets that matched no path
@@ -82,15 +86,20 @@ type pipeline struct {
 	caches   *cacheStore
 	maxCache int      // cache entries per path and epoch
 	sizes    sync.Map // path name → RDA buckets the collector asked for
+	topFlows int      // flows reported per path and epoch (RAP keeps twice as many)
+	weightOf func(capture.FlowKey) uint64
 
 	// decode failures since the last report, by reason
 	failSince [4]uint64
 }
 
-func newPipeline(p params.Params, caches *cacheStore, maxCache int, emit func(*owlv1.EpochReport), clock func() *owlv1.ClockStatus, stats *counters) (*pipeline, error) {
+func newPipeline(p params.Params, caches *cacheStore, maxCache, topFlows int, emit func(*owlv1.EpochReport), clock func() *owlv1.ClockStatus, stats *counters) (*pipeline, error) {
 	pl := &pipeline{params: p, decs: map[layers.LinkType]*capture.Decoder{}, emit: emit, clock: clock, stats: stats,
-		caches: caches, maxCache: maxCache}
+		caches: caches, maxCache: maxCache, topFlows: topFlows}
 	var err error
+	if pl.weightOf, err = p.WeightOf(); err != nil {
+		return nil, err
+	}
 	pl.window, err = epoch.NewWindow(p.Epoch, pl.open, pl.close)
 	if err != nil {
 		return nil, err
@@ -137,7 +146,8 @@ func (pl *pipeline) setRDASize(path string, buckets int) error {
 func (pl *pipeline) open(int64) *epochData {
 	s := pl.paths.Load()
 	n := len(s.paths)
-	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), caches: make([]*epochCache, n), packets: make([]uint64, n)}
+	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), ldss: make([]*lds.LDS, n),
+		raps: make([]*rap.Table[capture.FlowKey], n), caches: make([]*epochCache, n), packets: make([]uint64, n)}
 	for i, a := range s.paths {
 		ed.ldas[i], _ = lda.New(pl.params.LDA) // validated in Config
 		rc := pl.params.RDA
@@ -145,6 +155,8 @@ func (pl *pipeline) open(int64) *epochData {
 			rc.Buckets = v.(int)
 		}
 		ed.rdas[i], _ = rda.New(rc) // validated in Config and setRDASize
+		ed.ldss[i], _ = lds.New(pl.params.LDS)
+		ed.raps[i] = rap.New[capture.FlowKey](2*pl.topFlows, uint64(i))
 		ed.caches[i] = &epochCache{rda: rc, complete: true}
 	}
 	return ed
@@ -167,12 +179,18 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 		return
 	}
 	matched := false
+	var flowHash, weight uint64
 	for i := range ed.set.paths {
 		if ed.set.paths[i].match.Match(p.Flow) {
+			if !matched {
+				flowHash, weight = pl.flow(&p.Flow)
+			}
 			ed.ldas[i].Insert(p.ID, off)
 			ed.rdas[i].Insert(p.ID, off)
+			ed.ldss[i].Insert(flowHash, p.ID, off, weight)
+			ed.raps[i].Add(flowHash, &p.Flow)
 			if c := ed.caches[i]; len(c.entries) < pl.maxCache {
-				c.entries = append(c.entries, entry{p.ID, off})
+				c.entries = append(c.entries, entry{p.ID, off, flowHash, uint32(weight)})
 			} else {
 				c.complete = false
 			}
@@ -184,6 +202,12 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 		ed.outside++
 		pl.stats.outside.Add(1)
 	}
+}
+
+// flow returns a flow's hash (as lds.FlowHash of its key) and LDS weight.
+func (pl *pipeline) flow(f *capture.FlowKey) (uint64, uint64) {
+	var b [40]byte
+	return lds.FlowHash(f.AppendBinary(b[:0]), pl.params.LDS.Seed), pl.weightOf(*f)
 }
 
 // flush closes every open epoch (end of a capture file).
@@ -204,6 +228,11 @@ func (pl *pipeline) close(cl epoch.Closed[*epochData]) {
 	for i, a := range ed.set.paths {
 		b, _ := ed.ldas[i].MarshalBinary() // does not fail
 		rb, _ := ed.rdas[i].MarshalBinary()
+		sb, _ := ed.ldss[i].MarshalBinary()
+		var top []*owlv1.TopFlow
+		for _, e := range ed.raps[i].Top(pl.topFlows) {
+			top = append(top, &owlv1.TopFlow{Flow: netpath.FlowToProto(e.Value), Packets: e.Count})
+		}
 		c := ed.caches[i]
 		pl.caches.put(a.path.Name, cl.Epoch, c)
 		pl.emit(&owlv1.EpochReport{
@@ -222,6 +251,8 @@ func (pl *pipeline) close(cl epoch.Closed[*epochData]) {
 			Rda:           rb,
 			CacheEntries:  uint64(len(c.entries)),
 			CacheComplete: c.complete,
+			Lds:           sb,
+			TopFlows:      top,
 		})
 	}
 }

@@ -44,7 +44,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{}),
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
 	var err error
-	p.pipe, err = newPipeline(cfg.Params, p.caches, cfg.Cache.MaxPackets, p.spool.add, p.clockStatus, &p.stats)
+	p.pipe, err = newPipeline(cfg.Params, p.caches, cfg.Cache.MaxPackets, cfg.TopFlows, p.spool.add, p.clockStatus, &p.stats)
 	if err != nil {
 		return nil, err
 	}

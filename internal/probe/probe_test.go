@@ -54,7 +54,7 @@ func TestPipelineSortsPacketsIntoPaths(t *testing.T) {
 	p := params.Default()
 	var reports []*owlv1.EpochReport
 	var stats counters
-	pl, err := newPipeline(p, newCacheStore(4, 1<<20), 1000, func(r *owlv1.EpochReport) { reports = append(reports, r) },
+	pl, err := newPipeline(p, newCacheStore(4, 1<<20), 1000, 5, func(r *owlv1.EpochReport) { reports = append(reports, r) },
 		func() *owlv1.ClockStatus { return &owlv1.ClockStatus{Source: "test"} }, &stats)
 	if err != nil {
 		t.Fatal(err)

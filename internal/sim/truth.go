@@ -191,15 +191,16 @@ type FlowTruth struct {
 	Flow capture.FlowKey
 	// Sent, Lost: packets the upstream point saw in the epoch, and lost.
 	Sent, Lost int
-	// SameEpoch packets arrived within the epoch; MeanNS is over them.
-	SameEpoch int
-	MeanNS    float64
+	// SameEpoch packets arrived within the epoch; MeanNS and StddevNS are
+	// over them.
+	SameEpoch        int
+	MeanNS, StddevNS float64
 }
 
 // FlowTruths summarises the truth per upstream epoch and flow.
 func FlowTruths(truth []Record, cfg epoch.Config, downOffsetNS int64) map[int64]map[capture.FlowKey]*FlowTruth {
 	out := map[int64]map[capture.FlowKey]*FlowTruth{}
-	sums := map[*FlowTruth]float64{}
+	sums := map[*FlowTruth]*moments{}
 	for _, r := range truth {
 		e, _ := cfg.Of(r.UpNS)
 		m := out[e]
@@ -219,11 +220,16 @@ func FlowTruths(truth []Record, cfg epoch.Config, downOffsetNS int64) map[int64]
 		}
 		if de, _ := cfg.Of(r.DownNS + downOffsetNS); de == e {
 			ft.SameEpoch++
-			sums[ft] += float64(r.DelayNS())
+			m := sums[ft]
+			if m == nil {
+				m = &moments{}
+				sums[ft] = m
+			}
+			m.add(float64(r.DelayNS()))
 		}
 	}
-	for ft, s := range sums {
-		ft.MeanNS = s / float64(ft.SameEpoch)
+	for ft, m := range sums {
+		ft.MeanNS, ft.StddevNS = m.meanStd()
 	}
 	return out
 }

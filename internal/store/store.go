@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -22,6 +23,8 @@ var (
 	bucketResults  = []byte("results")
 	bucketPending  = []byte("pending")
 	bucketBoundary = []byte("boundary")
+	bucketFlows    = []byte("flows")
+	bucketLDS      = []byte("lds")
 )
 
 // Store is the collector's database. Safe for concurrent use.
@@ -40,7 +43,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary} {
+		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -207,6 +210,28 @@ type Write struct {
 	Done []EpochRef
 	// DropBoundaries lists boundary records no longer needed.
 	DropBoundaries []EpochRef
+	// Flows are per-flow results, each under its epoch and a hash of its
+	// flow key.
+	Flows []FlowResult
+	// LDS are the two sides' sketches of epochs, kept for queries of any
+	// flow (PruneFlows removes them).
+	LDS []LDSPair
+}
+
+// FlowResult is a per-flow result and the hash its key is stored under.
+type FlowResult struct {
+	Hash  uint64
+	Stats *owlv1.FlowStats
+}
+
+// LDSPair is the two sides' LDS of one path and epoch, in wire form.
+type LDSPair struct {
+	EpochRef
+	Up, Down []byte
+}
+
+func flowKey(path string, epoch int64, hash uint64) []byte {
+	return binary.BigEndian.AppendUint64(epochKey(path, epoch), hash)
 }
 
 // Apply makes all changes of w or none.
@@ -219,8 +244,29 @@ func (s *Store) Apply(w Write) error {
 		}
 		vals[i] = v
 	}
+	flowVals := make([][]byte, len(w.Flows))
+	for i, f := range w.Flows {
+		v, err := proto.Marshal(f.Stats)
+		if err != nil {
+			return err
+		}
+		flowVals[i] = v
+	}
 	return s.db.Update(func(tx *bolt.Tx) error {
 		res, pend, bnd := tx.Bucket(bucketResults), tx.Bucket(bucketPending), tx.Bucket(bucketBoundary)
+		flows, ldsb := tx.Bucket(bucketFlows), tx.Bucket(bucketLDS)
+		for i, f := range w.Flows {
+			if err := flows.Put(flowKey(f.Stats.GetPath(), f.Stats.GetEpoch(), f.Hash), flowVals[i]); err != nil {
+				return err
+			}
+		}
+		for _, p := range w.LDS {
+			v := binary.AppendUvarint(nil, uint64(len(p.Up)))
+			v = append(append(v, p.Up...), p.Down...)
+			if err := ldsb.Put(epochKey(p.Path, p.Epoch), v); err != nil {
+				return err
+			}
+		}
 		for i, r := range w.Results {
 			if err := res.Put(epochKey(r.GetPath(), r.GetEpoch()), vals[i]); err != nil {
 				return err
@@ -291,4 +337,80 @@ func (s *Store) Results(path string, from, to int64, limit int) ([]*owlv1.PathSt
 		return nil
 	})
 	return out, err
+}
+
+// FlowResults returns the per-flow results of a path for epochs in
+// [from, to], calling fn for each until it returns false.
+func (s *Store) FlowResults(path string, from, to int64, fn func(hash uint64, f *owlv1.FlowStats) bool) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketFlows).Cursor()
+		end := flowKey(path, to, ^uint64(0))
+		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+			if len(k) < 8 {
+				continue
+			}
+			f := &owlv1.FlowStats{}
+			if err := proto.Unmarshal(v, f); err != nil {
+				return fmt.Errorf("flow result %x: %w", k, err)
+			}
+			if !fn(binary.BigEndian.Uint64(k[len(k)-8:]), f) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// FlowResult returns one stored per-flow result, or nil.
+func (s *Store) FlowResult(path string, epoch int64, hash uint64) (*owlv1.FlowStats, error) {
+	var out *owlv1.FlowStats
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketFlows).Get(flowKey(path, epoch, hash))
+		if v == nil {
+			return nil
+		}
+		out = &owlv1.FlowStats{}
+		return proto.Unmarshal(v, out)
+	})
+	return out, err
+}
+
+// LDSPairs calls fn with the stored sketches of a path's epochs in
+// [from, to], oldest first, until it returns false.
+func (s *Store) LDSPairs(path string, from, to int64, fn func(epoch int64, up, down []byte) bool) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketLDS).Cursor()
+		end := epochKey(path, to)
+		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+			n, m := binary.Uvarint(v)
+			if m <= 0 || uint64(len(v)-m) < n {
+				return fmt.Errorf("lds record %x is malformed", k)
+			}
+			e := int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ (1 << 63))
+			if !fn(e, v[m:m+int(n)], v[m+int(n):]) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// PruneFlows deletes a path's sketches and per-flow results of epochs
+// before epoch, and returns how many records went.
+func (s *Store) PruneFlows(path string, epoch int64) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		start, end := epochKey(path, math.MinInt64), epochKey(path, epoch)
+		for _, name := range [][]byte{bucketLDS, bucketFlows} {
+			c := tx.Bucket(name).Cursor()
+			for k, _ := c.Seek(start); k != nil && bytes.Compare(k, end) < 0; k, _ = c.Seek(start) {
+				if err := c.Delete(); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
 }

@@ -140,6 +140,55 @@ func (ResultStatus) EnumDescriptor() ([]byte, []int) {
 	return file_owl_v1_owl_proto_rawDescGZIP(), []int{1}
 }
 
+type TopFlowsRequest_Order int32
+
+const (
+	TopFlowsRequest_ORDER_PACKETS    TopFlowsRequest_Order = 0
+	TopFlowsRequest_ORDER_MEAN_DELAY TopFlowsRequest_Order = 1
+	TopFlowsRequest_ORDER_LOSS       TopFlowsRequest_Order = 2
+)
+
+// Enum value maps for TopFlowsRequest_Order.
+var (
+	TopFlowsRequest_Order_name = map[int32]string{
+		0: "ORDER_PACKETS",
+		1: "ORDER_MEAN_DELAY",
+		2: "ORDER_LOSS",
+	}
+	TopFlowsRequest_Order_value = map[string]int32{
+		"ORDER_PACKETS":    0,
+		"ORDER_MEAN_DELAY": 1,
+		"ORDER_LOSS":       2,
+	}
+)
+
+func (x TopFlowsRequest_Order) Enum() *TopFlowsRequest_Order {
+	p := new(TopFlowsRequest_Order)
+	*p = x
+	return p
+}
+
+func (x TopFlowsRequest_Order) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TopFlowsRequest_Order) Descriptor() protoreflect.EnumDescriptor {
+	return file_owl_v1_owl_proto_enumTypes[2].Descriptor()
+}
+
+func (TopFlowsRequest_Order) Type() protoreflect.EnumType {
+	return &file_owl_v1_owl_proto_enumTypes[2]
+}
+
+func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
+func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40, 0}
+}
+
 type ProbeMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -329,11 +378,15 @@ func (x *Hello) GetClock() *ClockStatus {
 
 // SynopsisParams are the parameters both ends of a path must share.
 type SynopsisParams struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Identity      *IdentityParams        `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
-	Epoch         *EpochParams           `protobuf:"bytes,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Lda           *LDAParams             `protobuf:"bytes,3,opt,name=lda,proto3" json:"lda,omitempty"`
-	Rda           *RDAParams             `protobuf:"bytes,4,opt,name=rda,proto3" json:"rda,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity *IdentityParams        `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Epoch    *EpochParams           `protobuf:"bytes,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Lda      *LDAParams             `protobuf:"bytes,3,opt,name=lda,proto3" json:"lda,omitempty"`
+	Rda      *RDAParams             `protobuf:"bytes,4,opt,name=rda,proto3" json:"rda,omitempty"`
+	Lds      *LDSParams             `protobuf:"bytes,5,opt,name=lds,proto3" json:"lds,omitempty"`
+	// flow_weights give chosen flows more weight in the LDS (§4.1): the
+	// first rule that matches a packet's flow sets its weight (default 1).
+	FlowWeights   []*FlowWeight `protobuf:"bytes,6,rep,name=flow_weights,json=flowWeights,proto3" json:"flow_weights,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -396,6 +449,148 @@ func (x *SynopsisParams) GetRda() *RDAParams {
 	return nil
 }
 
+func (x *SynopsisParams) GetLds() *LDSParams {
+	if x != nil {
+		return x.Lds
+	}
+	return nil
+}
+
+func (x *SynopsisParams) GetFlowWeights() []*FlowWeight {
+	if x != nil {
+		return x.FlowWeights
+	}
+	return nil
+}
+
+type LDSParams struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	K             uint32                 `protobuf:"varint,3,opt,name=k,proto3" json:"k,omitempty"`
+	RowSampleLog2 []uint32               `protobuf:"varint,4,rep,packed,name=row_sample_log2,json=rowSampleLog2,proto3" json:"row_sample_log2,omitempty"`
+	Seed          uint64                 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LDSParams) Reset() {
+	*x = LDSParams{}
+	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LDSParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LDSParams) ProtoMessage() {}
+
+func (x *LDSParams) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
+func (*LDSParams) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LDSParams) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *LDSParams) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *LDSParams) GetK() uint32 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *LDSParams) GetRowSampleLog2() []uint32 {
+	if x != nil {
+		return x.RowSampleLog2
+	}
+	return nil
+}
+
+func (x *LDSParams) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+type FlowWeight struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Selector      *Selector              `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
+	Weight        uint32                 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowWeight) Reset() {
+	*x = FlowWeight{}
+	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowWeight) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowWeight) ProtoMessage() {}
+
+func (x *FlowWeight) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
+func (*FlowWeight) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FlowWeight) GetSelector() *Selector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *FlowWeight) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
 type IdentityParams struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seed          uint64                 `protobuf:"varint,1,opt,name=seed,proto3" json:"seed,omitempty"`
@@ -407,7 +602,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	mi := &file_owl_v1_owl_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +614,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	mi := &file_owl_v1_owl_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +627,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{3}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -467,7 +662,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +674,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +687,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{4}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -520,7 +715,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +727,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +740,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{5}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -582,7 +777,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +789,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +802,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -652,13 +847,17 @@ type EpochReport struct {
 	// RebuildRequest; cache_complete is false when its cache overflowed.
 	CacheEntries  uint64 `protobuf:"varint,10,opt,name=cache_entries,json=cacheEntries,proto3" json:"cache_entries,omitempty"`
 	CacheComplete bool   `protobuf:"varint,11,opt,name=cache_complete,json=cacheComplete,proto3" json:"cache_complete,omitempty"`
+	// lds is the Lossy Difference Sketch (wire form) for per-flow delays.
+	Lds []byte `protobuf:"bytes,12,opt,name=lds,proto3" json:"lds,omitempty"`
+	// top_flows are the heaviest flows of the epoch by the probe's RAP table.
+	TopFlows      []*TopFlow `protobuf:"bytes,13,rep,name=top_flows,json=topFlows,proto3" json:"top_flows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +869,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +882,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -763,6 +962,150 @@ func (x *EpochReport) GetCacheComplete() bool {
 	return false
 }
 
+func (x *EpochReport) GetLds() []byte {
+	if x != nil {
+		return x.Lds
+	}
+	return nil
+}
+
+func (x *EpochReport) GetTopFlows() []*TopFlow {
+	if x != nil {
+		return x.TopFlows
+	}
+	return nil
+}
+
+// FlowKey is a 5-tuple.
+type FlowKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Src           string                 `protobuf:"bytes,1,opt,name=src,proto3" json:"src,omitempty"`
+	Dst           string                 `protobuf:"bytes,2,opt,name=dst,proto3" json:"dst,omitempty"`
+	SrcPort       uint32                 `protobuf:"varint,3,opt,name=src_port,json=srcPort,proto3" json:"src_port,omitempty"`
+	DstPort       uint32                 `protobuf:"varint,4,opt,name=dst_port,json=dstPort,proto3" json:"dst_port,omitempty"`
+	Protocol      uint32                 `protobuf:"varint,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowKey) Reset() {
+	*x = FlowKey{}
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowKey) ProtoMessage() {}
+
+func (x *FlowKey) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
+func (*FlowKey) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FlowKey) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *FlowKey) GetDst() string {
+	if x != nil {
+		return x.Dst
+	}
+	return ""
+}
+
+func (x *FlowKey) GetSrcPort() uint32 {
+	if x != nil {
+		return x.SrcPort
+	}
+	return 0
+}
+
+func (x *FlowKey) GetDstPort() uint32 {
+	if x != nil {
+		return x.DstPort
+	}
+	return 0
+}
+
+func (x *FlowKey) GetProtocol() uint32 {
+	if x != nil {
+		return x.Protocol
+	}
+	return 0
+}
+
+type TopFlow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Flow  *FlowKey               `protobuf:"bytes,1,opt,name=flow,proto3" json:"flow,omitempty"`
+	// packets is the RAP counter (an upper bound for flows admitted late).
+	Packets       uint64 `protobuf:"varint,2,opt,name=packets,proto3" json:"packets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopFlow) Reset() {
+	*x = TopFlow{}
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopFlow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopFlow) ProtoMessage() {}
+
+func (x *TopFlow) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
+func (*TopFlow) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TopFlow) GetFlow() *FlowKey {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
+func (x *TopFlow) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
 // Counters say what a probe saw, and what it did not, during an epoch.
 type Counters struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -786,7 +1129,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1141,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1154,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -872,7 +1215,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1227,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1240,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -946,7 +1289,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1301,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1314,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -1103,7 +1446,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1458,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1471,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -1148,7 +1491,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1503,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1516,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -1204,7 +1547,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1559,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1572,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -1264,18 +1607,22 @@ func (x *FetchRequest) GetPacketIds() []uint64 {
 // in the cache (an id seen twice appears twice; an id not found does not
 // appear). Offsets are nanoseconds from the epoch's start.
 type FetchReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	PacketIds     []uint64               `protobuf:"fixed64,3,rep,packed,name=packet_ids,json=packetIds,proto3" json:"packet_ids,omitempty"`
-	OffsetsNs     []int64                `protobuf:"zigzag64,4,rep,packed,name=offsets_ns,json=offsetsNs,proto3" json:"offsets_ns,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Error     string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	PacketIds []uint64               `protobuf:"fixed64,3,rep,packed,name=packet_ids,json=packetIds,proto3" json:"packet_ids,omitempty"`
+	OffsetsNs []int64                `protobuf:"zigzag64,4,rep,packed,name=offsets_ns,json=offsetsNs,proto3" json:"offsets_ns,omitempty"`
+	// flow_hashes and weights say where each packet went in the LDS, so that
+	// the collector can repair the LDS as it repairs the RDA.
+	FlowHashes    []uint64 `protobuf:"fixed64,5,rep,packed,name=flow_hashes,json=flowHashes,proto3" json:"flow_hashes,omitempty"`
+	Weights       []uint32 `protobuf:"varint,6,rep,packed,name=weights,proto3" json:"weights,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1634,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1647,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -1331,6 +1678,20 @@ func (x *FetchReply) GetOffsetsNs() []int64 {
 	return nil
 }
 
+func (x *FetchReply) GetFlowHashes() []uint64 {
+	if x != nil {
+		return x.FlowHashes
+	}
+	return nil
+}
+
+func (x *FetchReply) GetWeights() []uint32 {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
 // RebuildRequest asks a probe to rebuild a path's RDA of an epoch at
 // another size from its cache (late binding).
 type RebuildRequest struct {
@@ -1345,7 +1706,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1718,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1731,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -1412,7 +1773,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1785,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1798,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -1472,7 +1833,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1845,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1858,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RDASize) GetPath() string {
@@ -1525,7 +1886,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1898,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1911,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -1573,7 +1934,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1946,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1959,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -1634,7 +1995,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +2007,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +2020,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -1695,7 +2056,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +2068,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +2081,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Reject) GetPath() string {
@@ -1751,7 +2112,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2124,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2137,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Path) GetName() string {
@@ -1823,7 +2184,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +2196,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +2209,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -1894,7 +2255,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2267,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2280,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 type ListProbesResponse struct {
@@ -1931,7 +2292,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2304,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2317,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -1984,7 +2345,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2357,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2370,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -2076,7 +2437,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2449,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2462,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 type ListPathsResponse struct {
@@ -2113,7 +2474,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2486,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2499,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -2162,7 +2523,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2535,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2548,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -2227,7 +2588,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2600,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2613,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -2272,7 +2633,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2645,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2658,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -2370,7 +2731,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2743,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2756,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PathStats) GetPath() string {
@@ -2608,6 +2969,401 @@ func (x *PathStats) GetLdaSamples() uint64 {
 	return 0
 }
 
+type GetFlowStatsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Flow  *FlowKey               `protobuf:"bytes,2,opt,name=flow,proto3" json:"flow,omitempty"`
+	From  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	To    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	// limit caps the number of epochs (newest last); 0 means 100.
+	Limit         uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFlowStatsRequest) Reset() {
+	*x = GetFlowStatsRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFlowStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFlowStatsRequest) ProtoMessage() {}
+
+func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetFlowStatsRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *GetFlowStatsRequest) GetFlow() *FlowKey {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
+func (x *GetFlowStatsRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *GetFlowStatsRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *GetFlowStatsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type GetFlowStatsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stats         []*FlowStats           `protobuf:"bytes,1,rep,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFlowStatsResponse) Reset() {
+	*x = GetFlowStatsResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFlowStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFlowStatsResponse) ProtoMessage() {}
+
+func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
+func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// FlowStats is one flow's delay in one epoch (or, from TopFlows, over a
+// range of epochs).
+type FlowStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Epoch int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Start *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	Flow  *FlowKey               `protobuf:"bytes,4,opt,name=flow,proto3" json:"flow,omitempty"`
+	// mean and stddev (rough, from the spread of the flow's cells) of the
+	// one-way delay, in nanoseconds; samples is the packet count behind them.
+	MeanNs   float64 `protobuf:"fixed64,5,opt,name=mean_ns,json=meanNs,proto3" json:"mean_ns,omitempty"`
+	StddevNs float64 `protobuf:"fixed64,6,opt,name=stddev_ns,json=stddevNs,proto3" json:"stddev_ns,omitempty"`
+	Samples  float64 `protobuf:"fixed64,7,opt,name=samples,proto3" json:"samples,omitempty"`
+	// packets estimates the flow's packets upstream (count-min from the
+	// sketch, or the RAP counter for top flows); lost its lost packets.
+	Packets float64 `protobuf:"fixed64,8,opt,name=packets,proto3" json:"packets,omitempty"`
+	Lost    float64 `protobuf:"fixed64,9,opt,name=lost,proto3" json:"lost,omitempty"`
+	// top is true when the flow was among the probes' top flows.
+	Top bool `protobuf:"varint,10,opt,name=top,proto3" json:"top,omitempty"`
+	// estimated is false when none of the flow's cells was usable.
+	Estimated bool `protobuf:"varint,11,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	// epochs is the number of epochs a TopFlows entry sums up.
+	Epochs uint32 `protobuf:"varint,12,opt,name=epochs,proto3" json:"epochs,omitempty"`
+	// stderr_ns is the standard error of mean_ns from sampling alone
+	// (stddev / √samples; 0 when the flow's cells do not allow a stddev).
+	// The sketch uses a subset of the flow's packets: expect the mean within a
+	// few standard errors, plus what colliding flows add.
+	StderrNs      float64 `protobuf:"fixed64,13,opt,name=stderr_ns,json=stderrNs,proto3" json:"stderr_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowStats) Reset() {
+	*x = FlowStats{}
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowStats) ProtoMessage() {}
+
+func (x *FlowStats) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
+func (*FlowStats) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *FlowStats) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FlowStats) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *FlowStats) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *FlowStats) GetFlow() *FlowKey {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
+func (x *FlowStats) GetMeanNs() float64 {
+	if x != nil {
+		return x.MeanNs
+	}
+	return 0
+}
+
+func (x *FlowStats) GetStddevNs() float64 {
+	if x != nil {
+		return x.StddevNs
+	}
+	return 0
+}
+
+func (x *FlowStats) GetSamples() float64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *FlowStats) GetPackets() float64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *FlowStats) GetLost() float64 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
+func (x *FlowStats) GetTop() bool {
+	if x != nil {
+		return x.Top
+	}
+	return false
+}
+
+func (x *FlowStats) GetEstimated() bool {
+	if x != nil {
+		return x.Estimated
+	}
+	return false
+}
+
+func (x *FlowStats) GetEpochs() uint32 {
+	if x != nil {
+		return x.Epochs
+	}
+	return 0
+}
+
+func (x *FlowStats) GetStderrNs() float64 {
+	if x != nil {
+		return x.StderrNs
+	}
+	return 0
+}
+
+type TopFlowsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Path    string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	From    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	OrderBy TopFlowsRequest_Order  `protobuf:"varint,4,opt,name=order_by,json=orderBy,proto3,enum=owl.v1.TopFlowsRequest_Order" json:"order_by,omitempty"`
+	// limit caps the flows; 0 means 10.
+	Limit         uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopFlowsRequest) Reset() {
+	*x = TopFlowsRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopFlowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopFlowsRequest) ProtoMessage() {}
+
+func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
+func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TopFlowsRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *TopFlowsRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *TopFlowsRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *TopFlowsRequest) GetOrderBy() TopFlowsRequest_Order {
+	if x != nil {
+		return x.OrderBy
+	}
+	return TopFlowsRequest_ORDER_PACKETS
+}
+
+func (x *TopFlowsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type TopFlowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Flows         []*FlowStats           `protobuf:"bytes,1,rep,name=flows,proto3" json:"flows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopFlowsResponse) Reset() {
+	*x = TopFlowsResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopFlowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopFlowsResponse) ProtoMessage() {}
+
+func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
+func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TopFlowsResponse) GetFlows() []*FlowStats {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
 var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
@@ -2624,12 +3380,24 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12)\n" +
-	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\"\xb9\x01\n" +
+	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\"\x95\x02\n" +
 	"\x0eSynopsisParams\x122\n" +
 	"\bidentity\x18\x01 \x01(\v2\x16.owl.v1.IdentityParamsR\bidentity\x12)\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x13.owl.v1.EpochParamsR\x05epoch\x12#\n" +
 	"\x03lda\x18\x03 \x01(\v2\x11.owl.v1.LDAParamsR\x03lda\x12#\n" +
-	"\x03rda\x18\x04 \x01(\v2\x11.owl.v1.RDAParamsR\x03rda\"d\n" +
+	"\x03rda\x18\x04 \x01(\v2\x11.owl.v1.RDAParamsR\x03rda\x12#\n" +
+	"\x03lds\x18\x05 \x01(\v2\x11.owl.v1.LDSParamsR\x03lds\x125\n" +
+	"\fflow_weights\x18\x06 \x03(\v2\x12.owl.v1.FlowWeightR\vflowWeights\"}\n" +
+	"\tLDSParams\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\f\n" +
+	"\x01k\x18\x03 \x01(\rR\x01k\x12&\n" +
+	"\x0frow_sample_log2\x18\x04 \x03(\rR\rrowSampleLog2\x12\x12\n" +
+	"\x04seed\x18\x05 \x01(\x04R\x04seed\"R\n" +
+	"\n" +
+	"FlowWeight\x12,\n" +
+	"\bselector\x18\x01 \x01(\v2\x10.owl.v1.SelectorR\bselector\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\"d\n" +
 	"\x0eIdentityParams\x12\x12\n" +
 	"\x04seed\x18\x01 \x01(\x04R\x04seed\x12#\n" +
 	"\rpayload_bytes\x18\x02 \x01(\rR\fpayloadBytes\x12\x19\n" +
@@ -2644,7 +3412,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tRDAParams\x12\x14\n" +
 	"\x05banks\x18\x01 \x01(\rR\x05banks\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12\x14\n" +
-	"\x05check\x18\x03 \x01(\bR\x05check\"\xda\x02\n" +
+	"\x05check\x18\x03 \x01(\bR\x05check\"\x9a\x03\n" +
 	"\vEpochReport\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
@@ -2657,7 +3425,18 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03rda\x18\t \x01(\fR\x03rda\x12#\n" +
 	"\rcache_entries\x18\n" +
 	" \x01(\x04R\fcacheEntries\x12%\n" +
-	"\x0ecache_complete\x18\v \x01(\bR\rcacheComplete\"\xae\x02\n" +
+	"\x0ecache_complete\x18\v \x01(\bR\rcacheComplete\x12\x10\n" +
+	"\x03lds\x18\f \x01(\fR\x03lds\x12,\n" +
+	"\ttop_flows\x18\r \x03(\v2\x0f.owl.v1.TopFlowR\btopFlows\"\x7f\n" +
+	"\aFlowKey\x12\x10\n" +
+	"\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n" +
+	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x19\n" +
+	"\bsrc_port\x18\x03 \x01(\rR\asrcPort\x12\x19\n" +
+	"\bdst_port\x18\x04 \x01(\rR\adstPort\x12\x1a\n" +
+	"\bprotocol\x18\x05 \x01(\rR\bprotocol\"H\n" +
+	"\aTopFlow\x12#\n" +
+	"\x04flow\x18\x01 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12\x18\n" +
+	"\apackets\x18\x02 \x01(\x04R\apackets\"\xae\x02\n" +
 	"\bCounters\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x12\n" +
 	"\x04late\x18\x02 \x01(\x04R\x04late\x12M\n" +
@@ -2693,7 +3472,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1d\n" +
 	"\n" +
-	"packet_ids\x18\x04 \x03(\x06R\tpacketIds\"\x7f\n" +
+	"packet_ids\x18\x04 \x03(\x06R\tpacketIds\"\xba\x01\n" +
 	"\n" +
 	"FetchReply\x12\x1d\n" +
 	"\n" +
@@ -2702,7 +3481,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
 	"packet_ids\x18\x03 \x03(\x06R\tpacketIds\x12\x1d\n" +
 	"\n" +
-	"offsets_ns\x18\x04 \x03(\x12R\toffsetsNs\"s\n" +
+	"offsets_ns\x18\x04 \x03(\x12R\toffsetsNs\x12\x1f\n" +
+	"\vflow_hashes\x18\x05 \x03(\x06R\n" +
+	"flowHashes\x12\x18\n" +
+	"\aweights\x18\x06 \x03(\rR\aweights\"s\n" +
 	"\x0eRebuildRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x12\n" +
@@ -2804,7 +3586,43 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\vlda_mean_ns\x18\x1c \x01(\x01R\tldaMeanNs\x12\"\n" +
 	"\rlda_stddev_ns\x18\x1d \x01(\x01R\vldaStddevNs\x12\x1f\n" +
 	"\vlda_samples\x18\x1e \x01(\x04R\n" +
-	"ldaSamples*D\n" +
+	"ldaSamples\"\xc0\x01\n" +
+	"\x13GetFlowStatsRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
+	"\x04flow\x18\x02 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12.\n" +
+	"\x04from\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"?\n" +
+	"\x14GetFlowStatsResponse\x12'\n" +
+	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05stats\"\xef\x02\n" +
+	"\tFlowStats\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
+	"\x05start\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12#\n" +
+	"\x04flow\x18\x04 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12\x17\n" +
+	"\amean_ns\x18\x05 \x01(\x01R\x06meanNs\x12\x1b\n" +
+	"\tstddev_ns\x18\x06 \x01(\x01R\bstddevNs\x12\x18\n" +
+	"\asamples\x18\a \x01(\x01R\asamples\x12\x18\n" +
+	"\apackets\x18\b \x01(\x01R\apackets\x12\x12\n" +
+	"\x04lost\x18\t \x01(\x01R\x04lost\x12\x10\n" +
+	"\x03top\x18\n" +
+	" \x01(\bR\x03top\x12\x1c\n" +
+	"\testimated\x18\v \x01(\bR\testimated\x12\x16\n" +
+	"\x06epochs\x18\f \x01(\rR\x06epochs\x12\x1b\n" +
+	"\tstderr_ns\x18\r \x01(\x01R\bstderrNs\"\x93\x02\n" +
+	"\x0fTopFlowsRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x128\n" +
+	"\border_by\x18\x04 \x01(\x0e2\x1d.owl.v1.TopFlowsRequest.OrderR\aorderBy\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"@\n" +
+	"\x05Order\x12\x11\n" +
+	"\rORDER_PACKETS\x10\x00\x12\x14\n" +
+	"\x10ORDER_MEAN_DELAY\x10\x01\x12\x0e\n" +
+	"\n" +
+	"ORDER_LOSS\x10\x02\";\n" +
+	"\x10TopFlowsResponse\x12'\n" +
+	"\x05flows\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05flows*D\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rROLE_UPSTREAM\x10\x01\x12\x13\n" +
@@ -2817,13 +3635,15 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	" RESULT_STATUS_MISSING_DOWNSTREAM\x10\x04\x12\x1a\n" +
 	"\x16RESULT_STATUS_MISMATCH\x10\x052M\n" +
 	"\fProbeService\x12=\n" +
-	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xa6\x02\n" +
+	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xb0\x03\n" +
 	"\fQueryService\x12C\n" +
 	"\n" +
 	"ListProbes\x12\x19.owl.v1.ListProbesRequest\x1a\x1a.owl.v1.ListProbesResponse\x12@\n" +
 	"\tListPaths\x12\x18.owl.v1.ListPathsRequest\x1a\x19.owl.v1.ListPathsResponse\x12I\n" +
 	"\fGetPathStats\x12\x1b.owl.v1.GetPathStatsRequest\x1a\x1c.owl.v1.GetPathStatsResponse\x12D\n" +
-	"\x0eWatchPathStats\x12\x1d.owl.v1.WatchPathStatsRequest\x1a\x11.owl.v1.PathStats0\x01B-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
+	"\x0eWatchPathStats\x12\x1d.owl.v1.WatchPathStatsRequest\x1a\x11.owl.v1.PathStats0\x01\x12I\n" +
+	"\fGetFlowStats\x12\x1b.owl.v1.GetFlowStatsRequest\x1a\x1c.owl.v1.GetFlowStatsResponse\x12=\n" +
+	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
 
 var (
 	file_owl_v1_owl_proto_rawDescOnce sync.Once
@@ -2837,105 +3657,134 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 	return file_owl_v1_owl_proto_rawDescData
 }
 
-var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                     // 0: owl.v1.Role
 	(ResultStatus)(0),             // 1: owl.v1.ResultStatus
-	(*ProbeMessage)(nil),          // 2: owl.v1.ProbeMessage
-	(*Hello)(nil),                 // 3: owl.v1.Hello
-	(*SynopsisParams)(nil),        // 4: owl.v1.SynopsisParams
-	(*IdentityParams)(nil),        // 5: owl.v1.IdentityParams
-	(*EpochParams)(nil),           // 6: owl.v1.EpochParams
-	(*LDAParams)(nil),             // 7: owl.v1.LDAParams
-	(*RDAParams)(nil),             // 8: owl.v1.RDAParams
-	(*EpochReport)(nil),           // 9: owl.v1.EpochReport
-	(*Counters)(nil),              // 10: owl.v1.Counters
-	(*ClockStatus)(nil),           // 11: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),      // 12: owl.v1.CollectorMessage
-	(*Release)(nil),               // 13: owl.v1.Release
-	(*EpochRef)(nil),              // 14: owl.v1.EpochRef
-	(*FetchRequest)(nil),          // 15: owl.v1.FetchRequest
-	(*FetchReply)(nil),            // 16: owl.v1.FetchReply
-	(*RebuildRequest)(nil),        // 17: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),          // 18: owl.v1.RebuildReply
-	(*RDASize)(nil),               // 19: owl.v1.RDASize
-	(*PathConfig)(nil),            // 20: owl.v1.PathConfig
-	(*PathAssignment)(nil),        // 21: owl.v1.PathAssignment
-	(*Ack)(nil),                   // 22: owl.v1.Ack
-	(*Reject)(nil),                // 23: owl.v1.Reject
-	(*Path)(nil),                  // 24: owl.v1.Path
-	(*Selector)(nil),              // 25: owl.v1.Selector
-	(*ListProbesRequest)(nil),     // 26: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),    // 27: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),             // 28: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),      // 29: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),     // 30: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),   // 31: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),  // 32: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil), // 33: owl.v1.WatchPathStatsRequest
-	(*PathStats)(nil),             // 34: owl.v1.PathStats
-	nil,                           // 35: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
+	(TopFlowsRequest_Order)(0),    // 2: owl.v1.TopFlowsRequest.Order
+	(*ProbeMessage)(nil),          // 3: owl.v1.ProbeMessage
+	(*Hello)(nil),                 // 4: owl.v1.Hello
+	(*SynopsisParams)(nil),        // 5: owl.v1.SynopsisParams
+	(*LDSParams)(nil),             // 6: owl.v1.LDSParams
+	(*FlowWeight)(nil),            // 7: owl.v1.FlowWeight
+	(*IdentityParams)(nil),        // 8: owl.v1.IdentityParams
+	(*EpochParams)(nil),           // 9: owl.v1.EpochParams
+	(*LDAParams)(nil),             // 10: owl.v1.LDAParams
+	(*RDAParams)(nil),             // 11: owl.v1.RDAParams
+	(*EpochReport)(nil),           // 12: owl.v1.EpochReport
+	(*FlowKey)(nil),               // 13: owl.v1.FlowKey
+	(*TopFlow)(nil),               // 14: owl.v1.TopFlow
+	(*Counters)(nil),              // 15: owl.v1.Counters
+	(*ClockStatus)(nil),           // 16: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),      // 17: owl.v1.CollectorMessage
+	(*Release)(nil),               // 18: owl.v1.Release
+	(*EpochRef)(nil),              // 19: owl.v1.EpochRef
+	(*FetchRequest)(nil),          // 20: owl.v1.FetchRequest
+	(*FetchReply)(nil),            // 21: owl.v1.FetchReply
+	(*RebuildRequest)(nil),        // 22: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),          // 23: owl.v1.RebuildReply
+	(*RDASize)(nil),               // 24: owl.v1.RDASize
+	(*PathConfig)(nil),            // 25: owl.v1.PathConfig
+	(*PathAssignment)(nil),        // 26: owl.v1.PathAssignment
+	(*Ack)(nil),                   // 27: owl.v1.Ack
+	(*Reject)(nil),                // 28: owl.v1.Reject
+	(*Path)(nil),                  // 29: owl.v1.Path
+	(*Selector)(nil),              // 30: owl.v1.Selector
+	(*ListProbesRequest)(nil),     // 31: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),    // 32: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),             // 33: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),      // 34: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),     // 35: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),   // 36: owl.v1.GetPathStatsRequest
+	(*GetPathStatsResponse)(nil),  // 37: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil), // 38: owl.v1.WatchPathStatsRequest
+	(*PathStats)(nil),             // 39: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),   // 40: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),  // 41: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),             // 42: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),       // 43: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),      // 44: owl.v1.TopFlowsResponse
+	nil,                           // 45: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 47: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	3,  // 0: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	9,  // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	16, // 2: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	18, // 3: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	4,  // 4: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	11, // 5: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	5,  // 6: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	6,  // 7: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	7,  // 8: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	8,  // 9: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	0,  // 10: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	10, // 11: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	11, // 12: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	35, // 13: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	20, // 14: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	22, // 15: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	23, // 16: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	15, // 17: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	17, // 18: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	19, // 19: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	13, // 20: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	14, // 21: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	21, // 22: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	24, // 23: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 24: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	25, // 25: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	28, // 26: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	36, // 27: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	11, // 28: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	24, // 29: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	36, // 30: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	36, // 31: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	34, // 32: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	36, // 33: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	37, // 34: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	1,  // 35: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	11, // 36: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	11, // 37: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	10, // 38: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	10, // 39: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	36, // 40: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	2,  // 41: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	26, // 42: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	29, // 43: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	31, // 44: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	33, // 45: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	12, // 46: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	27, // 47: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	30, // 48: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	32, // 49: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	34, // 50: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	46, // [46:51] is the sub-list for method output_type
-	41, // [41:46] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	4,  // 0: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	12, // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	21, // 2: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	23, // 3: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	5,  // 4: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	16, // 5: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	8,  // 6: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	9,  // 7: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	10, // 8: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	11, // 9: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	6,  // 10: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	7,  // 11: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	30, // 12: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,  // 13: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	15, // 14: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	16, // 15: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	14, // 16: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	13, // 17: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	45, // 18: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	25, // 19: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	27, // 20: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	28, // 21: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	20, // 22: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	22, // 23: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	24, // 24: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	18, // 25: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	19, // 26: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	26, // 27: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	29, // 28: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,  // 29: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	30, // 30: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	33, // 31: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	46, // 32: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	16, // 33: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	29, // 34: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	46, // 35: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 36: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	39, // 37: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	46, // 38: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	47, // 39: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	1,  // 40: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	16, // 41: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	16, // 42: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	15, // 43: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	15, // 44: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	46, // 45: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	13, // 46: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	46, // 47: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 48: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	42, // 49: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	46, // 50: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	13, // 51: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	46, // 52: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 53: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	2,  // 54: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	42, // 55: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	3,  // 56: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	31, // 57: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	34, // 58: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	36, // 59: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	38, // 60: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	40, // 61: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	43, // 62: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	17, // 63: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	32, // 64: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	35, // 65: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	37, // 66: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	39, // 67: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	41, // 68: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	44, // 69: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	63, // [63:70] is the sub-list for method output_type
+	56, // [56:63] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -2949,7 +3798,7 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_FetchReply)(nil),
 		(*ProbeMessage_RebuildReply)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[10].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[14].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -2963,8 +3812,8 @@ func file_owl_v1_owl_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   34,
+			NumEnums:      3,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

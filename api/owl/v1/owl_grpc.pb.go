@@ -133,6 +133,8 @@ const (
 	QueryService_ListPaths_FullMethodName      = "/owl.v1.QueryService/ListPaths"
 	QueryService_GetPathStats_FullMethodName   = "/owl.v1.QueryService/GetPathStats"
 	QueryService_WatchPathStats_FullMethodName = "/owl.v1.QueryService/WatchPathStats"
+	QueryService_GetFlowStats_FullMethodName   = "/owl.v1.QueryService/GetFlowStats"
+	QueryService_TopFlows_FullMethodName       = "/owl.v1.QueryService/TopFlows"
 )
 
 // QueryServiceClient is the client API for QueryService service.
@@ -149,6 +151,11 @@ type QueryServiceClient interface {
 	GetPathStats(ctx context.Context, in *GetPathStatsRequest, opts ...grpc.CallOption) (*GetPathStatsResponse, error)
 	// WatchPathStats streams results as they are computed.
 	WatchPathStats(ctx context.Context, in *WatchPathStatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PathStats], error)
+	// GetFlowStats returns one flow's per-epoch delay on a path, for any flow
+	// (from the stored sketches) in the epochs whose sketches are retained.
+	GetFlowStats(ctx context.Context, in *GetFlowStatsRequest, opts ...grpc.CallOption) (*GetFlowStatsResponse, error)
+	// TopFlows lists a path's heaviest flows over a time range.
+	TopFlows(ctx context.Context, in *TopFlowsRequest, opts ...grpc.CallOption) (*TopFlowsResponse, error)
 }
 
 type queryServiceClient struct {
@@ -208,6 +215,26 @@ func (c *queryServiceClient) WatchPathStats(ctx context.Context, in *WatchPathSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type QueryService_WatchPathStatsClient = grpc.ServerStreamingClient[PathStats]
 
+func (c *queryServiceClient) GetFlowStats(ctx context.Context, in *GetFlowStatsRequest, opts ...grpc.CallOption) (*GetFlowStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFlowStatsResponse)
+	err := c.cc.Invoke(ctx, QueryService_GetFlowStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) TopFlows(ctx context.Context, in *TopFlowsRequest, opts ...grpc.CallOption) (*TopFlowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TopFlowsResponse)
+	err := c.cc.Invoke(ctx, QueryService_TopFlows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QueryServiceServer is the server API for QueryService service.
 // All implementations must embed UnimplementedQueryServiceServer
 // for forward compatibility.
@@ -222,6 +249,11 @@ type QueryServiceServer interface {
 	GetPathStats(context.Context, *GetPathStatsRequest) (*GetPathStatsResponse, error)
 	// WatchPathStats streams results as they are computed.
 	WatchPathStats(*WatchPathStatsRequest, grpc.ServerStreamingServer[PathStats]) error
+	// GetFlowStats returns one flow's per-epoch delay on a path, for any flow
+	// (from the stored sketches) in the epochs whose sketches are retained.
+	GetFlowStats(context.Context, *GetFlowStatsRequest) (*GetFlowStatsResponse, error)
+	// TopFlows lists a path's heaviest flows over a time range.
+	TopFlows(context.Context, *TopFlowsRequest) (*TopFlowsResponse, error)
 	mustEmbedUnimplementedQueryServiceServer()
 }
 
@@ -243,6 +275,12 @@ func (UnimplementedQueryServiceServer) GetPathStats(context.Context, *GetPathSta
 }
 func (UnimplementedQueryServiceServer) WatchPathStats(*WatchPathStatsRequest, grpc.ServerStreamingServer[PathStats]) error {
 	return status.Error(codes.Unimplemented, "method WatchPathStats not implemented")
+}
+func (UnimplementedQueryServiceServer) GetFlowStats(context.Context, *GetFlowStatsRequest) (*GetFlowStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFlowStats not implemented")
+}
+func (UnimplementedQueryServiceServer) TopFlows(context.Context, *TopFlowsRequest) (*TopFlowsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TopFlows not implemented")
 }
 func (UnimplementedQueryServiceServer) mustEmbedUnimplementedQueryServiceServer() {}
 func (UnimplementedQueryServiceServer) testEmbeddedByValue()                      {}
@@ -330,6 +368,42 @@ func _QueryService_WatchPathStats_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type QueryService_WatchPathStatsServer = grpc.ServerStreamingServer[PathStats]
 
+func _QueryService_GetFlowStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFlowStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).GetFlowStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_GetFlowStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).GetFlowStats(ctx, req.(*GetFlowStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_TopFlows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TopFlowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).TopFlows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_TopFlows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).TopFlows(ctx, req.(*TopFlowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // QueryService_ServiceDesc is the grpc.ServiceDesc for QueryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -348,6 +422,14 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPathStats",
 			Handler:    _QueryService_GetPathStats_Handler,
+		},
+		{
+			MethodName: "GetFlowStats",
+			Handler:    _QueryService_GetFlowStats_Handler,
+		},
+		{
+			MethodName: "TopFlows",
+			Handler:    _QueryService_TopFlows_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

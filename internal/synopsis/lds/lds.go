@@ -137,7 +137,25 @@ func (l *LDS) base(r int, flow uint64) int {
 
 // Insert adds a packet (ID id, seen offsetNS into the epoch) of the flow
 // with hash flow, with weight w (1 unless the operator's rules say more).
-func (l *LDS) Insert(flow, id uint64, offsetNS int64, w uint64) {
+func (l *LDS) Insert(flow, id uint64, offsetNS int64, w uint64) { l.add(flow, id, offsetNS, w, false) }
+
+// Remove takes a packet out again: the collector removes lost and extra
+// packets that RDA reconciliation found, so that the cells they spoiled
+// become usable.
+func (l *LDS) Remove(flow, id uint64, offsetNS int64, w uint64) { l.add(flow, id, offsetNS, w, true) }
+
+// Clone returns a deep copy.
+func (l *LDS) Clone() *LDS {
+	c := *l
+	c.cells = slices.Clone(l.cells)
+	return &c
+}
+
+func (l *LDS) add(flow, id uint64, offsetNS int64, w uint64, remove bool) {
+	sum, cnt := int64(w)*offsetNS, w
+	if remove {
+		sum, cnt = -sum, -w // counts wrap back: uint64 arithmetic is modular
+	}
 	ph := synopsis.Hash(id, l.cfg.Seed^0x706b74)
 	off := int((uint64(uint32(ph)) * uint64(l.cfg.K)) >> 32)
 	lz := uint8(bits.LeadingZeros64(ph))
@@ -150,8 +168,8 @@ func (l *LDS) Insert(flow, id uint64, offsetNS int64, w uint64) {
 				j -= cols
 			}
 			c := &l.cells[r*cols+j]
-			c.SumNS += int64(w) * offsetNS
-			c.Count += w
+			c.SumNS += sum
+			c.Count += cnt
 			c.Digest ^= id
 		}
 		if r+1 < l.cfg.Rows && lz >= l.zeros[r+1] {
@@ -160,8 +178,8 @@ func (l *LDS) Insert(flow, id uint64, offsetNS int64, w uint64) {
 				j -= cols
 			}
 			c := &l.cells[(r+1)*cols+j]
-			c.SumNS += int64(w) * offsetNS
-			c.Count += w
+			c.SumNS += sum
+			c.Count += cnt
 			c.Digest ^= id
 		}
 	}

@@ -1,0 +1,100 @@
+package collector
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/store"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
+)
+
+// flowHash hashes a flow key as probes do for the LDS.
+func (c *Collector) flowHash(f capture.FlowKey) uint64 {
+	var b [40]byte
+	return lds.FlowHash(f.AppendBinary(b[:0]), c.cfg.Params.LDS.Seed)
+}
+
+// estimateFlow estimates one flow from an epoch's two sketches.
+func (c *Collector) estimateFlow(path string, epoch int64, up, down *lds.LDS, f capture.FlowKey) *owlv1.FlowStats {
+	est, err := lds.EstimateFlow(up, down, c.flowHash(f), c.weightOf(f), lds.DefaultOptions())
+	fs := &owlv1.FlowStats{
+		Path: path, Epoch: epoch, Flow: netpath.FlowToProto(f),
+		Start:   timestamppb.New(time.Unix(0, c.cfg.Params.Epoch.StartNS(epoch))),
+		Packets: est.UpPackets, Lost: est.Lost, Epochs: 1,
+	}
+	if err == nil {
+		fs.Estimated = true
+		fs.MeanNs, fs.StddevNs, fs.Samples = est.MeanNS, est.StddevNS, est.Samples
+		if est.Samples > 0 {
+			fs.StderrNs = est.StddevNS / math.Sqrt(est.Samples)
+		}
+	}
+	return fs
+}
+
+// topFlows repairs the epoch's sketches with what RDA reconciliation found,
+// estimates the flows the two sides' RAP tables name, and adds them and the
+// repaired sketches to w. It returns the results, heaviest first.
+func (c *Collector) topFlows(path string, epoch int64, up, down *side, rep repairs, w *store.Write) []*owlv1.FlowStats {
+	if up.lds == nil || down.lds == nil {
+		return nil
+	}
+	upL, downL := rep.apply(up.lds, down.lds)
+	seen := map[uint64]bool{}
+	var out []*owlv1.FlowStats
+	for _, s := range []*side{up, down} {
+		for _, tf := range s.Report.GetTopFlows() {
+			f, err := netpath.FlowFromProto(tf.GetFlow())
+			if err != nil {
+				continue
+			}
+			h := c.flowHash(f)
+			if seen[h] {
+				continue
+			}
+			seen[h] = true
+			fs := c.estimateFlow(path, epoch, upL, downL, f)
+			fs.Top = true
+			// The count-min estimate is an upper bound like the RAP
+			// counter; the smaller of the two is the better.
+			if p := float64(tf.GetPackets()); p > 0 && p < fs.Packets {
+				fs.Packets = p
+			}
+			out = append(out, fs)
+			w.Flows = append(w.Flows, store.FlowResult{Hash: h, Stats: fs})
+		}
+	}
+	slices.SortFunc(out, func(a, b *owlv1.FlowStats) int { return cmp.Compare(b.GetPackets(), a.GetPackets()) })
+	ub, db := up.Report.GetLds(), down.Report.GetLds()
+	if upL != up.lds {
+		ub, _ = upL.MarshalBinary()
+		db, _ = downL.MarshalBinary()
+	}
+	w.LDS = append(w.LDS, store.LDSPair{EpochRef: store.EpochRef{Path: path, Epoch: epoch}, Up: ub, Down: db})
+	return out
+}
+
+// pruneFlows drops the sketches and per-flow results that are older than
+// the flow retention, counted back from each path's newest epoch (so that
+// replays of old captures keep theirs).
+func (c *Collector) pruneFlows() {
+	keep := int64(c.cfg.Flows.Retention / c.cfg.Params.Epoch.Length)
+	for name, ps := range c.paths {
+		ps.mu.Lock()
+		newest, ok := ps.newest, ps.seen
+		ps.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if _, err := c.store.PruneFlows(name, newest-keep); err != nil {
+			c.log.Error("pruning per-flow data", "path", name, "err", err)
+		}
+	}
+}
