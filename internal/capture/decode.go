@@ -80,19 +80,26 @@ type Decoder struct {
 	raw     bool                          // link carries bare IP packets
 	linkLen int                           // shortest frame that holds the link header
 
-	eth   layers.Ethernet
-	sll   layers.LinuxSLL
-	sll2  layers.LinuxSLL2
-	loop  layers.Loopback
-	dot1q layers.Dot1Q
-	ip4   layers.IPv4
-	ip6   layers.IPv6
-	ext   layers.IPv6ExtensionSkipper
-	frag6 layers.IPv6Fragment
-	tcp   layers.TCP
-	udp   layers.UDP
-	icmp4 layers.ICMPv4
-	icmp6 layers.ICMPv6
+	inner *gopacket.DecodingLayerParser // Ethernet-first, for VXLAN on VXLANPort
+
+	eth     layers.Ethernet
+	sll     layers.LinuxSLL
+	sll2    layers.LinuxSLL2
+	loop    layers.Loopback
+	dot1q   layers.Dot1Q
+	mpls    mplsStack
+	gre     layers.GRE
+	erspan2 layers.ERSPANII
+	erspan3 erspan3
+	vxlan   layers.VXLAN
+	ip4     layers.IPv4
+	ip6     layers.IPv6
+	ext     layers.IPv6ExtensionSkipper
+	frag6   layers.IPv6Fragment
+	tcp     tcpHeader
+	udp     layers.UDP
+	icmp4   layers.ICMPv4
+	icmp6   layers.ICMPv6
 
 	decoded []gopacket.LayerType
 	scratch []byte
@@ -121,16 +128,30 @@ func NewDecoder(link layers.LinkType, cfg IdentityConfig) (*Decoder, error) {
 	default:
 		return nil, fmt.Errorf("unsupported link type %v (%d)", link, link)
 	}
-	decoders := []gopacket.DecodingLayer{&d.eth, &d.sll, &d.sll2, &d.loop, &d.dot1q, &d.ip4, &d.ip6,
+	decoders := []gopacket.DecodingLayer{&d.eth, &d.sll, &d.sll2, &d.loop, &d.dot1q, &d.mpls, &d.gre, &d.erspan2, &d.erspan3, &d.vxlan,
+		&d.ip4, &d.ip6,
 		// The skipper takes every IPv6 extension header; the fragment
 		// header is then claimed by its own layer so that non-first
 		// fragments are not read as transport headers.
 		&d.ext, &d.frag6, &d.tcp, &d.udp, &d.icmp4, &d.icmp6}
-	d.parser = gopacket.NewDecodingLayerParser(first, decoders...)
-	d.parser.IgnoreUnsupported = true
+	newParser := func(first gopacket.LayerType) *gopacket.DecodingLayerParser {
+		p := gopacket.NewDecodingLayerParser(first, decoders...)
+		// An array indexed by layer type finds the next decoder faster
+		// than the default map.
+		var sparse gopacket.DecodingLayerSparse
+		for _, l := range decoders {
+			sparse = sparse.Put(l).(gopacket.DecodingLayerSparse)
+		}
+		p.SetDecodingLayerContainer(sparse)
+		p.IgnoreUnsupported = true
+		return p
+	}
+	d.parser = newParser(first)
 	if d.raw {
-		d.parser6 = gopacket.NewDecodingLayerParser(layers.LayerTypeIPv6, decoders...)
-		d.parser6.IgnoreUnsupported = true
+		d.parser6 = newParser(layers.LayerTypeIPv6)
+	}
+	if cfg.VXLANPort != 0 {
+		d.inner = newParser(layers.LayerTypeEthernet)
 	}
 	return d, nil
 }
@@ -146,10 +167,25 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 		parser = d.parser6
 	}
 	err := parser.DecodeLayers(frame, &d.decoded)
+	if d.inner != nil && err == nil && len(d.decoded) > 0 && d.decoded[len(d.decoded)-1] == layers.LayerTypeUDP &&
+		uint16(d.udp.DstPort) == d.cfg.VXLANPort && d.vxlan.DecodeFromBytes(d.udp.Payload, gopacket.NilDecodeFeedback) == nil {
+		// VXLAN on a port gopacket does not know: decode the inner frame.
+		// The inner layers overwrite the outer ones, as for 4789.
+		vni := d.vxlan.VNI
+		err = d.inner.DecodeLayers(d.vxlan.Payload, &d.decoded)
+		d.decoded = append(d.decoded[:0:0], append([]gopacket.LayerType{layers.LayerTypeVXLAN}, d.decoded...)...)
+		d.vxlan.VNI = vni
+		parser = d.inner
+	}
 	// Find the innermost IP layer and the transport layer after it.
 	ipIdx, l4 := -1, gopacket.LayerTypeZero
+	var tag uint32
 	for i, t := range d.decoded {
 		switch t {
+		case layers.LayerTypeDot1Q:
+			tag = uint32(d.dot1q.VLANIdentifier)
+		case layers.LayerTypeVXLAN:
+			tag = 1<<24 | d.vxlan.VNI
 		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
 			ipIdx, l4 = i, gopacket.LayerTypeZero
 		case layers.LayerTypeTCP, layers.LayerTypeUDP, layers.LayerTypeICMPv4, layers.LayerTypeICMPv6:
@@ -168,10 +204,14 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 		return ErrNotIP
 	}
 	if err != nil && l4 == gopacket.LayerTypeZero {
-		// The IP header decoded but a later header is broken. A truncated
-		// transport header (short snaplen) is not an error of the packet:
-		// the identity then covers the bytes that are there.
-		if !parser.Truncated {
+		// The IP header decoded but a later header is broken. A transport
+		// header cut by the snap length is not an error of the packet:
+		// the identity then covers the bytes that are there. A broken
+		// tunnel header is: the innermost packet is out of reach.
+		last := d.decoded[len(d.decoded)-1]
+		ipLast := last == layers.LayerTypeIPv4 || last == layers.LayerTypeIPv6 ||
+			last == layers.LayerTypeIPv6Fragment || layers.LayerClassIPv6Extension.Contains(last)
+		if !parser.Truncated || !ipLast {
 			return decodeFailure(parser, err)
 		}
 	}
@@ -212,14 +252,17 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 		p.Flow.Proto = next
 	}
 
-	p.Flow.SrcPort, p.Flow.DstPort = 0, 0
+	p.Flow.SrcPort, p.Flow.DstPort, p.Flow.Tag = 0, 0, 0
+	if d.cfg.FlowTag {
+		p.Flow.Tag = tag
+	}
 	natSafe := d.cfg.NATSafe
 	var payload []byte
 	switch l4 {
 	case layers.LayerTypeTCP:
 		b = appendL4(b, d.tcp.Contents, 16, natSafe, 0, 4)
 		payload = d.tcp.Payload
-		p.Flow.SrcPort, p.Flow.DstPort = uint16(d.tcp.SrcPort), uint16(d.tcp.DstPort)
+		p.Flow.SrcPort, p.Flow.DstPort = d.tcp.SrcPort, d.tcp.DstPort
 	case layers.LayerTypeUDP:
 		b = appendL4(b, d.udp.Contents, 6, natSafe, 0, 4)
 		payload = d.udp.Payload

@@ -121,14 +121,14 @@ func TestDecodeFlow(t *testing.T) {
 		name string
 		want FlowKey
 	}{
-		{"ipv4-tcp", FlowKey{v4a, v4b, 40000, 80, 6}},
-		{"ipv4-udp", FlowKey{v4a, v4b, 5353, 53, 17}},
-		{"ipv4-icmp", FlowKey{v4a, v4b, 0, 0, 1}},
-		{"ipv6-tcp", FlowKey{v6a, v6b, 40000, 80, 6}},
-		{"ipv6-udp", FlowKey{v6a, v6b, 5353, 53, 17}},
-		{"ipv6-icmp", FlowKey{v6a, v6b, 0, 0, 58}},
-		{"ipv6-ext-udp", FlowKey{v6a, v6b, 5353, 53, 17}},
-		{"vlan-ipv4-tcp", FlowKey{v4a, v4b, 40000, 80, 6}},
+		{"ipv4-tcp", FlowKey{Src: v4a, Dst: v4b, SrcPort: 40000, DstPort: 80, Proto: 6}},
+		{"ipv4-udp", FlowKey{Src: v4a, Dst: v4b, SrcPort: 5353, DstPort: 53, Proto: 17}},
+		{"ipv4-icmp", FlowKey{Src: v4a, Dst: v4b, SrcPort: 0, DstPort: 0, Proto: 1}},
+		{"ipv6-tcp", FlowKey{Src: v6a, Dst: v6b, SrcPort: 40000, DstPort: 80, Proto: 6}},
+		{"ipv6-udp", FlowKey{Src: v6a, Dst: v6b, SrcPort: 5353, DstPort: 53, Proto: 17}},
+		{"ipv6-icmp", FlowKey{Src: v6a, Dst: v6b, SrcPort: 0, DstPort: 0, Proto: 58}},
+		{"ipv6-ext-udp", FlowKey{Src: v6a, Dst: v6b, SrcPort: 5353, DstPort: 53, Proto: 17}},
+		{"vlan-ipv4-tcp", FlowKey{Src: v4a, Dst: v4b, SrcPort: 40000, DstPort: 80, Proto: 6}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

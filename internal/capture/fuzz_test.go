@@ -20,19 +20,28 @@ func FuzzDecode(f *testing.F) {
 		f.Add(fr, uint8(0))
 		f.Add(fr[14:], uint8(1))
 	}
+	for _, c := range encapCases(f) {
+		f.Add(c.frame, uint8(0))
+		f.Add(c.frame, uint8(3))
+	}
 	cfg := DefaultIdentityConfig()
 	eth, _ := NewDecoder(layers.LinkTypeEthernet, cfg)
 	raw, _ := NewDecoder(layers.LinkTypeRaw, cfg)
 	nat := cfg
 	nat.NATSafe = true
 	ethNAT, _ := NewDecoder(layers.LinkTypeEthernet, nat)
+	tagged := cfg
+	tagged.FlowTag, tagged.VXLANPort = true, 8472
+	ethTag, _ := NewDecoder(layers.LinkTypeEthernet, tagged)
 	f.Fuzz(func(t *testing.T, frame []byte, link uint8) {
 		d := eth
-		switch link % 3 {
+		switch link % 4 {
 		case 1:
 			d = raw
 		case 2:
 			d = ethNAT
+		case 3:
+			d = ethTag
 		}
 		var p, q Packet
 		err := d.Decode(frame, 7, &p)

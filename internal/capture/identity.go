@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 )
 
 // MaxPayloadBytes bounds IdentityConfig.PayloadBytes.
@@ -30,6 +31,11 @@ const maxExtBytes = 256
 //
 // With NATSafe the addresses, the ports and the ICMP echo identifier are
 // zeroed too, so that a packet keeps its identity across a NAT (RDA §VIII).
+//
+// Mirror ports and fabrics wrap packets (802.1Q and QinQ tags, MPLS label
+// stacks, GRE, ERSPAN type II and III, VXLAN): the identity is always that of
+// the innermost IP packet, so a packet seen bare at one point and
+// encapsulated at the other keeps one identity.
 type IdentityConfig struct {
 	// Seed is the deployment-wide hash key.
 	Seed uint64 `yaml:"seed"`
@@ -37,6 +43,11 @@ type IdentityConfig struct {
 	PayloadBytes int `yaml:"payload_bytes"`
 	// NATSafe leaves addresses and ports out of the identity.
 	NATSafe bool `yaml:"nat_safe"`
+	// FlowTag adds the innermost VLAN ID or VXLAN VNI to flow keys.
+	FlowTag bool `yaml:"flow_tag"`
+	// VXLANPort is a UDP port that carries VXLAN besides 4789 (Linux's
+	// default without dstport is 8472); 0 for none.
+	VXLANPort uint16 `yaml:"vxlan_port"`
 }
 
 // DefaultIdentityConfig returns the defaults: seed 0x6f776c (a deployment
@@ -60,8 +71,8 @@ var ErrIdentityMismatch = errors.New("identity settings differ")
 // different identities to the same packet.
 func (c IdentityConfig) Compatible(o IdentityConfig) error {
 	if c != o {
-		return fmt.Errorf("%w: seed %#x payload_bytes %d nat_safe %t vs seed %#x payload_bytes %d nat_safe %t",
-			ErrIdentityMismatch, c.Seed, c.PayloadBytes, c.NATSafe, o.Seed, o.PayloadBytes, o.NATSafe)
+		return fmt.Errorf("%w: seed %#x payload_bytes %d nat_safe %t flow_tag %t vxlan_port %d vs seed %#x payload_bytes %d nat_safe %t flow_tag %t vxlan_port %d",
+			ErrIdentityMismatch, c.Seed, c.PayloadBytes, c.NATSafe, c.FlowTag, c.VXLANPort, o.Seed, o.PayloadBytes, o.NATSafe, o.FlowTag, o.VXLANPort)
 	}
 	return nil
 }
@@ -160,4 +171,25 @@ func (c *IdentityConfig) BindFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "id-seed", c.Seed, "deployment-wide packet identity hash key (same on every probe)")
 	fs.IntVar(&c.PayloadBytes, "payload-bytes", c.PayloadBytes, "transport payload bytes in the packet identity")
 	fs.BoolVar(&c.NATSafe, "nat-safe", c.NATSafe, "leave addresses and ports out of the packet identity")
+	fs.BoolVar(&c.FlowTag, "flow-tag", c.FlowTag, "add the innermost VLAN ID or VXLAN VNI to flow keys")
+	fs.Var((*portFlag)(&c.VXLANPort), "vxlan-port", "UDP port that carries VXLAN besides 4789 (e.g. 8472)")
+}
+
+// portFlag is a flag.Value for a port number.
+type portFlag uint16
+
+func (p *portFlag) String() string {
+	if p == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*p))
+}
+
+func (p *portFlag) Set(s string) error {
+	v, err := strconv.ParseUint(s, 10, 16)
+	if err != nil {
+		return fmt.Errorf("%q is not a port number", s)
+	}
+	*p = portFlag(v)
+	return nil
 }

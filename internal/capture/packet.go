@@ -24,25 +24,34 @@ type Packet struct {
 }
 
 // FlowKey is a 5-tuple. Ports are zero for protocols without ports and for
-// IP fragments other than the first.
+// IP fragments other than the first. With IdentityConfig.FlowTag, Tag holds
+// the innermost VLAN ID, or 1<<24 | VNI for a VXLAN packet.
 type FlowKey struct {
 	Src, Dst         netip.Addr
 	SrcPort, DstPort uint16
 	Proto            uint8
+	Tag              uint32
 }
 
-// String renders the flow as "proto src:port->dst:port".
+// String renders the flow as "proto src:port->dst:port" (and the tag).
 func (f FlowKey) String() string {
-	return fmt.Sprintf("%d %s->%s", f.Proto,
-		netip.AddrPortFrom(f.Src, f.SrcPort), netip.AddrPortFrom(f.Dst, f.DstPort))
+	s := fmt.Sprintf("%d %s->%s", f.Proto, netip.AddrPortFrom(f.Src, f.SrcPort), netip.AddrPortFrom(f.Dst, f.DstPort))
+	if f.Tag != 0 {
+		s += fmt.Sprintf(" tag %#x", f.Tag)
+	}
+	return s
 }
 
-// AppendBinary appends a fixed-size (37-byte) encoding of the flow key, for
+// FlowKeySize is the length of AppendBinary's encoding.
+const FlowKeySize = 41
+
+// AppendBinary appends a fixed-size (41-byte) encoding of the flow key, for
 // hashing and storage: 16-byte source and destination addresses (IPv4 as
-// IPv4-mapped IPv6), source and destination ports, protocol.
+// IPv4-mapped IPv6), source and destination ports, protocol, tag.
 func (f FlowKey) AppendBinary(b []byte) []byte {
 	s, d := f.Src.As16(), f.Dst.As16()
 	b = append(b, s[:]...)
 	b = append(b, d[:]...)
-	return append(b, byte(f.SrcPort>>8), byte(f.SrcPort), byte(f.DstPort>>8), byte(f.DstPort), f.Proto)
+	return append(b, byte(f.SrcPort>>8), byte(f.SrcPort), byte(f.DstPort>>8), byte(f.DstPort), f.Proto,
+		byte(f.Tag>>24), byte(f.Tag>>16), byte(f.Tag>>8), byte(f.Tag))
 }

@@ -17,7 +17,7 @@ import (
 
 // flowHash hashes a flow key as probes do for the LDS.
 func (c *Collector) flowHash(f capture.FlowKey) uint64 {
-	var b [40]byte
+	var b [capture.FlowKeySize]byte
 	return lds.FlowHash(f.AppendBinary(b[:0]), c.cfg.Params.LDS.Seed)
 }
 

@@ -23,7 +23,7 @@ type FlowSide struct {
 
 // FlowHash hashes a flow key as probes do.
 func FlowHash(f capture.FlowKey, seed uint64) uint64 {
-	var b [40]byte
+	var b [capture.FlowKeySize]byte
 	return lds.FlowHash(f.AppendBinary(b[:0]), seed)
 }
 

@@ -206,7 +206,7 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 
 // flow returns a flow's hash (as lds.FlowHash of its key) and LDS weight.
 func (pl *pipeline) flow(f *capture.FlowKey) (uint64, uint64) {
-	var b [40]byte
+	var b [capture.FlowKeySize]byte
 	return lds.FlowHash(f.AppendBinary(b[:0]), pl.params.LDS.Seed), pl.weightOf(*f)
 }
 
