@@ -101,6 +101,15 @@ func encapCases(t testing.TB) map[string]encapCase {
 		"vlan-in-vxlan":     {cat(ethHdr(0x0800), ipv4Outer(17, 8+8+4+len(bare)), udpOuter(4789, 8+4+len(bare)), vxlanHdr(7), ethHdr(0x8100), vlanTag(300, 0x0800), ip), bare, 300},
 		"ipip":              {cat(ethHdr(0x0800), ipv4Outer(4, len(ip)), ip), bare, 0},
 	}
+}
+
+// TestEncapsulations checks that the identity and flow of a packet are those
+// of the innermost IP packet, however it is wrapped.
+func TestEncapsulations(t *testing.T) {
+	frames := encapCases(t)
+	bare := testFrames(t)["ipv4-tcp"]
+	ip := bare[14:]
+	erspan3 := []byte{0x20, 0x64, 0x00, 0x07, 0, 0, 0, 1, 0, 0, 0, 0}
 	cfg := DefaultIdentityConfig()
 	cfg.VXLANPort = 8472
 	d, err := NewDecoder(layers.LinkTypeEthernet, cfg)
