@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/probe"
 )
@@ -23,6 +24,12 @@ import (
 func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.StringVar(&c.ID, "id", c.ID, "observation point id (as named in the collector's paths)")
 	fs.StringVar(&c.Collector, "collector", c.Collector, "collector gRPC address host:port")
+	fs.Var(&liveFlag{c: c}, "interface", "capture this interface live (AF_PACKET); replaces -file sources")
+	fs.Var(&liveIntFlag{c: c, set: func(l *capture.LiveConfig, v int) { l.Workers = v }, get: func(l *capture.LiveConfig) int { return l.Workers }}, "workers", "live capture: PACKET_FANOUT workers, each with its own synopses")
+	fs.Var(&liveIntFlag{c: c, set: func(l *capture.LiveConfig, v int) { l.NumBlocks = v }, get: func(l *capture.LiveConfig) int { return l.NumBlocks }}, "ring-blocks", "live capture: ring blocks of 1 MiB per worker")
+	fs.Var(&liveStrFlag{c: c, set: func(l *capture.LiveConfig, v string) { l.BPF = v }, get: func(l *capture.LiveConfig) string { return l.BPF }}, "bpf", "live capture: BPF filter in `tcpdump -ddd` form")
+	fs.Var(&liveBoolFlag{c: c, set: func(l *capture.LiveConfig, v bool) { l.IgnoreOutgoing = !v }, get: func(l *capture.LiveConfig) bool { return !l.IgnoreOutgoing }}, "capture-outgoing", "live capture: also count packets this host sends on the interface")
+	fs.Var(&liveBoolFlag{c: c, set: func(l *capture.LiveConfig, v bool) { l.HardwareTimestamps = v }, get: func(l *capture.LiveConfig) bool { return l.HardwareTimestamps }}, "hw-timestamps", "live capture: ask the NIC for hardware receive timestamps")
 	files := &filesFlag{c: c}
 	fs.Var(files, "file", "capture file to replay (repeat or comma-separate for several, read in turn)")
 	fs.Var(&speedFlag{files: files}, "replay-speed", "replay capture files at this multiple of real time (0: as fast as possible)")
@@ -85,6 +92,96 @@ func (v *speedFlag) Set(s string) error {
 	for i := range v.files.c.Sources {
 		v.files.c.Sources[i].ReplaySpeed = x
 	}
+	return nil
+}
+
+// live returns the probe's live source configuration, making one.
+func live(c *probe.Config) *capture.LiveConfig {
+	if len(c.Sources) != 1 || c.Sources[0].Live == nil {
+		lc := capture.DefaultLiveConfig()
+		c.Sources = []probe.SourceConfig{{Live: &lc}}
+	}
+	return c.Sources[0].Live
+}
+
+func liveOf(c *probe.Config) *capture.LiveConfig {
+	if c == nil || len(c.Sources) != 1 {
+		return nil
+	}
+	return c.Sources[0].Live
+}
+
+// liveFlag sets the live interface.
+type liveFlag struct{ c *probe.Config }
+
+func (f *liveFlag) String() string {
+	if l := liveOf(f.c); l != nil {
+		return l.Interface
+	}
+	return ""
+}
+
+func (f *liveFlag) Set(s string) error { live(f.c).Interface = s; return nil }
+
+// liveIntFlag, liveStrFlag and liveBoolFlag set a live capture option.
+type liveIntFlag struct {
+	c   *probe.Config
+	set func(*capture.LiveConfig, int)
+	get func(*capture.LiveConfig) int
+}
+
+func (f *liveIntFlag) String() string {
+	if l := liveOf(f.c); l != nil {
+		return strconv.Itoa(f.get(l))
+	}
+	return ""
+}
+
+func (f *liveIntFlag) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return err
+	}
+	f.set(live(f.c), v)
+	return nil
+}
+
+type liveStrFlag struct {
+	c   *probe.Config
+	set func(*capture.LiveConfig, string)
+	get func(*capture.LiveConfig) string
+}
+
+func (f *liveStrFlag) String() string {
+	if l := liveOf(f.c); l != nil {
+		return f.get(l)
+	}
+	return ""
+}
+
+func (f *liveStrFlag) Set(s string) error { f.set(live(f.c), s); return nil }
+
+type liveBoolFlag struct {
+	c   *probe.Config
+	set func(*capture.LiveConfig, bool)
+	get func(*capture.LiveConfig) bool
+}
+
+func (f *liveBoolFlag) IsBoolFlag() bool { return true }
+
+func (f *liveBoolFlag) String() string {
+	if l := liveOf(f.c); l != nil {
+		return strconv.FormatBool(f.get(l))
+	}
+	return "false"
+}
+
+func (f *liveBoolFlag) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	f.set(live(f.c), v)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 )
@@ -61,13 +62,15 @@ type CacheConfig struct {
 	MaxBytes int64 `yaml:"max_bytes"`
 }
 
-// SourceConfig is one packet source.
+// SourceConfig is one packet source: a capture file or a live interface.
 type SourceConfig struct {
 	// File is a pcap or pcapng capture (optionally gzipped).
 	File string `yaml:"file"`
 	// ReplaySpeed paces a file at this multiple of its original speed;
 	// 0 reads it as fast as possible.
 	ReplaySpeed float64 `yaml:"replay_speed"`
+	// Live captures an interface (a probe has at most one live source).
+	Live *capture.LiveConfig `yaml:"live"`
 }
 
 // DefaultConfig returns a probe that exits when its files are done.
@@ -97,10 +100,16 @@ func (c Config) Validate() error {
 		return errors.New("probe needs at least one source")
 	}
 	for i, s := range c.Sources {
-		if s.File == "" {
-			return fmt.Errorf("source %d: no file given", i+1)
-		}
-		if s.ReplaySpeed < 0 {
+		switch {
+		case s.Live != nil && (s.File != "" || len(c.Sources) > 1):
+			return fmt.Errorf("source %d: a live capture must be the probe's only source", i+1)
+		case s.Live != nil:
+			if err := s.Live.Validate(); err != nil {
+				return fmt.Errorf("source %d: %w", i+1, err)
+			}
+		case s.File == "":
+			return fmt.Errorf("source %d: no file or live interface given", i+1)
+		case s.ReplaySpeed < 0:
 			return fmt.Errorf("source %d: negative replay speed", i+1)
 		}
 	}

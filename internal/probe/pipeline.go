@@ -79,11 +79,9 @@ type pipeline struct {
 	decs   map[layers.LinkType]*capture.Decoder
 	window *epoch.Window[*epochData]
 	paths  atomic.Pointer[pathSet] // the set new epochs use
-	emit   func(*owlv1.EpochReport)
-	clock  func() *owlv1.ClockStatus
+	sink   func(closedEpoch)
 	stats  *counters
 
-	caches   *cacheStore
 	maxCache int      // cache entries per path and epoch
 	sizes    sync.Map // path name → RDA buckets the collector asked for
 	topFlows int      // flows reported per path and epoch (RAP keeps twice as many)
@@ -93,9 +91,11 @@ type pipeline struct {
 	failSince [4]uint64
 }
 
-func newPipeline(p params.Params, caches *cacheStore, maxCache, topFlows int, emit func(*owlv1.EpochReport), clock func() *owlv1.ClockStatus, stats *counters) (*pipeline, error) {
-	pl := &pipeline{params: p, decs: map[layers.LinkType]*capture.Decoder{}, emit: emit, clock: clock, stats: stats,
-		caches: caches, maxCache: maxCache, topFlows: topFlows}
+// newPipeline returns a pipeline (one capture worker's synopses) that hands
+// its closed epochs to sink.
+func newPipeline(p params.Params, maxCache, topFlows int, sink func(closedEpoch), stats *counters) (*pipeline, error) {
+	pl := &pipeline{params: p, decs: map[layers.LinkType]*capture.Decoder{}, sink: sink, stats: stats,
+		maxCache: maxCache, topFlows: topFlows}
 	var err error
 	if pl.weightOf, err = p.WeightOf(); err != nil {
 		return nil, err
@@ -215,36 +215,67 @@ func (pl *pipeline) flush() { pl.window.Flush() }
 
 // close turns a closed epoch into one report per path.
 func (pl *pipeline) close(cl epoch.Closed[*epochData]) {
-	ed := cl.Value
+	pl.sink(closedEpoch{epoch: cl.Epoch, data: cl.Value, late: cl.Late, failures: pl.failSince})
+	pl.failSince = [4]uint64{}
+}
+
+// closedEpoch is an epoch a pipeline (or, merged, all of a live capture's
+// workers) closed.
+type closedEpoch struct {
+	epoch    int64
+	data     *epochData
+	late     uint64
+	failures [4]uint64 // decode failures since the previous close, by reason
+}
+
+// reporter turns closed epochs into reports, one per path, and keeps their
+// caches for the collector's requests.
+type reporter struct {
+	caches   *cacheStore
+	topFlows int
+	clock    func() *owlv1.ClockStatus
+	emit     func(*owlv1.EpochReport)
+	dropped  func() uint64 // packets the capture lost since the previous call
+}
+
+func (r *reporter) report(ce closedEpoch) {
+	ed := ce.data
 	failures := map[string]uint64{}
-	for _, r := range capture.Reasons {
-		if n := pl.failSince[r]; n > 0 {
-			failures[r.String()] = n
+	for _, reason := range capture.Reasons {
+		if n := ce.failures[reason]; n > 0 {
+			failures[reason.String()] = n
 		}
 	}
-	pl.failSince = [4]uint64{}
+	var dropped uint64
+	if r.dropped != nil {
+		dropped = r.dropped()
+	}
 	now := time.Now().UnixNano()
-	clock := pl.clock()
+	clock := r.clock()
 	for i, a := range ed.set.paths {
 		b, _ := ed.ldas[i].MarshalBinary() // does not fail
-		rb, _ := ed.rdas[i].MarshalBinary()
 		sb, _ := ed.ldss[i].MarshalBinary()
+		var rb []byte
+		if ed.rdas[i] != nil {
+			rb, _ = ed.rdas[i].MarshalBinary()
+		}
 		var top []*owlv1.TopFlow
-		for _, e := range ed.raps[i].Top(pl.topFlows) {
+		for _, e := range ed.raps[i].Top(r.topFlows) {
 			top = append(top, &owlv1.TopFlow{Flow: netpath.FlowToProto(e.Value), Packets: e.Count})
 		}
 		c := ed.caches[i]
-		pl.caches.put(a.path.Name, cl.Epoch, c)
-		pl.emit(&owlv1.EpochReport{
+		r.caches.put(a.path.Name, ce.epoch, c)
+		r.emit(&owlv1.EpochReport{
 			Path:  a.path.Name,
-			Epoch: cl.Epoch,
+			Epoch: ce.epoch,
 			Role:  a.role,
 			Lda:   b,
 			Counters: &owlv1.Counters{
 				Packets:        ed.packets[i],
-				Late:           cl.Late,
+				Late:           ce.late,
 				DecodeFailures: failures,
 				OutsidePaths:   ed.outside,
+				Dropped:        dropped,
 			},
 			Clock:         clock,
 			ClosedUnixNs:  now,

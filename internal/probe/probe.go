@@ -30,10 +30,13 @@ type Probe struct {
 	spool  *spool
 	stats  counters
 	client *client
-	pipe   *pipeline
+	pipes  []*pipeline // one per capture worker
+	rep    *reporter
+	merge  *merger       // for more than one worker
 	ready  chan struct{} // closed when the first path configuration arrived
 	reg    *prometheus.Registry
 	caches *cacheStore
+	live   *liveCapture // nil for file sources
 }
 
 // New builds a probe; Run starts it.
@@ -43,10 +46,26 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	}
 	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{}),
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
-	var err error
-	p.pipe, err = newPipeline(cfg.Params, p.caches, cfg.Cache.MaxPackets, cfg.TopFlows, p.spool.add, p.clockStatus, &p.stats)
-	if err != nil {
-		return nil, err
+	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, clock: p.clockStatus, emit: p.spool.add}
+	workers := 1
+	if lc := cfg.Sources[0].Live; lc != nil {
+		workers = lc.Workers
+		p.live = &liveCapture{cfg: *lc}
+		p.rep.dropped = p.live.droppedSince
+	}
+	sink := p.rep.report
+	if workers > 1 {
+		p.merge = newMerger(workers, cfg.Params.Epoch, p.rep.report)
+	}
+	for w := 0; w < workers; w++ {
+		if p.merge != nil {
+			sink = func(ce closedEpoch) { p.merge.add(w, ce) }
+		}
+		pl, err := newPipeline(cfg.Params, cfg.Cache.MaxPackets, cfg.TopFlows, sink, &p.stats)
+		if err != nil {
+			return nil, err
+		}
+		p.pipes = append(p.pipes, pl)
 	}
 	conn, err := grpc.NewClient(cfg.Collector,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -63,12 +82,19 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 			if err != nil {
 				return err
 			}
-			p.pipe.setPaths(s)
+			for _, pl := range p.pipes {
+				pl.setPaths(s)
+			}
 			once.Do(func() { close(p.ready) })
 			return nil
 		},
 		onSize: func(m *owlv1.RDASize) error {
-			return p.pipe.setRDASize(m.GetPath(), int(m.GetBuckets()))
+			for _, pl := range p.pipes {
+				if err := pl.setRDASize(m.GetPath(), int(m.GetBuckets())); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 		fetch:   p.caches.fetch,
 		rebuild: p.caches.rebuild,
@@ -85,6 +111,9 @@ func (p *Probe) hello() *owlv1.Hello {
 // clockStatus describes the clock timestamps come from. Replayed files carry
 // the clock of the capture that made them.
 func (p *Probe) clockStatus() *owlv1.ClockStatus {
+	if p.live != nil {
+		return &owlv1.ClockStatus{Source: "system, " + p.live.timestampSource() + " timestamps"}
+	}
 	return &owlv1.ClockStatus{Source: "file"}
 }
 
@@ -144,16 +173,19 @@ func (p *Probe) capture(ctx context.Context) error {
 		return nil
 	case <-p.ready:
 	}
+	if p.live != nil {
+		return p.runLive(ctx)
+	}
 	for _, s := range p.cfg.Sources {
 		if err := p.readFile(ctx, s); err != nil {
 			if ctx.Err() != nil {
-				p.log.Info("capture stopped", "open_epochs_discarded", p.pipe.window.Open())
+				p.log.Info("capture stopped", "open_epochs_discarded", p.pipes[0].window.Open())
 				return nil
 			}
 			return err
 		}
 	}
-	p.pipe.flush()
+	p.pipes[0].flush()
 	p.log.Info("sources done", "frames", p.stats.frames.Load(), "packets", p.stats.packets.Load(),
 		"late", p.stats.late.Load(), "outside_paths", p.stats.outside.Load())
 	if !p.cfg.ExitWhenDone {
@@ -193,7 +225,7 @@ func (p *Probe) readFile(ctx context.Context, sc SourceConfig) error {
 		return err
 	}
 	defer src.Close()
-	if err := p.pipe.setLink(src.LinkType()); err != nil {
+	if err := p.pipes[0].setLink(src.LinkType()); err != nil {
 		return fmt.Errorf("%s: %w", sc.File, err)
 	}
 	pacer := capture.NewPacer(sc.ReplaySpeed)
@@ -209,7 +241,7 @@ func (p *Probe) readFile(ctx context.Context, sc SourceConfig) error {
 		if err := pacer.Wait(ctx, f.TimeNS); err != nil {
 			return err
 		}
-		p.pipe.frame(f.Data, f.TimeNS)
+		p.pipes[0].frame(f.Data, f.TimeNS)
 	}
 }
 
@@ -286,6 +318,10 @@ func (p *Probe) metrics() *prometheus.Registry {
 			Name: "owl_probe_decode_failures_total", Help: "Frames that yielded no packet, by reason.",
 			ConstLabels: prometheus.Labels{"reason": r.String()},
 		}, func() float64 { return float64(p.stats.decodeFailures[r].Load()) }))
+	}
+	if p.live != nil {
+		counter("owl_probe_ring_packets_total", "Packets the kernel offered the capture sockets.", func() float64 { n, _ := p.live.totals(); return float64(n) })
+		counter("owl_probe_ring_drops_total", "Packets the kernel dropped because a capture ring was full.", func() float64 { _, d := p.live.totals(); return float64(d) })
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_cache_bytes", Help: "Bytes of (packet ID, timestamp) caches kept for RDA repair."},
 		func() float64 { return float64(p.caches.size()) }))

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"encoding/binary"
 	"net"
 	"testing"
 	"time"
@@ -54,8 +55,9 @@ func TestPipelineSortsPacketsIntoPaths(t *testing.T) {
 	p := params.Default()
 	var reports []*owlv1.EpochReport
 	var stats counters
-	pl, err := newPipeline(p, newCacheStore(4, 1<<20), 1000, 5, func(r *owlv1.EpochReport) { reports = append(reports, r) },
-		func() *owlv1.ClockStatus { return &owlv1.ClockStatus{Source: "test"} }, &stats)
+	rep := &reporter{caches: newCacheStore(4, 1<<20), topFlows: 5, emit: func(r *owlv1.EpochReport) { reports = append(reports, r) },
+		clock: func() *owlv1.ClockStatus { return &owlv1.ClockStatus{Source: "test"} }}
+	pl, err := newPipeline(p, 1000, 5, rep.report, &stats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +130,59 @@ func TestConfigValidate(t *testing.T) {
 		mod(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestMergedWorkersEqualOne feeds the same packets to one pipeline and,
+// split by flow as fanout hashing does, to three pipelines merged: every
+// report must be the same.
+func TestMergedWorkersEqualOne(t *testing.T) {
+	p := params.Default()
+	clock := func() *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
+	collect := func(out *[]*owlv1.EpochReport) *reporter {
+		return &reporter{caches: newCacheStore(4, 1<<24), topFlows: 5, clock: clock, emit: func(r *owlv1.EpochReport) { *out = append(*out, r) }}
+	}
+	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
+		{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"}, Role: owlv1.Role_ROLE_UPSTREAM}}})
+	var single, merged []*owlv1.EpochReport
+	var stats counters
+	one, _ := newPipeline(p, 1<<20, 5, collect(&single).report, &stats)
+	one.setPaths(set)
+	_ = one.setLink(layers.LinkTypeEthernet)
+	m := newMerger(3, p.Epoch, collect(&merged).report)
+	var shards []*pipeline
+	for w := 0; w < 3; w++ {
+		pl, _ := newPipeline(p, 1<<20, 5, func(ce closedEpoch) { m.add(w, ce) }, &stats)
+		pl.setPaths(set)
+		_ = pl.setLink(layers.LinkTypeEthernet)
+		shards = append(shards, pl)
+	}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for i := 0; i < 3000; i++ {
+		ts := base + int64(i)*1_000_000 // three epochs
+		sport := uint16(1000 + i%7)
+		f := frame(t, "10.0.0.1", "10.0.0.2", sport, 53)
+		binary.BigEndian.PutUint32(f[len(f)-4:], uint32(i)) // distinct packets
+		one.frame(f, ts)
+		shards[int(sport)%3].frame(f, ts)
+	}
+	one.flush()
+	for w, pl := range shards {
+		pl.flush()
+		m.watermark(w, base+int64(10*time.Second))
+	}
+	if len(single) != 3 || len(merged) != 3 {
+		t.Fatalf("%d single reports, %d merged", len(single), len(merged))
+	}
+	for i := range single {
+		a, b := single[i], merged[i]
+		if a.Epoch != b.Epoch || string(a.Lda) != string(b.Lda) || string(a.Rda) != string(b.Rda) || string(a.Lds) != string(b.Lds) ||
+			a.Counters.Packets != b.Counters.Packets || a.CacheEntries != b.CacheEntries {
+			t.Errorf("epoch %d: merged report differs from the single one", a.Epoch)
+		}
+		if len(a.TopFlows) != len(b.TopFlows) || a.TopFlows[0].Packets != b.TopFlows[0].Packets {
+			t.Errorf("epoch %d: top flows %v vs %v", a.Epoch, a.TopFlows, b.TopFlows)
 		}
 	}
 }

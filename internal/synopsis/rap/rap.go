@@ -114,3 +114,27 @@ func (t *Table[T]) down(i int) {
 		i = m
 	}
 }
+
+// AddCount counts n packets of a flow at once, as when combining tables:
+// a tracked flow's counter grows by n; an untracked flow takes a free
+// counter, or the smallest one if n exceeds it.
+func (t *Table[T]) AddCount(key uint64, v *T, n uint64) {
+	if i, ok := t.pos[key]; ok {
+		t.heap[i].Count += n
+		t.down(i)
+		return
+	}
+	if len(t.heap) < t.k {
+		t.heap = append(t.heap, Entry[T]{Key: key, Value: *v, Count: n})
+		t.pos[key] = len(t.heap) - 1
+		t.up(len(t.heap) - 1)
+		return
+	}
+	if n <= t.heap[0].Count {
+		return
+	}
+	delete(t.pos, t.heap[0].Key)
+	t.heap[0] = Entry[T]{Key: key, Value: *v, Count: n}
+	t.pos[key] = 0
+	t.down(0)
+}

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/epoch"
+)
+
+// needRoot skips a test that needs root and the named tools.
+func needRoot(t *testing.T, tools ...string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("live test")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+}
+
+func sh(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+// TestLiveProbes runs two probes capturing live, one at each end of a veth
+// pair (the upstream one sees the frames leave, the downstream one sees
+// them arrive), with 2 fanout workers downstream, while tcpreplay sends the
+// bundled trace through. The collector must reconcile every epoch without
+// loss, with the small positive delay of a veth crossing, and count as many
+// packets as tcpdump at the receiving end.
+func TestLiveProbes(t *testing.T) {
+	needRoot(t, "ip", "tcpreplay", "tcpdump")
+	dir := t.TempDir()
+	env, err := harness.NewEnv(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if raced := env.Close(); len(raced) > 0 {
+			t.Errorf("data races in %v", raced)
+		}
+	})
+	a, b := "owllivea", "owlliveb"
+	exec.Command("ip", "link", "del", a).Run()
+	sh(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
+	t.Cleanup(func() { exec.Command("ip", "link", "del", a).Run() })
+	for _, dev := range []string{a, b} {
+		sh(t, "ip", "link", "set", dev, "up")
+		exec.Command("ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off").Run()
+		os.WriteFile("/proc/sys/net/ipv6/conf/"+dev+"/disable_ipv6", []byte("1"), 0o644)
+	}
+	coll, addrs, err := env.StartCollector("collector", collectorYAML(filepath.Join(dir, "data"), "127.0.0.1:0", `  - name: a-to-b
+    upstream: live-a
+    downstream: live-b
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, err := env.Start("live-a", "probe", "-id", "live-a", "-collector", addrs.GRPC, "-interface", a, "-capture-outgoing", "-ring-blocks", "16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := env.Start("live-b", "probe", "-id", "live-b", "-collector", addrs.GRPC, "-interface", b, "-workers", "2", "-ring-blocks", "16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := query(t, addrs.GRPC)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		ps, err := q.ListProbes(ctx, &owlv1.ListProbesRequest{})
+		if err == nil && len(ps.GetProbes()) == 2 && ps.GetProbes()[0].GetConnected() && ps.GetProbes()[1].GetConnected() {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("probes did not connect\n%s\n%s", pa.Log(), pb.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // sockets open after the path configuration
+
+	dump := filepath.Join(dir, "b.pcap")
+	td := exec.Command("tcpdump", "-i", b, "-s", "0", "-U", "-w", dump, "-q")
+	if err := td.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	sh(t, "tcpreplay", "-q", "-i", a, "--pps", "10000", "../testdata/trace.pcap")
+	end := time.Now()
+	time.Sleep(2500 * time.Millisecond) // the last epoch closes after 1 s + grace
+	td.Process.Signal(os.Interrupt)
+	td.Wait()
+
+	first, _ := epochOf(start)
+	last, _ := epochOf(end)
+	stats, err := harness.WaitStats(ctx, q, "a-to-b", int(last-first+1))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, coll.Log())
+	}
+	var up, down uint64
+	var b2 strings.Builder
+	for _, s := range stats {
+		fmt.Fprintf(&b2, "epoch %d: %v %s mean %.3f µs std %.3f µs, up %d down %d, lost %.0f, decoded %t\n", s.GetEpoch(), s.GetStatus(),
+			s.GetEstimator(), s.GetMeanNs()/1e3, s.GetStddevNs()/1e3, s.GetUpstreamPackets(), s.GetDownstreamPackets(), s.GetLost(), s.GetDecoded())
+		if s.GetUpstreamPackets() == 0 && s.GetDownstreamPackets() == 0 {
+			continue
+		}
+		up += s.GetUpstreamCounters().GetPackets()
+		down += s.GetDownstreamCounters().GetPackets()
+		if s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || s.GetEstimator() != "rda" || !s.GetDecoded() {
+			t.Errorf("epoch %d: %v, estimator %s, decoded %t", s.GetEpoch(), s.GetStatus(), s.GetEstimator(), s.GetDecoded())
+		}
+		if s.GetLost() != 0 || s.GetUpstreamCounters().GetDropped()+s.GetDownstreamCounters().GetDropped() != 0 {
+			t.Errorf("epoch %d: lost %.0f, ring drops %d + %d", s.GetEpoch(), s.GetLost(), s.GetUpstreamCounters().GetDropped(), s.GetDownstreamCounters().GetDropped())
+		}
+		if m := s.GetMeanNs(); s.GetSamples() > 0 && (m <= 0 || m > 10e6) {
+			t.Errorf("epoch %d: mean delay %.0f ns across a veth pair", s.GetEpoch(), m)
+		}
+	}
+	t.Logf("live results:\n%s", b2.String())
+	frames, packets := pcapFrames(t, dump)
+	if up != down || int(down) != packets {
+		t.Errorf("upstream counted %d packets, downstream %d; tcpdump at the receiving end: %d frames, %d IP packets", up, down, frames, packets)
+	}
+	for _, p := range []*harness.Proc{pa, pb} {
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("%s did not stop cleanly: %v\n%s", p.Name, err, p.Log())
+		}
+	}
+}
+
+func epochOf(t time.Time) (int64, int64) { return epoch.DefaultConfig().Of(t.UnixNano()) }
+
+// pcapFrames counts the frames of a capture file and the IP packets in them.
+func pcapFrames(t *testing.T, path string) (frames, packets int) {
+	t.Helper()
+	src, err := capture.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	d, _ := capture.NewDecoder(src.LinkType(), capture.DefaultIdentityConfig())
+	for {
+		f, err := src.Next()
+		if err != nil {
+			return frames, packets
+		}
+		frames++
+		var p capture.Packet
+		if d.Decode(f.Data, f.TimeNS, &p) == nil {
+			packets++
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/owl-latency/owl/internal/capture"
+)
+
+// liveCapture is a probe's live source: one AF_PACKET socket per worker.
+type liveCapture struct {
+	cfg capture.LiveConfig
+
+	mu       sync.Mutex
+	srcs     []*capture.LiveSource
+	tsSource string
+	// Drops already reported, to report each once.
+	reportedDrops atomic.Uint64
+}
+
+func (lc *liveCapture) timestampSource() string {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.tsSource == "" {
+		return "kernel"
+	}
+	return lc.tsSource
+}
+
+// totals returns the packets the kernel offered and dropped, all sockets.
+func (lc *liveCapture) totals() (packets, drops uint64) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, s := range lc.srcs {
+		p, d, err := s.Stats()
+		if err == nil {
+			packets += p
+			drops += d
+		}
+	}
+	return packets, drops
+}
+
+// droppedSince returns the ring drops since its previous call.
+func (lc *liveCapture) droppedSince() uint64 {
+	_, d := lc.totals()
+	prev := lc.reportedDrops.Swap(d)
+	if d < prev {
+		return 0
+	}
+	return d - prev
+}
+
+// runLive captures until ctx ends. Each worker reads its fanout socket,
+// decodes and folds packets into its own synopses, and advances time on the
+// system clock when its socket is idle, so that epochs close without
+// traffic. Epochs still open at the end are dropped: they hold part of an
+// epoch only, which the other side of the path would not match.
+func (p *Probe) runLive(ctx context.Context) error {
+	lc := p.live
+	for w := range p.pipes {
+		s, err := capture.OpenLive(lc.cfg, w)
+		if err != nil {
+			lc.closeAll()
+			return err
+		}
+		lc.mu.Lock()
+		lc.srcs = append(lc.srcs, s)
+		lc.tsSource = s.TimestampSource()
+		lc.mu.Unlock()
+		if err := p.pipes[w].setLink(s.LinkType()); err != nil {
+			lc.closeAll()
+			return err
+		}
+	}
+	defer lc.closeAll()
+	p.log.Info("capturing", "interface", lc.cfg.Interface, "workers", len(p.pipes), "timestamps", lc.timestampSource())
+	g, ctx := errgroup.WithContext(ctx)
+	for w, pl := range p.pipes {
+		src := lc.srcs[w]
+		g.Go(func() error {
+			lastAdvance := time.Now()
+			for ctx.Err() == nil {
+				f, err := src.Next()
+				switch {
+				case errors.Is(err, capture.ErrTimeout):
+				case err != nil:
+					return fmt.Errorf("capturing on %s: %w", lc.cfg.Interface, err)
+				default:
+					pl.frame(f.Data, f.TimeNS)
+				}
+				// Time moves on the clock too, at least every poll
+				// timeout, so that an idle socket closes its epochs.
+				if now := time.Now(); err != nil || now.Sub(lastAdvance) > lc.cfg.PollTimeout {
+					pl.window.Advance(now.UnixNano())
+					if p.merge != nil {
+						p.merge.watermark(w, now.UnixNano())
+					}
+					lastAdvance = now
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	open := 0
+	for _, pl := range p.pipes {
+		open += pl.window.Open()
+	}
+	p.log.Info("capture stopped", "open_epochs_discarded", open)
+	return err
+}
+
+func (lc *liveCapture) closeAll() {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, s := range lc.srcs {
+		s.Close()
+	}
+	lc.srcs = nil
+}

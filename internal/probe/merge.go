@@ -1,0 +1,140 @@
+package probe
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
+)
+
+// merger combines the epochs that the workers of a live capture close, each
+// with its own synopses of the packets its fanout socket received, into one
+// epoch per path. LDA, RDA and LDS merge exactly (sums and counts add, ID
+// xors and digests xor), caches concatenate; the RAP tables of the workers
+// are combined by counts, which is exact for flows every worker tracked and
+// an estimate otherwise (fanout hashing keeps a flow on one worker).
+//
+// An epoch is complete when every worker has handed it in or has moved past
+// its end plus grace without it (a worker that saw no packet of the epoch).
+// Safe for concurrent use.
+type merger struct {
+	grid epoch.Config
+	out  func(closedEpoch)
+
+	mu    sync.Mutex
+	parts map[int64]*part
+	marks []int64 // per worker: time (ns) up to which it has closed epochs
+	seen  []bool  // per worker: mark is set
+}
+
+type part struct {
+	ce  closedEpoch
+	got []bool
+}
+
+func newMerger(workers int, grid epoch.Config, out func(closedEpoch)) *merger {
+	return &merger{grid: grid, out: out, parts: map[int64]*part{}, marks: make([]int64, workers), seen: make([]bool, workers)}
+}
+
+// add hands in worker w's closed epoch.
+func (m *merger) add(w int, ce closedEpoch) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.parts[ce.epoch]
+	if p == nil {
+		p = &part{ce: ce, got: make([]bool, len(m.marks))}
+		m.parts[ce.epoch] = p
+	} else {
+		mergeEpoch(&p.ce, ce)
+	}
+	p.got[w] = true
+	// A worker hands in epochs in order: it is done with every epoch up to
+	// this one.
+	if end := m.grid.EndNS(ce.epoch) + int64(m.grid.Grace); !m.seen[w] || end > m.marks[w] {
+		m.marks[w], m.seen[w] = end, true
+	}
+	m.flush()
+}
+
+// watermark tells that worker w has closed every epoch whose end plus
+// grace is at or before nowNS.
+func (m *merger) watermark(w int, nowNS int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.seen[w] || nowNS > m.marks[w] {
+		m.marks[w], m.seen[w] = nowNS, true
+	}
+	m.flush()
+}
+
+// flush hands out, oldest first, the epochs every worker is done with.
+// m.mu is held.
+func (m *merger) flush() {
+	var ready []int64
+	for e, p := range m.parts {
+		done := true
+		for w := range m.marks {
+			if !p.got[w] && (!m.seen[w] || m.marks[w] < m.grid.EndNS(e)+int64(m.grid.Grace)) {
+				done = false
+				break
+			}
+		}
+		if done {
+			ready = append(ready, e)
+		}
+	}
+	slices.Sort(ready)
+	for _, e := range ready {
+		m.out(m.parts[e].ce)
+		delete(m.parts, e)
+	}
+}
+
+// mergeEpoch adds b's synopses and counters to a's, path by path.
+func mergeEpoch(a *closedEpoch, b closedEpoch) {
+	a.late += b.late
+	for i := range a.failures {
+		a.failures[i] += b.failures[i]
+	}
+	x, y := a.data, b.data
+	x.outside += y.outside
+	for j, pb := range y.set.paths {
+		i := slices.IndexFunc(x.set.paths, func(pa assignment) bool { return pa.path.Name == pb.path.Name })
+		if i < 0 {
+			continue // the path set changed between workers' epochs: rare, and this shard is lost
+		}
+		x.packets[i] += y.packets[j]
+		_ = x.ldas[i].Merge(y.ldas[j]) // same parameters: cannot fail
+		_ = x.ldss[i].Merge(y.ldss[j])
+		for _, e := range y.raps[j].Top(y.raps[j].Len()) {
+			x.raps[i].AddCount(e.Key, &e.Value, e.Count)
+		}
+		cx, cy := x.caches[i], y.caches[j]
+		cx.entries = append(cx.entries, cy.entries...)
+		cx.complete = cx.complete && cy.complete
+		if x.rdas[i] != nil && y.rdas[j] != nil && x.rdas[i].Merge(y.rdas[j]) == nil {
+			continue
+		}
+		// The workers built the RDA at different sizes (a new size came
+		// in between): build it again from the merged cache at the
+		// larger, or give it up when the cache is not complete.
+		x.rdas[i] = rebuildLarger(x.rdas[i], y.rdas[j], cx)
+	}
+}
+
+func rebuildLarger(a, b *rda.RDA, c *epochCache) *rda.RDA {
+	if a == nil || b == nil || !c.complete {
+		return nil
+	}
+	cfg := a.Config()
+	cfg.Buckets = max(a.Config().Buckets, b.Config().Buckets)
+	r, err := rda.New(cfg)
+	if err != nil {
+		return nil
+	}
+	for _, e := range c.entries {
+		r.Insert(e.id, e.offsetNS)
+	}
+	return r
+}
