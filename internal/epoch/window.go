@@ -1,5 +1,7 @@
 package epoch
 
+import "math"
+
 // Closed is an epoch handed to the sink.
 type Closed[T any] struct {
 	Epoch int64
@@ -29,6 +31,14 @@ type Window[T any] struct {
 	closedTo  int64  // the last epoch closed; epochs close in order
 	late      uint64 // since the last close
 	lateTotal uint64
+
+	// The epoch of the last Get, to skip the division for the next packet
+	// of the same epoch, and the earliest time an open epoch closes.
+	lastE              int64
+	lastStart, lastEnd int64
+	lastV              T
+	haveLast           bool
+	nextClose          int64
 }
 
 type slot[T any] struct {
@@ -53,6 +63,14 @@ func (w *Window[T]) Config() Config { return w.cfg }
 // may close older epochs. ok is false when the epoch has already closed:
 // the packet is counted as late.
 func (w *Window[T]) Get(tsNS int64) (v T, offsetNS int64, ok bool) {
+	// Fast path: the same epoch as the previous packet, and no epoch due
+	// to close.
+	if w.haveLast && tsNS >= w.lastStart && tsNS < w.lastEnd && (tsNS <= w.watermark || tsNS < w.nextClose) {
+		if tsNS > w.watermark {
+			w.watermark = tsNS
+		}
+		return w.lastV, tsNS - w.lastStart, true
+	}
 	e, off := w.cfg.Of(tsNS)
 	w.Advance(tsNS)
 	if w.cfg.EndNS(e)+int64(w.cfg.Grace) <= w.watermark || (w.closed && e <= w.closedTo) {
@@ -60,22 +78,29 @@ func (w *Window[T]) Get(tsNS int64) (v T, offsetNS int64, ok bool) {
 		w.lateTotal++
 		return v, 0, false
 	}
-	// The newest epoch is the common case.
-	if n := len(w.open); n > 0 && w.open[n-1].e == e {
-		return w.open[n-1].v, off, true
-	}
 	i := 0
 	for i < len(w.open) && w.open[i].e < e {
 		i++
 	}
-	if i < len(w.open) && w.open[i].e == e {
-		return w.open[i].v, off, true
+	if i == len(w.open) || w.open[i].e != e {
+		s := slot[T]{e: e, v: w.newValue(e)}
+		w.open = append(w.open, slot[T]{})
+		copy(w.open[i+1:], w.open[i:])
+		w.open[i] = s
+		w.updateNextClose()
 	}
-	s := slot[T]{e: e, v: w.newValue(e)}
-	w.open = append(w.open, slot[T]{})
-	copy(w.open[i+1:], w.open[i:])
-	w.open[i] = s
-	return s.v, off, true
+	v = w.open[i].v
+	w.lastE, w.lastStart, w.lastEnd, w.lastV, w.haveLast = e, w.cfg.StartNS(e), w.cfg.EndNS(e), v, true
+	return v, off, true
+}
+
+// updateNextClose recomputes the earliest time an open epoch closes.
+func (w *Window[T]) updateNextClose() {
+	if len(w.open) == 0 {
+		w.nextClose = math.MaxInt64
+		return
+	}
+	w.nextClose = w.cfg.EndNS(w.open[0].e) + int64(w.cfg.Grace)
 }
 
 // Advance moves time to nowNS (if it is later than any time seen) and closes
@@ -101,6 +126,13 @@ func (w *Window[T]) Open() int { return len(w.open) }
 func (w *Window[T]) LateTotal() uint64 { return w.lateTotal }
 
 func (w *Window[T]) closeFirst(n int) {
+	if n == 0 {
+		return
+	}
+	w.haveLast = false
+	var zero T
+	w.lastV = zero
+	defer w.updateNextClose()
 	for i := 0; i < n; i++ {
 		s := w.open[i]
 		w.sink(Closed[T]{Epoch: s.e, Value: s.v, Late: w.late})

@@ -10,26 +10,76 @@ import (
 )
 
 // entry is one packet as a probe's cache keeps it: its ID and timestamp
-// (to repair the RDA) and its flow hash and weight (to repair the LDS).
+// (to repair the RDA) and its flow hash and weight (to repair the LDS), in
+// 24 bytes: the offset (< 2^42 ns, over an hour) and the weight (< 2^22)
+// share a word.
 type entry struct {
-	id       uint64
-	offsetNS int64
-	flow     uint64
-	weight   uint32
+	id   uint64
+	flow uint64
+	offW uint64 // offset ns << 22 | weight
 }
 
-const entryBytes = 32
+const entryBytes = 24
+
+func newEntry(id, flow uint64, offsetNS int64, weight uint64) entry {
+	return entry{id: id, flow: flow, offW: uint64(offsetNS)<<22 | weight&(1<<22-1)}
+}
+
+func (e entry) offsetNS() int64 { return int64(e.offW >> 22) }
+func (e entry) weight() uint32  { return uint32(e.offW & (1<<22 - 1)) }
+
+// chunkEntries is the size of a cache chunk: appends never copy what is
+// already stored, and chunks hold no pointers for the collector to scan.
+const chunkEntries = 1 << 16
 
 // epochCache is the (ID, timestamp) list of one path and epoch. It is
 // appended to on the capture goroutine while the epoch is open and only
-// read after: sorted by ID the first time a request needs it.
+// read after: flattened and sorted by ID the first time a request needs it.
 type epochCache struct {
 	rda      rda.Config // hashing of the path's RDAs (buckets vary)
 	complete bool       // false when the cache hit its size limit
 
 	mu      sync.Mutex
-	entries []entry
+	chunks  [][]entry // while filling
+	n       int       // entries in chunks
+	entries []entry   // flattened and sorted, once asked for
 	sorted  bool
+}
+
+// add appends an entry, unless the cache holds max already.
+func (c *epochCache) add(e entry, max int) {
+	if c.n >= max {
+		c.complete = false
+		return
+	}
+	if len(c.chunks) == 0 || len(c.chunks[len(c.chunks)-1]) == chunkEntries {
+		c.chunks = append(c.chunks, make([]entry, 0, chunkEntries))
+	}
+	last := &c.chunks[len(c.chunks)-1]
+	*last = append(*last, e)
+	c.n++
+}
+
+// appendAll adds o's entries (merging workers' caches).
+func (c *epochCache) appendAll(o *epochCache) {
+	c.chunks = append(c.chunks, o.chunks...)
+	c.n += o.n
+	c.complete = c.complete && o.complete
+}
+
+// len is the number of entries.
+func (c *epochCache) len() int { return c.n }
+
+// each calls f for every entry, in no particular order.
+func (c *epochCache) each(f func(entry)) {
+	for _, ch := range c.chunks {
+		for _, e := range ch {
+			f(e)
+		}
+	}
+	for _, e := range c.entries {
+		f(e)
+	}
 }
 
 // lookup returns every entry of the given IDs (an ID cached twice is
@@ -38,6 +88,11 @@ func (c *epochCache) lookup(ids []uint64) []entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.sorted {
+		c.entries = make([]entry, 0, c.n)
+		for _, ch := range c.chunks {
+			c.entries = append(c.entries, ch...)
+		}
+		c.chunks = nil
 		slices.SortFunc(c.entries, func(a, b entry) int {
 			switch {
 			case a.id < b.id:
@@ -77,9 +132,7 @@ func (c *epochCache) rebuild(buckets int) (*rda.RDA, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, e := range c.entries {
-		r.Insert(e.id, e.offsetNS)
-	}
+	c.each(func(e entry) { r.Insert(e.id, e.offsetNS()) })
 	return r, nil
 }
 
@@ -114,12 +167,12 @@ func (s *cacheStore) put(path string, epoch int64, c *epochCache) {
 	k := cacheKey{path, epoch}
 	s.outstanding[k] = true
 	if old := s.caches[k]; old != nil {
-		s.bytes -= int64(len(old.entries)) * entryBytes
+		s.bytes -= int64(old.len()) * entryBytes
 	} else {
 		s.order = append(s.order, k)
 	}
 	s.caches[k] = c
-	s.bytes += int64(len(c.entries)) * entryBytes
+	s.bytes += int64(c.len()) * entryBytes
 	// Per path, only the newest retention epochs.
 	n := 0
 	for i := len(s.order) - 1; i >= 0; i-- {
@@ -139,7 +192,7 @@ func (s *cacheStore) put(path string, epoch int64, c *epochCache) {
 func (s *cacheStore) drop(i int) {
 	k := s.order[i]
 	if c := s.caches[k]; c != nil {
-		s.bytes -= int64(len(c.entries)) * entryBytes
+		s.bytes -= int64(c.len()) * entryBytes
 		delete(s.caches, k)
 		s.evicted++
 	}
@@ -187,9 +240,9 @@ func (s *cacheStore) fetch(req *owlv1.FetchRequest) *owlv1.FetchReply {
 	}
 	for _, e := range c.lookup(req.GetPacketIds()) {
 		rep.PacketIds = append(rep.PacketIds, e.id)
-		rep.OffsetsNs = append(rep.OffsetsNs, e.offsetNS)
+		rep.OffsetsNs = append(rep.OffsetsNs, e.offsetNS())
 		rep.FlowHashes = append(rep.FlowHashes, e.flow)
-		rep.Weights = append(rep.Weights, e.weight)
+		rep.Weights = append(rep.Weights, e.weight())
 	}
 	return rep
 }

@@ -52,7 +52,7 @@ type Config struct {
 // CacheConfig bounds the per-epoch caches that let the collector fetch
 // timestamps of lost and reordered packets and ask for a larger RDA.
 type CacheConfig struct {
-	// MaxPackets caps the entries of one path and epoch (16 bytes each);
+	// MaxPackets caps the entries of one path and epoch (24 bytes each);
 	// past it the epoch's RDA can no longer be rebuilt.
 	MaxPackets int `yaml:"max_packets"`
 	// Retention is how many closed epochs per path are kept; it should

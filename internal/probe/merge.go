@@ -110,9 +110,8 @@ func mergeEpoch(a *closedEpoch, b closedEpoch) {
 		for _, e := range y.raps[j].Top(y.raps[j].Len()) {
 			x.raps[i].AddCount(e.Key, &e.Value, e.Count)
 		}
-		cx, cy := x.caches[i], y.caches[j]
-		cx.entries = append(cx.entries, cy.entries...)
-		cx.complete = cx.complete && cy.complete
+		cx := x.caches[i]
+		cx.appendAll(y.caches[j])
 		if x.rdas[i] != nil && y.rdas[j] != nil && x.rdas[i].Merge(y.rdas[j]) == nil {
 			continue
 		}
@@ -133,8 +132,6 @@ func rebuildLarger(a, b *rda.RDA, c *epochCache) *rda.RDA {
 	if err != nil {
 		return nil
 	}
-	for _, e := range c.entries {
-		r.Insert(e.id, e.offsetNS)
-	}
+	c.each(func(e entry) { r.Insert(e.id, e.offsetNS()) })
 	return r
 }

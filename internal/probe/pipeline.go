@@ -189,11 +189,7 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 			ed.rdas[i].Insert(p.ID, off)
 			ed.ldss[i].Insert(flowHash, p.ID, off, weight)
 			ed.raps[i].Add(flowHash, &p.Flow)
-			if c := ed.caches[i]; len(c.entries) < pl.maxCache {
-				c.entries = append(c.entries, entry{p.ID, off, flowHash, uint32(weight)})
-			} else {
-				c.complete = false
-			}
+			ed.caches[i].add(newEntry(p.ID, flowHash, off, weight), pl.maxCache)
 			ed.packets[i]++
 			matched = true
 		}
@@ -280,7 +276,7 @@ func (r *reporter) report(ce closedEpoch) {
 			Clock:         clock,
 			ClosedUnixNs:  now,
 			Rda:           rb,
-			CacheEntries:  uint64(len(c.entries)),
+			CacheEntries:  uint64(c.len()),
 			CacheComplete: c.complete,
 			Lds:           sb,
 			TopFlows:      top,
