@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# bench-live.sh: live capture throughput of the probe on a veth pair.
+# tcpreplay sends the bundled trace (looped) at rising rates and at top
+# speed into one end; a probe captures the other end with 1 and 2 fanout
+# workers. For each run it prints the rate tcpreplay reached, the packets
+# the kernel offered the probe's sockets and the ring drops (from the
+# probe's /metrics). Needs root, iproute2, tcpreplay.
+#   usage: scripts/bench-live.sh [seconds per run]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-3}
+a=owlbencha b=owlbenchb
+dir=$(mktemp -d)
+cleanup() { kill $(jobs -p) 2>/dev/null || true; ip link del $a 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+ip link del $a 2>/dev/null || true
+ip link add $a type veth peer name $b
+for d in $a $b; do
+  ip link set $d up
+  ethtool -K $d tso off gso off gro off tx off >/dev/null 2>&1 || true
+  echo 1 > /proc/sys/net/ipv6/conf/$d/disable_ipv6
+done
+go build -o "$dir/" ./cmd/collector ./cmd/probe
+cat > "$dir/c.yaml" <<YAML
+grpc_listen: 127.0.0.1:0
+http_listen: ""
+data_dir: $dir/data
+paths: [{name: bench, upstream: other, downstream: bench-probe}]
+YAML
+"$dir/collector" -config "$dir/c.yaml" -ready-file "$dir/ready" -log-level error &
+for _ in $(seq 100); do [ -s "$dir/ready" ] && break; sleep 0.1; done
+grpc=$(sed 's/.*"grpc":"\([^"]*\)".*/\1/' "$dir/ready")
+loops=$(( secs * 20 ))   # the trace is 25,768 frames
+metric() { curl -s "http://127.0.0.1:$2/metrics" | awk -v m="$1" '$1==m {print $2}'; }
+printf "%-8s %-12s %14s %14s %12s\n" workers rate "sent pkt/s" "offered pkts" "ring drops"
+for workers in 1 2; do
+  port=$((7790 + workers))
+  "$dir/probe" -id bench-probe -collector "$grpc" -interface $b -workers $workers -metrics-listen 127.0.0.1:$port -log-level warn &
+  probe=$!
+  sleep 1.5
+  for rate in 100000 200000 400000 topspeed; do
+    p0=$(metric owl_probe_ring_packets_total $port); d0=$(metric owl_probe_ring_drops_total $port)
+    if [ $rate = topspeed ]; then args=(--topspeed); else args=(--pps $rate); fi
+    out=$(tcpreplay -i $a "${args[@]}" --loop $loops --duration $secs testdata/trace.pcap 2>&1 || true)
+    sent=$(echo "$out" | awk '/Rated:/ {for (i=1;i<=NF;i++) if ($i ~ /pps/) print $(i-1)}' | head -1)
+    sleep 1
+    p1=$(metric owl_probe_ring_packets_total $port); d1=$(metric owl_probe_ring_drops_total $port)
+    awk -v w=$workers -v r=$rate -v s="${sent:-?}" -v p0="$p0" -v p1="$p1" -v d0="$d0" -v d1="$d1" 'BEGIN {printf "%-8s %-12s %14s %14.0f %12.0f\n", w, r, s, p1-p0, d1-d0}'
+  done
+  kill $probe; wait $probe 2>/dev/null || true
+done
