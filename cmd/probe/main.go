@@ -29,6 +29,7 @@ func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.Var(&liveIntFlag{c: c, set: func(l *capture.LiveConfig, v int) { l.NumBlocks = v }, get: func(l *capture.LiveConfig) int { return l.NumBlocks }}, "ring-blocks", "live capture: ring blocks of 1 MiB per worker")
 	fs.Var(&liveStrFlag{c: c, set: func(l *capture.LiveConfig, v string) { l.BPF = v }, get: func(l *capture.LiveConfig) string { return l.BPF }}, "bpf", "live capture: BPF filter in `tcpdump -ddd` form")
 	fs.Var(&liveBoolFlag{c: c, set: func(l *capture.LiveConfig, v bool) { l.IgnoreOutgoing = !v }, get: func(l *capture.LiveConfig) bool { return !l.IgnoreOutgoing }}, "capture-outgoing", "live capture: also count packets this host sends on the interface")
+	fs.Var(&liveStrFlag{c: c, set: func(l *capture.LiveConfig, v string) { l.Dump = v }, get: func(l *capture.LiveConfig) string { return l.Dump }}, "dump", "live capture: also write every captured frame, with the probe's timestamp, to this pcap file")
 	fs.Var(&liveBoolFlag{c: c, set: func(l *capture.LiveConfig, v bool) { l.HardwareTimestamps = v }, get: func(l *capture.LiveConfig) bool { return l.HardwareTimestamps }}, "hw-timestamps", "live capture: ask the NIC for hardware receive timestamps")
 	files := &filesFlag{c: c}
 	fs.Var(files, "file", "capture file to replay (repeat or comma-separate for several, read in turn)")

@@ -45,7 +45,8 @@ func ModuleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// NewEnv builds the commands (probe, collector, tracegen) into dir/bin,
+// NewEnv builds the commands (probe, collector, tracegen, and the test tools
+// relay and trafficgen) into dir/bin,
 // with the race detector when OWL_E2E_RACE=1.
 func NewEnv(dir string) (*Env, error) {
 	root, err := ModuleRoot()
@@ -57,7 +58,7 @@ func NewEnv(dir string) (*Env, error) {
 	if os.Getenv("OWL_E2E_RACE") == "1" {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "./cmd/probe", "./cmd/collector", "./cmd/tracegen")...)
+	cmd := exec.Command("go", append(args, "./cmd/probe", "./cmd/collector", "./cmd/tracegen", "./e2e/relay", "./e2e/trafficgen")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building owl: %v\n%s", err, out)
@@ -76,12 +77,30 @@ type Proc struct {
 
 // Start runs a binary of the environment.
 func (e *Env) Start(name, binary string, args ...string) (*Proc, error) {
+	return e.StartIn("", name, binary, args...)
+}
+
+// StartIn runs a binary of the environment in a network namespace ("" for
+// the current one).
+func (e *Env) StartIn(netns, name, binary string, args ...string) (*Proc, error) {
 	logPath := filepath.Join(e.Dir, name+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(e.Bin, binary), args...)
+	path := filepath.Join(e.Bin, binary)
+	if filepath.IsAbs(binary) || strings.Contains(binary, "/") {
+		path = binary
+	} else if _, err := os.Stat(path); err != nil {
+		if p, err := exec.LookPath(binary); err == nil {
+			path = p // a system tool (tcpdump)
+		}
+	}
+	if netns != "" {
+		args = append([]string{"netns", "exec", netns, path}, args...)
+		path = "ip"
+	}
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		lf.Close()
@@ -129,10 +148,15 @@ func (p *Proc) Kill() {
 
 // Stop asks the process to shut down (SIGTERM) and waits up to d.
 func (p *Proc) Stop(d time.Duration) error {
+	return p.Signal(syscall.SIGTERM, d)
+}
+
+// Signal sends sig and waits up to d for the process to end.
+func (p *Proc) Signal(sig os.Signal, d time.Duration) error {
 	if p.Exited() {
 		return p.err
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(sig)
 	if err := p.Wait(d); err != nil {
 		p.Kill()
 		return err

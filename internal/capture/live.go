@@ -45,6 +45,10 @@ type LiveConfig struct {
 	// PollTimeout is how long a socket waits for a packet before the
 	// worker advances time on the clock (closing idle epochs).
 	PollTimeout time.Duration `yaml:"poll_timeout"`
+	// Dump writes every captured frame, with the timestamp the probe uses,
+	// to this pcap file (for checking a probe against other tools: two
+	// capture sockets on one interface may stamp a packet differently).
+	Dump string `yaml:"dump"`
 }
 
 // DefaultLiveConfig returns one worker, 64 blocks of 1 MiB, 2 KiB frames,
@@ -63,8 +67,8 @@ func (c LiveConfig) Validate() error {
 		return fmt.Errorf("live capture workers %d out of range [1, 64]", c.Workers)
 	}
 	page := os.Getpagesize()
-	if c.BlockSize < page || c.BlockSize%page != 0 || c.NumBlocks < 1 || c.FrameSize < 128 || c.FrameSize > c.BlockSize {
-		return fmt.Errorf("live capture ring: block_size %d must be a multiple of the page size (%d), num_blocks ≥ 1, 128 ≤ frame_size %d ≤ block_size",
+	if c.BlockSize < page || c.BlockSize%page != 0 || c.NumBlocks < 1 || c.FrameSize < 128 || c.FrameSize > c.BlockSize || c.BlockSize%c.FrameSize != 0 {
+		return fmt.Errorf("live capture ring: block_size %d must be a multiple of the page size (%d) and of frame_size %d (≥ 128), num_blocks ≥ 1",
 			c.BlockSize, page, c.FrameSize)
 	}
 	if c.PollTimeout < time.Millisecond {
@@ -153,6 +157,16 @@ func OpenLive(cfg LiveConfig, w int) (*LiveSource, error) {
 		}
 	}
 	fd, fdErr := socketFD(tp)
+	if fdErr == nil {
+		// Ask the kernel to timestamp every packet once, as it enters the
+		// stack or leaves for the driver. Without this, each capture
+		// socket stamps a packet when the packet reaches it, and two
+		// sockets on one interface (a probe and tcpdump, two fanout
+		// groups) disagree by hundreds of nanoseconds.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+			return fail("SO_TIMESTAMPNS", err)
+		}
+	}
 	if cfg.IgnoreOutgoing {
 		if fdErr != nil {
 			return fail("ignoring outgoing packets", fdErr)

@@ -67,7 +67,9 @@ type FlowsConfig struct {
 type RDAConfig struct {
 	// MinBuckets and MaxBuckets bound the buckets per bank the collector
 	// asks for (it starts from params.rda.buckets and follows the set
-	// differences it sees: 2.5 × the largest of the last 8 epochs).
+	// differences it sees: 2.5 × the largest of the last 8 epochs). The
+	// mean needs few buckets to be exact, the standard deviation more to be
+	// precise (its error falls as 1/√buckets): MinBuckets keeps 256.
 	MinBuckets int `yaml:"min_buckets"`
 	MaxBuckets int `yaml:"max_buckets"`
 	// MaxRebuilds caps late-binding rebuilds per epoch.
@@ -95,7 +97,7 @@ func DefaultConfig() Config {
 		PairRetention:   10 * time.Minute,
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
 		MaxMessageBytes: 64 << 20,
-		RDA:             RDAConfig{MinBuckets: 64, MaxBuckets: 1 << 20, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
+		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 20, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
 	}
 }

@@ -80,6 +80,18 @@ func (p *Probe) runLive(ctx context.Context) error {
 		}
 	}
 	defer lc.closeAll()
+	var dump *dumper
+	if lc.cfg.Dump != "" {
+		var err error
+		if dump, err = newDumper(lc.cfg.Dump, lc.cfg.FrameSize); err != nil {
+			return err
+		}
+		defer func() {
+			if err := dump.close(); err != nil {
+				p.log.Error("closing the capture dump", "err", err)
+			}
+		}()
+	}
 	p.log.Info("capturing", "interface", lc.cfg.Interface, "workers", len(p.pipes), "timestamps", lc.timestampSource())
 	g, ctx := errgroup.WithContext(ctx)
 	for w, pl := range p.pipes {
@@ -93,6 +105,9 @@ func (p *Probe) runLive(ctx context.Context) error {
 				case err != nil:
 					return fmt.Errorf("capturing on %s: %w", lc.cfg.Interface, err)
 				default:
+					if dump != nil {
+						dump.write(f.Data, f.TimeNS, f.WireLen)
+					}
 					pl.frame(f.Data, f.TimeNS)
 				}
 				// Time moves on the clock too, at least every poll

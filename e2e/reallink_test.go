@@ -1,0 +1,338 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/netpath"
+)
+
+var long = flag.Bool("long", false, "run the real-link test for minutes (soak) instead of about half a minute")
+
+// TestRealLink is owl on something it did not make up: real TCP and UDP
+// traffic (HTTP bulk and request/response, DNS, a UDP stream) from a client
+// namespace to a server namespace through a router namespace, where a
+// userspace relay delays, drops, reorders and duplicates frames, and a tbf
+// rate limit on the egress makes real queues and tail drops. One probe
+// captures the router's ingress interface, another its egress interface
+// (both directions: two paths). tcpdump records both interfaces; tshark's
+// header fields give the ground truth. The collector is killed and started
+// again mid-run.
+func TestRealLink(t *testing.T) {
+	needRoot(t, "ip", "tc", "tcpdump", "tshark")
+	dur := 30 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("OWL_REALLINK_DURATION")); err == nil {
+		dur = d
+	}
+	if *long {
+		dur = 4 * time.Minute
+	}
+	dir := t.TempDir()
+	env, err := harness.NewEnv(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if raced := env.Close(); len(raced) > 0 {
+			t.Errorf("data races in %v", raced)
+		}
+	})
+
+	// Topology: cl0 (10.77.0.1) — rin [router, relay] rout — sv0 (10.77.0.2);
+	// mgA (10.250.77.1, here) — mgB (10.250.77.2, router) for the probes'
+	// connection to the collector.
+	cl, rt, sv := "owl-cl", "owl-rt", "owl-sv"
+	for _, ns := range []string{cl, rt, sv} {
+		exec.Command("ip", "netns", "del", ns).Run()
+		sh(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	exec.Command("ip", "link", "del", "owl-mga").Run()
+	in := func(ns string, args ...string) { sh(t, "ip", append([]string{"netns", "exec", ns}, args...)...) }
+	sh(t, "ip", "link", "add", "cl0", "netns", cl, "type", "veth", "peer", "name", "rin", "netns", rt)
+	sh(t, "ip", "link", "add", "rout", "netns", rt, "type", "veth", "peer", "name", "sv0", "netns", sv)
+	sh(t, "ip", "link", "add", "owl-mga", "type", "veth", "peer", "name", "mgb", "netns", rt)
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "owl-mga").Run() })
+	in(cl, "ip", "addr", "add", "10.77.0.1/24", "dev", "cl0")
+	in(sv, "ip", "addr", "add", "10.77.0.2/24", "dev", "sv0")
+	sh(t, "ip", "addr", "add", "10.250.77.1/30", "dev", "owl-mga")
+	in(rt, "ip", "addr", "add", "10.250.77.2/30", "dev", "mgb")
+	sh(t, "ip", "link", "set", "owl-mga", "up")
+	for ns, devs := range map[string][]string{cl: {"lo", "cl0"}, rt: {"lo", "rin", "rout", "mgb"}, sv: {"lo", "sv0"}} {
+		for _, d := range devs {
+			in(ns, "ip", "link", "set", d, "up")
+			exec.Command("ip", "netns", "exec", ns, "ethtool", "-K", d, "tso", "off", "gso", "off", "gro", "off", "tx", "off").Run()
+			exec.Command("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf."+d+".disable_ipv6=1").Run()
+		}
+	}
+	in(rt, "sysctl", "-q", "-w", "net.ipv4.ip_forward=0")
+	// Real queueing and tail drops on the way to the server.
+	in(rt, "tc", "qdisc", "add", "dev", "rout", "root", "tbf", "rate", "30mbit", "burst", "16kb", "latency", "15ms")
+
+	// Collector (here) and the delay line.
+	port, err := harness.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr := "10.250.77.1:" + strings.Split(port, ":")[1]
+	cfg := collectorYAML(filepath.Join(dir, "data"), grpcAddr, `  - name: fwd
+    upstream: probe-in
+    downstream: probe-out
+    selector: {dst_cidrs: [10.77.0.2/32]}
+  - name: rev
+    upstream: probe-out
+    downstream: probe-in
+    selector: {dst_cidrs: [10.77.0.1/32]}
+`)
+	coll, addrs, err := env.StartCollector("collector-1", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := env.StartIn(rt, "relay", "relay", "-a", "rin", "-b", "rout",
+		"-delay", "weibull:shape=0.65,scale=100us,base=50us", "-loss", "0.005", "-reorder", "0.005", "-reorder-extra", "3ms", "-duplicate", "0.001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dumps []*harness.Proc
+	for _, d := range []string{"rin", "rout"} {
+		p, err := env.StartIn(rt, "tcpdump-"+d, "tcpdump", "-i", d, "-s", "0", "-B", "65536", "-U", "--time-stamp-precision=nano",
+			"-w", filepath.Join(dir, d+".pcap"), "ip")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dumps = append(dumps, p)
+	}
+	// The probes also dump what they capture: two capture sockets on an
+	// interface may stamp a packet differently (the kernel stamps some
+	// packets per socket), so the ground truth takes the probes' own
+	// timestamps; tcpdump's captures are compared by count.
+	probeIn, err := env.StartIn(rt, "probe-in", "probe", "-id", "probe-in", "-collector", grpcAddr, "-interface", "rin", "-capture-outgoing",
+		"-reconnect-max", "300ms", "-dump", filepath.Join(dir, "probe-rin.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeOut, err := env.StartIn(rt, "probe-out", "probe", "-id", "probe-out", "-collector", grpcAddr, "-interface", "rout", "-capture-outgoing",
+		"-workers", "2", "-reconnect-max", "300ms", "-dump", filepath.Join(dir, "probe-rout.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := query(t, addrs.GRPC)
+	ctx, cancel := context.WithTimeout(context.Background(), dur+2*time.Minute)
+	defer cancel()
+	for {
+		ps, err := q.ListProbes(ctx, &owlv1.ListProbesRequest{})
+		if err == nil && len(ps.GetProbes()) == 2 && ps.GetProbes()[0].GetConnected() && ps.GetProbes()[1].GetConnected() {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("probes did not connect\n%s\n%s", probeIn.Log(), probeOut.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // tcpdump and the sockets are up
+
+	// Traffic.
+	server, err := env.StartIn(sv, "trafficgen-server", "trafficgen", "-mode", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	client, err := env.StartIn(cl, "trafficgen-client", "trafficgen", "-mode", "client", "-server", "10.77.0.2", "-duration", dur.String(),
+		"-bulk-flows", "3", "-bulk-rate", "1200000", "-rr-rate", "100", "-dns-rate", "300", "-udp-rate", "500")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The collector crashes half way and comes back on the same data.
+	time.Sleep(dur / 2)
+	coll.Kill()
+	time.Sleep(time.Second)
+	coll2, _, err := env.StartCollector("collector-2", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Wait(dur + 30*time.Second); err != nil {
+		t.Fatalf("traffic client: %v\n%s", err, client.Log())
+	}
+	end := time.Now()
+	t.Logf("traffic done after %v", end.Sub(start))
+	time.Sleep(3 * time.Second) // the last epochs close (1 s + grace) and are reconciled
+	for _, p := range append([]*harness.Proc{server}, dumps...) {
+		p.Signal(os.Interrupt, 5*time.Second)
+	}
+	first, _ := epoch.DefaultConfig().Of(start.UnixNano())
+	last, _ := epoch.DefaultConfig().Of(end.UnixNano())
+	q2 := query(t, addrs.GRPC)
+	results := map[string]map[int64]*owlv1.PathStats{}
+	for _, path := range []string{"fwd", "rev"} {
+		want := int(last - first + 1)
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		stats, err := harness.WaitStats(wctx, q2, path, want)
+		wcancel()
+		if err != nil {
+			t.Errorf("%v\ncollector:\n%s\nfirst collector:\n%s\nprobe-in:\n%s\nprobe-out:\n%s", err, tail(coll2.Log()), tail(coll.Log()),
+				tail(probeIn.Log()), tail(probeOut.Log()))
+		}
+		results[path] = map[int64]*owlv1.PathStats{}
+		for _, s := range stats {
+			results[path][s.GetEpoch()] = s
+		}
+	}
+	for _, p := range []*harness.Proc{probeIn, probeOut, relay} {
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("%s: %v", p.Name, err)
+		}
+	}
+	t.Logf("relay: %s", lastLine(relay.Log()))
+	grid := epoch.DefaultConfig()
+	server4, client4 := netip.MustParseAddr("10.77.0.2"), netip.MustParseAddr("10.77.0.1")
+	pin, pout := filepath.Join(dir, "probe-rin.pcap"), filepath.Join(dir, "probe-rout.pcap")
+	tin, tout := tsharkPackets(t, pin, server4), tsharkPackets(t, pout, server4)
+	rin, rout := tsharkPackets(t, pout, client4), tsharkPackets(t, pin, client4)
+	truths := map[string]map[int64]*linkTruth{"fwd": matchTruth(tin, tout, grid), "rev": matchTruth(rin, rout, grid)}
+	// tcpdump, on the same interfaces, saw as many packets.
+	for _, c := range []struct {
+		probe, tcpdump string
+		dst            netip.Addr
+	}{{pin, "rin.pcap", server4}, {pout, "rout.pcap", server4}, {pin, "rin.pcap", client4}, {pout, "rout.pcap", client4}} {
+		a, b := len(tsharkPackets(t, c.probe, c.dst)), len(tsharkPackets(t, filepath.Join(dir, c.tcpdump), c.dst))
+		if a != b {
+			t.Errorf("to %v: the probe captured %d packets on %s, tcpdump %d", c.dst, a, c.tcpdump, b)
+		}
+	}
+	for _, path := range []string{"fwd", "rev"} {
+		checkRealLink(t, path, results[path], truths[path], first, last)
+	}
+	checkRealLinkFlows(t, q2, "rev", truths["rev"])
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-15):], "\n")
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// checkRealLink compares one path's results with the ground truth, epoch
+// by epoch, prints the table, and fails where owl is off.
+func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, truth map[int64]*linkTruth, first, last int64) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "path %s: owl vs ground truth (tshark header fields, tcpdump at both points)\n", path)
+	fmt.Fprintf(&b, "%10s %6s %5s %5s %5s %5s %4s %6s %6s %12s %12s %9s %12s %8s %11s %11s %7s %6s %s\n", "epoch", "sent", "lost", "owl", "cross", "owl", "dup",
+		"n", "owl n", "true µs", "owl µs", "err", "LDA µs", "LDA err", "true std", "owl std", "err", "m", "est")
+	exact, checked := 0, 0
+	for e := first; e <= last; e++ {
+		tr, r := truth[e], res[e]
+		if tr == nil || tr.sent == 0 {
+			continue
+		}
+		if r == nil {
+			t.Errorf("%s epoch %d: no result (lost across the collector restart?)", path, e)
+			continue
+		}
+		if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
+			t.Errorf("%s epoch %d: %v %s", path, e, r.GetStatus(), r.GetDetail())
+			continue
+		}
+		checked++
+		rel := math.Abs(r.GetMeanNs()-tr.mean()) / tr.mean()
+		// LDA measures the packets delivered within the epoch.
+		var ldaRel float64
+		if r.GetLdaSamples() > 0 {
+			ldaRel = math.Abs(r.GetLdaMeanNs()-tr.mean()) / tr.mean()
+		}
+		stdRel := math.Abs(r.GetStddevNs()-tr.std()) / tr.std()
+		fmt.Fprintf(&b, "%10d %6d %5d %5.0f %5d %5d %4d %6d %6d %12.3f %12.3f %9.2e %12.3f %7.2f%% %11.3f %11.3f %6.1f%% %6d %s\n", e, tr.sent, tr.lost, r.GetLost(),
+			tr.crossed, r.GetBoundaryMatched(), tr.dups, tr.n, r.GetSamples(), tr.mean()/1e3, r.GetMeanNs()/1e3, rel, r.GetLdaMeanNs()/1e3, 100*ldaRel,
+			tr.std()/1e3, r.GetStddevNs()/1e3, 100*stdRel, r.GetRdaBuckets(), r.GetEstimator())
+		if r.GetEstimator() == "rda" && r.GetDecoded() && r.GetUnusableBuckets() == 0 && e != last {
+			// The last epoch is left out: nothing follows it upstream, so
+			// what crossed its end is not matched the same way.
+			if rel > 1e-9 {
+				t.Errorf("%s epoch %d: RDA mean %.3f ns, truth %.3f ns: relative error %.2e, want exact", path, e, r.GetMeanNs(), tr.mean(), rel)
+			}
+			exact++
+		} else if rel > 0.01 {
+			t.Errorf("%s epoch %d: %s mean off by %.2f%%", path, e, r.GetEstimator(), 100*rel)
+		}
+		if e != last && (r.GetLost() != float64(tr.lost) || r.GetBoundaryMatched() != uint64(tr.crossed)) {
+			t.Errorf("%s epoch %d: lost %.0f (truth %d), boundary matched %d (truth %d)", path, e, r.GetLost(), tr.lost, r.GetBoundaryMatched(), tr.crossed)
+		}
+		if r.GetDuplicates() != uint64(tr.dups) || r.GetReordered() != 0 && e != first {
+			t.Errorf("%s epoch %d: duplicates %d (truth %d), reordered extras %d", path, e, r.GetDuplicates(), tr.dups, r.GetReordered())
+		}
+		if tr.n >= 1000 && stdRel > 0.10 {
+			t.Errorf("%s epoch %d: stddev %.1f ns, truth %.1f ns (%.1f%%)", path, e, r.GetStddevNs(), tr.std(), 100*stdRel)
+		}
+	}
+	t.Logf("\n%s%d of %d epochs exact", b.String(), exact, checked)
+	if checked < 5 || exact < checked*9/10 {
+		t.Errorf("%s: %d epochs checked, %d exact", path, checked, exact)
+	}
+}
+
+// checkRealLinkFlows checks a path's heaviest flows (the bulk downloads on
+// the way back) against the truth within the LDS bound: sampling error plus
+// 1% for colliding flows.
+func checkRealLinkFlows(t *testing.T, q owlv1.QueryServiceClient, path string, truth map[int64]*linkTruth) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	top, err := q.TopFlows(ctx, &owlv1.TopFlowsRequest{Path: path, Limit: 3})
+	if err != nil || len(top.GetFlows()) == 0 {
+		t.Fatalf("TopFlows: %v %v", top, err)
+	}
+	var b strings.Builder
+	checked := 0
+	for _, tf := range top.GetFlows() {
+		n, worst := 0, 0.0
+		fk, err := netpath.FlowFromProto(tf.GetFlow())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs, err := q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: path, Flow: tf.GetFlow(), Limit: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range fs.GetStats() {
+			lt := truth[s.GetEpoch()]
+			if lt == nil {
+				continue
+			}
+			fa := lt.flows[fk]
+			if fa == nil || fa.n < 300 {
+				continue
+			}
+			m := fa.sum / float64(fa.n)
+			sd := math.Sqrt(math.Max(fa.sq/float64(fa.n)-m*m, 0))
+			bound := 4*sd/math.Sqrt(math.Max(s.GetSamples(), 1)) + 0.01*m
+			if !s.GetEstimated() || math.Abs(s.GetMeanNs()-m) > bound {
+				t.Errorf("flow %v epoch %d: LDS %.1f ns, truth %.1f ns, bound %.1f ns", fk, s.GetEpoch(), s.GetMeanNs(), m, bound)
+			}
+			worst = max(worst, math.Abs(s.GetMeanNs()-m)/m)
+			n++
+			checked++
+		}
+		fmt.Fprintf(&b, "%v: %d epochs of ≥ 300 packets, all within the LDS bound; worst relative error %.2f%%\n", fk, n, 100*worst)
+	}
+	t.Logf("heaviest flows:\n%s", b.String())
+	if checked == 0 {
+		t.Error("no top flow had an epoch of 300 packets to check")
+	}
+}

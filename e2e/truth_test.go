@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/epoch"
+)
+
+// Ground truth for the real-link test, independent of owl's packet
+// identity: tshark extracts header fields from tcpdump's captures at both
+// observation points, and packets are matched by those fields.
+
+// seen is one IPv4 packet in a capture, as tshark reports it.
+type seen struct {
+	key  string // addresses, IP id, IP length, protocol, ports, TCP seq/ack
+	flow capture.FlowKey
+	tsNS int64
+}
+
+// tsharkPackets reads the IPv4 packets of a capture whose destination is dst.
+func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
+	t.Helper()
+	t0 := time.Now()
+	defer func() { t.Logf("tshark %s: %v", filepath.Base(pcap), time.Since(t0)) }()
+	out, err := exec.Command("tshark", "-n", "-o", "tcp.desegment_tcp_streams:FALSE", "-o", "tcp.analyze_sequence_numbers:FALSE",
+		"--disable-protocol", "http,dns,mdns", "-r", pcap, "-Y", "ip.dst == "+dst.String(), "-T", "fields", "-E", "separator=,",
+		"-e", "frame.time_epoch", "-e", "ip.src", "-e", "ip.dst", "-e", "ip.id", "-e", "ip.len", "-e", "ip.proto",
+		"-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.seq_raw", "-e", "tcp.ack_raw",
+		"-e", "udp.srcport", "-e", "udp.dstport").Output()
+	if err != nil {
+		t.Fatalf("tshark on %s: %v", pcap, err)
+	}
+	var pkts []seen
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ",")
+		if len(f) != 12 {
+			continue
+		}
+		ts, err := parseEpochNS(f[0])
+		if err != nil {
+			t.Fatalf("tshark time %q: %v", f[0], err)
+		}
+		src, err1 := netip.ParseAddr(f[1])
+		d, err2 := netip.ParseAddr(f[2])
+		if err1 != nil || err2 != nil {
+			continue // ICMP errors quote a second header: skip the odd lines
+		}
+		proto, _ := strconv.Atoi(f[5])
+		sp, dp := f[6], f[7]
+		if proto == 17 {
+			sp, dp = f[10], f[11]
+		}
+		spn, _ := strconv.Atoi(sp)
+		dpn, _ := strconv.Atoi(dp)
+		pkts = append(pkts, seen{
+			key:  strings.Join([]string{f[1], f[2], f[3], f[4], f[5], sp, dp, f[8], f[9]}, "|"),
+			flow: capture.FlowKey{Src: src, Dst: d, SrcPort: uint16(spn), DstPort: uint16(dpn), Proto: uint8(proto)},
+			tsNS: ts,
+		})
+	}
+	return pkts
+}
+
+// parseEpochNS reads tshark's "seconds.nanoseconds" exactly.
+func parseEpochNS(s string) (int64, error) {
+	sec, frac, _ := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	frac = (frac + "000000000")[:9]
+	f, err := strconv.ParseInt(frac, 10, 64)
+	return n*1e9 + f, err
+}
+
+// linkTruth is what the captures say of one path and epoch.
+type linkTruth struct {
+	sent, lost, crossed, extraIn, dups int
+	n                                  int     // delivered (anywhere)
+	sum, sq                            float64 // of their delays
+	flows                              map[capture.FlowKey]*flowAcc
+}
+
+type flowAcc struct {
+	n       int // delivered within the epoch
+	sum, sq float64
+	sentAll int
+}
+
+func (l *linkTruth) mean() float64 { return l.sum / float64(l.n) }
+
+func (l *linkTruth) std() float64 {
+	m := l.mean()
+	return math.Sqrt(math.Max(l.sq/float64(l.n)-m*m, 0))
+}
+
+// matchTruth pairs the upstream and downstream packets by their header key
+// (the k-th copy upstream with the k-th copy downstream, in time order)
+// and sums the truth per upstream epoch.
+func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
+	byKey := map[string][]int64{}
+	for _, p := range down {
+		byKey[p.key] = append(byKey[p.key], p.tsNS)
+	}
+	for _, v := range byKey {
+		slices.Sort(v)
+	}
+	used := map[string]int{}
+	out := map[int64]*linkTruth{}
+	get := func(e int64) *linkTruth {
+		if out[e] == nil {
+			out[e] = &linkTruth{flows: map[capture.FlowKey]*flowAcc{}}
+		}
+		return out[e]
+	}
+	upCount := map[string]int{}
+	for _, p := range up {
+		upCount[p.key]++
+	}
+	for _, p := range up {
+		e, _ := grid.Of(p.tsNS)
+		lt := get(e)
+		lt.sent++
+		fa := lt.flows[p.flow]
+		if fa == nil {
+			fa = &flowAcc{}
+			lt.flows[p.flow] = fa
+		}
+		fa.sentAll++
+		k := used[p.key]
+		ds := byKey[p.key]
+		if k >= len(ds) {
+			lt.lost++
+			continue
+		}
+		used[p.key]++
+		dNS := ds[k] - p.tsNS
+		lt.n++
+		lt.sum += float64(dNS)
+		lt.sq += float64(dNS) * float64(dNS)
+		de, _ := grid.Of(ds[k])
+		if de != e {
+			lt.crossed++
+			get(de).extraIn++
+		} else {
+			fa.n++
+			fa.sum += float64(dNS)
+			fa.sq += float64(dNS) * float64(dNS)
+		}
+	}
+	for key, ds := range byKey {
+		if extra := len(ds) - upCount[key]; extra > 0 && upCount[key] > 0 {
+			e, _ := grid.Of(ds[len(ds)-1])
+			get(e).dups += extra
+		}
+	}
+	return out
+}
+
+func (l *linkTruth) String() string {
+	return fmt.Sprintf("sent %d lost %d crossed %d dups %d mean %.3f µs", l.sent, l.lost, l.crossed, l.dups, l.mean()/1e3)
+}
