@@ -107,9 +107,16 @@ func (l *linkTruth) std() float64 {
 	return math.Sqrt(math.Max(l.sq/float64(l.n)-m*m, 0))
 }
 
-// matchTruth pairs the upstream and downstream packets by their header key
-// (the k-th copy upstream with the k-th copy downstream, in time order)
-// and sums the truth per upstream epoch.
+// truthHorizon is the longest delay the ground truth believes: a copy seen
+// downstream later than this after its upstream twin is a different packet
+// with the same header (a resent DNS query, a UDP datagram with IP ID 0).
+const truthHorizon = time.Second
+
+// matchTruth pairs each upstream packet with the earliest unused downstream
+// copy of the same header key seen at or after it and within truthHorizon
+// (packets are in capture order), and sums the truth per upstream epoch.
+// Downstream copies left unpaired count as duplicates in their epoch when
+// the key was seen upstream.
 func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 	byKey := map[string][]int64{}
 	for _, p := range down {
@@ -118,7 +125,8 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 	for _, v := range byKey {
 		slices.Sort(v)
 	}
-	used := map[string]int{}
+	next := map[string]int{}   // first downstream copy not yet passed
+	paired := map[string]int{} // downstream copies paired
 	out := map[int64]*linkTruth{}
 	get := func(e int64) *linkTruth {
 		if out[e] == nil {
@@ -140,13 +148,18 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 			lt.flows[p.flow] = fa
 		}
 		fa.sentAll++
-		k := used[p.key]
 		ds := byKey[p.key]
-		if k >= len(ds) {
+		k := next[p.key]
+		for k < len(ds) && ds[k] < p.tsNS {
+			k++ // seen before this packet left: another packet's copy
+		}
+		if k >= len(ds) || ds[k]-p.tsNS > int64(truthHorizon) {
+			next[p.key] = k
 			lt.lost++
 			continue
 		}
-		used[p.key]++
+		next[p.key] = k + 1
+		paired[p.key]++
 		dNS := ds[k] - p.tsNS
 		lt.n++
 		lt.sum += float64(dNS)
@@ -162,7 +175,7 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		}
 	}
 	for key, ds := range byKey {
-		if extra := len(ds) - upCount[key]; extra > 0 && upCount[key] > 0 {
+		if extra := len(ds) - paired[key]; extra > 0 && upCount[key] > 0 {
 			e, _ := grid.Of(ds[len(ds)-1])
 			get(e).dups += extra
 		}

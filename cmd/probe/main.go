@@ -40,6 +40,15 @@ func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.DurationVar(&c.ReconnectMax, "reconnect-max", c.ReconnectMax, "longest wait between attempts to reach the collector")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for acknowledgements")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "serve /metrics and /healthz on this address (empty: off)")
+	fs.StringVar(&c.Clock.Source, "clock", c.Clock.Source, "live capture: clock source: system (kernel-disciplined, e.g. by ptp4l+phc2sys or chrony), phc (a NIC's PTP hardware clock), ptp (built-in SPTP client)")
+	fs.StringVar(&c.Clock.Server, "clock-server", c.Clock.Server, "clock ptp: grandmaster address (ptp4u or another SPTP server), host or host:port")
+	fs.StringVar(&c.Clock.Interface, "clock-interface", c.Clock.Interface, "clock ptp: interface towards the grandmaster (default: by route); clock phc: the NIC whose PHC to read")
+	fs.StringVar(&c.Clock.Device, "clock-device", c.Clock.Device, "clock phc: PHC device such as /dev/ptp0 (default: the clock interface's)")
+	fs.StringVar(&c.Clock.Timestamping, "clock-timestamping", c.Clock.Timestamping, "clock ptp: sw or hw timestamps on PTP packets")
+	fs.DurationVar(&c.Clock.Interval, "clock-interval", c.Clock.Interval, "how often the clock is measured")
+	fs.DurationVar(&c.Clock.Holdover, "clock-holdover", c.Clock.Holdover, "how long the clock counts as synchronized after its last measurement (and how long it may acquire before it is unsynchronized)")
+	fs.BoolVar(&c.Clock.Correct, "clock-correct", c.Clock.Correct, "subtract the measured clock offset from timestamps (false: measure and report only)")
+	fs.DurationVar(&c.Clock.Fault, "clock-fault", c.Clock.Fault, "testing: add this artificial offset to every local timestamp, PTP exchanges included")
 	c.Params.BindFlags(fs)
 }
 

@@ -45,8 +45,8 @@ func ModuleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// NewEnv builds the commands (probe, collector, tracegen, and the test tools
-// relay and trafficgen) into dir/bin,
+// NewEnv builds the commands (probe, collector, tracegen, the test tools
+// relay and trafficgen, and facebook/time's ptp4u grandmaster) into dir/bin,
 // with the race detector when OWL_E2E_RACE=1.
 func NewEnv(dir string) (*Env, error) {
 	root, err := ModuleRoot()
@@ -58,7 +58,7 @@ func NewEnv(dir string) (*Env, error) {
 	if os.Getenv("OWL_E2E_RACE") == "1" {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "./cmd/probe", "./cmd/collector", "./cmd/tracegen", "./e2e/relay", "./e2e/trafficgen")...)
+	cmd := exec.Command("go", append(args, "./cmd/probe", "./cmd/collector", "./cmd/tracegen", "./e2e/relay", "./e2e/trafficgen", "github.com/facebook/time/cmd/ptp4u")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building owl: %v\n%s", err, out)

@@ -218,6 +218,9 @@ func (c *Collector) hello(h *owlv1.Hello, addr string, sess *session) (*owlv1.Pa
 		c.probes[id] = ps
 	}
 	ps.version, ps.addr, ps.lastSeen, ps.clock = h.GetVersion(), addr, c.now(), h.GetClock()
+	if ps.clock != nil {
+		c.m.probeClock(id, ps.clock)
+	}
 	p, err := params.FromProto(h.GetParams())
 	if err == nil {
 		err = c.cfg.Params.Compatible(p)
@@ -267,6 +270,16 @@ func (c *Collector) goodbye(id string, sess *session) {
 	}
 }
 
+// clockUpdate takes a probe's current clock status.
+func (c *Collector) clockUpdate(probe string, st *owlv1.ClockStatus) {
+	c.mu.Lock()
+	if ps := c.probes[probe]; ps != nil {
+		ps.clock, ps.lastSeen = st, c.now()
+	}
+	c.mu.Unlock()
+	c.m.probeClock(probe, st)
+}
+
 // report takes one epoch report of a probe. A nil error means the report is
 // stored (or was already used) and may be acknowledged. A *rejection means
 // it can never be used. Other errors are failures of the collector.
@@ -275,9 +288,6 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 	if ps := c.probes[probe]; ps != nil {
 		ps.lastSeen = c.now()
 		ps.reports++
-		if r.GetClock() != nil {
-			ps.clock = r.GetClock()
-		}
 	}
 	c.mu.Unlock()
 	c.m.reports.WithLabelValues(probe).Inc()
@@ -359,6 +369,7 @@ func roleName(r owlv1.Role) string {
 // missingResult is the result of an epoch one side of which never came.
 func (c *Collector) missingResult(path string, epoch int64, up, down *side) *owlv1.PathStats {
 	res := c.baseResult(path, epoch, up, down)
+	defer judgeClocks(res, c.cfg.ClockUncertaintyShare)
 	if up == nil {
 		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM
 		res.Detail = fmt.Sprintf("no report from upstream probe within %v", c.cfg.PairTimeout)

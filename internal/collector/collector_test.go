@@ -365,8 +365,13 @@ func TestMetricsExposition(t *testing.T) {
 	c := newTest(t, cfg)
 	defer c.Close()
 	up, down := ldaPair(t, cfg.Params.LDA, 100, 2500, 4)
-	_ = c.report("a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up))
-	_ = c.report("b", report("p", 1, owlv1.Role_ROLE_DOWNSTREAM, down))
+	ru, rd := report("p", 1, owlv1.Role_ROLE_UPSTREAM, up), report("p", 1, owlv1.Role_ROLE_DOWNSTREAM, down)
+	ru.Clock = &owlv1.ClockStatus{Source: "ptp", State: owlv1.ClockState_CLOCK_STATE_SYNCHRONIZED, Synchronized: true, OffsetNs: 300_000, DelayNs: 20_000, UncertaintyNs: 100}
+	rd.Clock = &owlv1.ClockStatus{Source: "phc", State: owlv1.ClockState_CLOCK_STATE_HOLDOVER, Synchronized: true, UncertaintyNs: 200}
+	_ = c.report("a", ru)
+	_ = c.report("b", rd)
+	c.clockUpdate("a", ru.Clock)
+	c.clockUpdate("b", rd.Clock)
 	// Metrics are updated right after the result is stored.
 	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(c.m.results.WithLabelValues("p", "ok")) < 1; {
 		if time.Now().After(deadline) {
@@ -384,10 +389,53 @@ owl_path_samples{path="p"} 100
 # HELP owl_collector_results_total Epoch results computed, by path and status.
 # TYPE owl_collector_results_total counter
 owl_collector_results_total{path="p",status="ok"} 1
+# HELP owl_path_clock_uncertainty_seconds ± on the mean delay of the path's latest epoch from the two probes' clocks.
+# TYPE owl_path_clock_uncertainty_seconds gauge
+owl_path_clock_uncertainty_seconds{path="p"} 3e-07
+# HELP owl_path_clock_flagged 1 when the path's latest epoch is flagged: clock uncertainty above the configured share of the mean, or a clock not synchronized.
+# TYPE owl_path_clock_flagged gauge
+owl_path_clock_flagged{path="p"} 1
+# HELP owl_collector_probe_clock_offset_seconds Last reported offset of each probe's clock from its reference (local − reference).
+# TYPE owl_collector_probe_clock_offset_seconds gauge
+owl_collector_probe_clock_offset_seconds{probe="a"} 0.0003
+owl_collector_probe_clock_offset_seconds{probe="b"} 0
+# HELP owl_collector_probe_clock_state 1 for each probe's current clock state and source.
+# TYPE owl_collector_probe_clock_state gauge
+owl_collector_probe_clock_state{probe="a",source="ptp",state="synchronized"} 1
+owl_collector_probe_clock_state{probe="b",source="phc",state="holdover"} 1
 `
 	if err := testutil.GatherAndCompare(c.m.reg, strings.NewReader(want),
-		"owl_path_delay_mean_seconds", "owl_path_samples", "owl_collector_results_total"); err != nil {
+		"owl_path_delay_mean_seconds", "owl_path_samples", "owl_collector_results_total", "owl_path_clock_uncertainty_seconds",
+		"owl_path_clock_flagged", "owl_collector_probe_clock_offset_seconds", "owl_collector_probe_clock_state"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestJudgeClocks(t *testing.T) {
+	synced := func(unc int64) *owlv1.ClockStatus {
+		return &owlv1.ClockStatus{State: owlv1.ClockState_CLOCK_STATE_SYNCHRONIZED, Synchronized: true, UncertaintyNs: unc}
+	}
+	for _, tc := range []struct {
+		name     string
+		up, down *owlv1.ClockStatus
+		mean     float64
+		flagged  bool
+		unc      float64
+		note     string
+	}{
+		{"tight", synced(50), synced(50), 10_000, false, 100, ""},
+		{"too loose for the mean", synced(600), synced(500), 10_000, true, 1100, "more than 10% of the mean"},
+		{"negative mean", synced(50), synced(50), -10_000, false, 100, ""},
+		{"unsynchronized", synced(50), &owlv1.ClockStatus{State: owlv1.ClockState_CLOCK_STATE_UNSYNCHRONIZED, Detail: "no grandmaster"}, 1e9, true, 50, "downstream clock unsynchronized (no grandmaster)"},
+		{"replayed files", &owlv1.ClockStatus{Source: "file"}, &owlv1.ClockStatus{Source: "file"}, 5, false, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &owlv1.PathStats{Status: owlv1.ResultStatus_RESULT_STATUS_OK, MeanNs: tc.mean, UpstreamClock: tc.up, DownstreamClock: tc.down}
+			judgeClocks(res, 0.1)
+			if res.GetClockFlagged() != tc.flagged || res.GetClockUncertaintyNs() != tc.unc || !strings.Contains(res.GetClockNote(), tc.note) {
+				t.Errorf("flagged %t ±%v note %q", res.GetClockFlagged(), res.GetClockUncertaintyNs(), res.GetClockNote())
+			}
+		})
 	}
 }
 

@@ -51,6 +51,10 @@ type Config struct {
 	RDA RDAConfig `yaml:"rda"`
 	// Flows sets per-flow results.
 	Flows FlowsConfig `yaml:"flows"`
+	// ClockUncertaintyShare flags results whose clock uncertainty (the ±
+	// from both probes' clocks) is more than this share of the mean delay
+	// (default 0.1).
+	ClockUncertaintyShare float64 `yaml:"clock_uncertainty_share"`
 }
 
 // FlowsConfig sets how per-flow results are kept and exported.
@@ -99,6 +103,8 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 64 << 20,
 		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 20, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
+
+		ClockUncertaintyShare: 0.1,
 	}
 }
 
@@ -134,6 +140,9 @@ func (c Config) Validate() error {
 	}
 	if c.Flows.Retention < c.Params.Epoch.Length || c.Flows.MetricsTop < 0 || c.Flows.MetricsTop > 1000 {
 		return fmt.Errorf("flows: retention %v must cover an epoch and metrics_top %d be in [0, 1000]", c.Flows.Retention, c.Flows.MetricsTop)
+	}
+	if c.ClockUncertaintyShare <= 0 || c.ClockUncertaintyShare > 100 {
+		return fmt.Errorf("clock_uncertainty_share %v out of range (0, 100]", c.ClockUncertaintyShare)
 	}
 	if c.MaxMessageBytes < 1<<16 {
 		return fmt.Errorf("max_message_bytes %d is below 64 KiB", c.MaxMessageBytes)

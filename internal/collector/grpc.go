@@ -67,6 +67,9 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		case *owlv1.ProbeMessage_RebuildReply:
 			sess.deliver(a.RebuildReply.GetRequestId(), m)
 			continue
+		case *owlv1.ProbeMessage_Clock:
+			c.clockUpdate(h.GetProbeId(), a.Clock)
+			continue
 		}
 		r := m.GetReport()
 		if r == nil {

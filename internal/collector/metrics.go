@@ -40,6 +40,15 @@ type metrics struct {
 
 	flowMean    *prometheus.GaugeVec
 	flowPackets *prometheus.GaugeVec
+
+	clockUnc      *prometheus.GaugeVec
+	clockFlagged  *prometheus.GaugeVec
+	flaggedEpochs *prometheus.CounterVec
+	probeOffset   *prometheus.GaugeVec
+	probeDelay    *prometheus.GaugeVec
+	probeUnc      *prometheus.GaugeVec
+	probeSync     *prometheus.GaugeVec
+	probeState    *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -74,8 +83,17 @@ func newMetrics() *metrics {
 	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
 	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
 	m.flowMean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_delay_mean_seconds", Help: "Mean one-way delay of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
+	m.clockUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_uncertainty_seconds", Help: "± on the mean delay of the path's latest epoch from the two probes' clocks."}, []string{"path"})
+	m.clockFlagged = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_flagged", Help: "1 when the path's latest epoch is flagged: clock uncertainty above the configured share of the mean, or a clock not synchronized."}, []string{"path"})
+	m.flaggedEpochs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_clock_flagged_epochs_total", Help: "Epoch results flagged for their clocks."}, []string{"path"})
+	m.probeOffset = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_offset_seconds", Help: "Last reported offset of each probe's clock from its reference (local − reference)."}, []string{"probe"})
+	m.probeDelay = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_delay_seconds", Help: "Last reported path delay to each probe's grandmaster (or PHC read time)."}, []string{"probe"})
+	m.probeUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_uncertainty_seconds", Help: "Last reported bound on the error of each probe's timestamps."}, []string{"probe"})
+	m.probeSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_synchronized", Help: "1 when the probe's clock is synchronized or in holdover."}, []string{"probe"})
+	m.probeState = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_state", Help: "1 for each probe's current clock state and source."}, []string{"probe", "source", "state"})
 	m.flowPackets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_packets", Help: "Packets of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
-	for _, c := range []prometheus.Collector{m.flowMean, m.flowPackets, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
+	for _, c := range []prometheus.Collector{m.clockUnc, m.clockFlagged, m.flaggedEpochs, m.probeOffset, m.probeDelay, m.probeUnc, m.probeSync, m.probeState,
+		m.flowMean, m.flowPackets, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
 		m.probesConnected, m.watchersDropped, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
 		f(c)
 	}
@@ -88,6 +106,9 @@ func newMetrics() *metrics {
 func (m *metrics) observe(r *owlv1.PathStats) {
 	p := r.GetPath()
 	m.results.WithLabelValues(p, statusName(r.GetStatus())).Inc()
+	if r.GetClockFlagged() {
+		m.flaggedEpochs.WithLabelValues(p).Inc()
+	}
 	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 		return
 	}
@@ -109,6 +130,26 @@ func (m *metrics) latest(r *owlv1.PathStats) {
 	m.stddev.WithLabelValues(p).Set(r.GetStddevNs() / 1e9)
 	m.samples.WithLabelValues(p).Set(float64(r.GetSamples()))
 	m.lastEpoch.WithLabelValues(p).Set(float64(r.GetEpoch()))
+	m.clockUnc.WithLabelValues(p).Set(r.GetClockUncertaintyNs() / 1e9)
+	flagged := 0.0
+	if r.GetClockFlagged() {
+		flagged = 1
+	}
+	m.clockFlagged.WithLabelValues(p).Set(flagged)
+}
+
+// probeClock sets a probe's clock gauges from its latest status.
+func (m *metrics) probeClock(probe string, c *owlv1.ClockStatus) {
+	m.probeOffset.WithLabelValues(probe).Set(float64(c.GetOffsetNs()) / 1e9)
+	m.probeDelay.WithLabelValues(probe).Set(float64(c.GetDelayNs()) / 1e9)
+	m.probeUnc.WithLabelValues(probe).Set(float64(c.GetUncertaintyNs()) / 1e9)
+	sync := 0.0
+	if c.GetSynchronized() {
+		sync = 1
+	}
+	m.probeSync.WithLabelValues(probe).Set(sync)
+	m.probeState.DeletePartialMatch(prometheus.Labels{"probe": probe})
+	m.probeState.WithLabelValues(probe, c.GetSource(), stateName(c.GetState())).Set(1)
 }
 
 // settled counts the final loss of an RDA epoch.

@@ -104,6 +104,9 @@ func (c *Collector) reconcileEpoch(ctx context.Context, ps *pathState, epoch int
 		w.DropBoundaries = append(w.DropBoundaries, store.EpochRef{Path: ps.path.Name, Epoch: epoch - boundaryKeep})
 		w.Results = append(w.Results, updated...)
 	}
+	for _, r := range w.Results {
+		judgeClocks(r, c.cfg.ClockUncertaintyShare)
+	}
 	if err := c.store.Apply(w); err != nil {
 		return fmt.Errorf("storing result: %w", err)
 	}

@@ -14,6 +14,10 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
 
+// clockEvery is how often a connected probe tells the collector its clock
+// status.
+const clockEvery = 2 * time.Second
+
 // RejectedError says the collector refused the probe.
 type RejectedError struct{ Reason string }
 
@@ -27,6 +31,7 @@ type client struct {
 	log          *slog.Logger
 	spool        *spool
 	hello        func() *owlv1.Hello
+	clock        func() *owlv1.ClockStatus // the clock now, sent every clockEvery
 	onPaths      func(*owlv1.PathConfig) error
 	onSize       func(*owlv1.RDASize) error
 	fetch        func(*owlv1.FetchRequest) *owlv1.FetchReply
@@ -150,6 +155,8 @@ func (c *client) session(ctx context.Context) error {
 	})
 
 	var sent uint64 // highest seq sent on this stream
+	clockTick := time.NewTicker(clockEvery)
+	defer clockTick.Stop()
 	for {
 		for _, r := range c.spool.after(sent) {
 			if err := send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
@@ -163,6 +170,10 @@ func (c *client) session(ctx context.Context) error {
 		case err := <-errc:
 			return err
 		case <-c.spool.changed:
+		case <-clockTick.C:
+			if err := send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Clock{Clock: c.clock()}}); err != nil {
+				return fmt.Errorf("sending clock status: %w", err)
+			}
 		}
 	}
 }

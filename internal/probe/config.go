@@ -15,6 +15,7 @@ import (
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/ptp"
 )
 
 // Config is a probe's configuration.
@@ -47,6 +48,9 @@ type Config struct {
 	// TopFlows is how many of each path's heaviest flows a report names
 	// (RAP keeps twice as many counters); the collector estimates them.
 	TopFlows int `yaml:"top_flows"`
+	// Clock is where a live capture's timestamps get their time from;
+	// replayed files keep the time of their capture.
+	Clock ptp.Config `yaml:"clock"`
 }
 
 // CacheConfig bounds the per-epoch caches that let the collector fetch
@@ -85,6 +89,7 @@ func DefaultConfig() Config {
 		ReleaseTimeout: 60 * time.Second,
 		TopFlows:       20,
 		Cache:          CacheConfig{MaxPackets: 4 << 20, Retention: 64, MaxBytes: 512 << 20},
+		Clock:          ptp.DefaultConfig(),
 	}
 }
 
@@ -125,6 +130,11 @@ func (c Config) Validate() error {
 	}
 	if c.TopFlows < 0 || c.TopFlows > 10_000 {
 		return fmt.Errorf("top_flows %d out of range [0, 10000]", c.TopFlows)
+	}
+	if c.Sources[0].Live != nil {
+		if err := c.Clock.Validate(); err != nil {
+			return fmt.Errorf("clock: %w", err)
+		}
 	}
 	if c.ReconnectMax <= 0 || c.DrainTimeout < 0 || c.ReleaseTimeout < 0 {
 		return errors.New("reconnect_max must be positive, drain_timeout and release_timeout not negative")

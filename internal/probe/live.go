@@ -113,9 +113,10 @@ func (p *Probe) runLive(ctx context.Context) error {
 				// Time moves on the clock too, at least every poll
 				// timeout, so that an idle socket closes its epochs.
 				if now := time.Now(); err != nil || now.Sub(lastAdvance) > lc.cfg.PollTimeout {
-					pl.window.Advance(now.UnixNano())
+					ref := p.clock.Now() // the time scale of the corrected timestamps
+					pl.window.Advance(ref)
 					if p.merge != nil {
-						p.merge.watermark(w, now.UnixNano())
+						p.merge.watermark(w, ref)
 					}
 					lastAdvance = now
 				}

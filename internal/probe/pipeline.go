@@ -86,6 +86,9 @@ type pipeline struct {
 	sizes    sync.Map // path name → RDA buckets the collector asked for
 	topFlows int      // flows reported per path and epoch (RAP keeps twice as many)
 	weightOf func(capture.FlowKey) uint64
+	// correct maps capture timestamps onto the reference clock (live
+	// capture); nil keeps them (files).
+	correct func(tsNS int64) int64
 
 	// decode failures since the last report, by reason
 	failSince [4]uint64
@@ -165,6 +168,9 @@ func (pl *pipeline) open(int64) *epochData {
 // frame feeds one captured frame.
 func (pl *pipeline) frame(data []byte, tsNS int64) {
 	pl.stats.frames.Add(1)
+	if pl.correct != nil {
+		tsNS = pl.correct(tsNS)
+	}
 	var p capture.Packet
 	if err := pl.dec.Decode(data, tsNS, &p); err != nil {
 		r := capture.ReasonOf(err)
@@ -229,7 +235,8 @@ type closedEpoch struct {
 type reporter struct {
 	caches   *cacheStore
 	topFlows int
-	clock    func() *owlv1.ClockStatus
+	grid     epoch.Config
+	clock    func(fromNS, toNS int64) *owlv1.ClockStatus
 	emit     func(*owlv1.EpochReport)
 	dropped  func() uint64 // packets the capture lost since the previous call
 }
@@ -247,7 +254,7 @@ func (r *reporter) report(ce closedEpoch) {
 		dropped = r.dropped()
 	}
 	now := time.Now().UnixNano()
-	clock := r.clock()
+	clock := r.clock(r.grid.StartNS(ce.epoch), r.grid.EndNS(ce.epoch))
 	for i, a := range ed.set.paths {
 		b, _ := ed.ldas[i].MarshalBinary() // does not fail
 		sb, _ := ed.ldss[i].MarshalBinary()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/buildinfo"
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/ptp"
 )
 
 // Probe is one observation point.
@@ -37,6 +39,8 @@ type Probe struct {
 	reg    *prometheus.Registry
 	caches *cacheStore
 	live   *liveCapture // nil for file sources
+	clock  ptp.Clock    // live: the configured source; files: "file"
+	source ptp.Source   // the live clock's measuring loop
 }
 
 // New builds a probe; Run starts it.
@@ -46,12 +50,19 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	}
 	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{}),
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
-	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, clock: p.clockStatus, emit: p.spool.add}
+	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
+	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, grid: cfg.Params.Epoch, clock: p.clockOver, emit: p.spool.add}
 	workers := 1
+	var correct func(int64) int64
 	if lc := cfg.Sources[0].Live; lc != nil {
 		workers = lc.Workers
 		p.live = &liveCapture{cfg: *lc}
 		p.rep.dropped = p.live.droppedSince
+		src, err := ptp.New(cfg.Clock)
+		if err != nil {
+			return nil, fmt.Errorf("clock: %w", err)
+		}
+		p.clock, p.source, correct = src, src, src.Correct
 	}
 	sink := p.rep.report
 	if workers > 1 {
@@ -65,6 +76,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 		if err != nil {
 			return nil, err
 		}
+		pl.correct = correct
 		p.pipes = append(p.pipes, pl)
 	}
 	conn, err := grpc.NewClient(cfg.Collector,
@@ -76,7 +88,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	}
 	var once sync.Once
 	p.client = &client{conn: conn, log: log, spool: p.spool, reconnectMax: cfg.ReconnectMax,
-		hello: p.hello,
+		hello: p.hello, clock: p.clockStatus,
 		onPaths: func(pc *owlv1.PathConfig) error {
 			s, err := newPathSet(pc)
 			if err != nil {
@@ -108,13 +120,40 @@ func (p *Probe) hello() *owlv1.Hello {
 	return &owlv1.Hello{ProbeId: p.cfg.ID, Version: buildinfo.Version(), Params: p.cfg.Params.ToProto(), Clock: p.clockStatus()}
 }
 
-// clockStatus describes the clock timestamps come from. Replayed files carry
-// the clock of the capture that made them.
+// clockStatus describes the probe's clock now.
 func (p *Probe) clockStatus() *owlv1.ClockStatus {
+	st := clockToProto(p.clock.Status())
 	if p.live != nil {
-		return &owlv1.ClockStatus{Source: "system, " + p.live.timestampSource() + " timestamps"}
+		st.Detail = strings.TrimPrefix(st.Detail+"; "+p.live.timestampSource()+" timestamps", "; ")
 	}
-	return &owlv1.ClockStatus{Source: "file"}
+	return st
+}
+
+// clockOver describes the probe's clock over [fromNS, toNS).
+func (p *Probe) clockOver(fromNS, toNS int64) *owlv1.ClockStatus {
+	return clockToProto(p.clock.Over(fromNS, toNS))
+}
+
+// clockToProto is the wire form of a clock status.
+func clockToProto(s ptp.Status) *owlv1.ClockStatus {
+	states := map[ptp.State]owlv1.ClockState{
+		ptp.StateSynchronized:   owlv1.ClockState_CLOCK_STATE_SYNCHRONIZED,
+		ptp.StateHoldover:       owlv1.ClockState_CLOCK_STATE_HOLDOVER,
+		ptp.StateAcquiring:      owlv1.ClockState_CLOCK_STATE_ACQUIRING,
+		ptp.StateUnsynchronized: owlv1.ClockState_CLOCK_STATE_UNSYNCHRONIZED,
+	}
+	return &owlv1.ClockStatus{
+		Source:         s.Source,
+		Synchronized:   s.State.Synchronized(),
+		OffsetNs:       s.OffsetNS,
+		UncertaintyNs:  s.UncertaintyNS,
+		State:          states[s.State],
+		DelayNs:        s.DelayNS,
+		Reference:      s.Reference,
+		Corrected:      s.Corrected,
+		Detail:         s.Detail,
+		MeasuredUnixNs: s.AtNS,
+	}
 }
 
 // errDone ends Run once a replay is over and acknowledged.
@@ -149,6 +188,9 @@ func (p *Probe) Run(ctx context.Context) error {
 		if err := p.serveMetrics(gctx, g); err != nil {
 			return err
 		}
+	}
+	if p.source != nil {
+		g.Go(func() error { return p.source.Run(gctx) })
 	}
 	g.Go(func() error { return p.capture(gctx) })
 	err := g.Wait()
@@ -323,6 +365,24 @@ func (p *Probe) metrics() *prometheus.Registry {
 		counter("owl_probe_ring_packets_total", "Packets the kernel offered the capture sockets.", func() float64 { n, _ := p.live.totals(); return float64(n) })
 		counter("owl_probe_ring_drops_total", "Packets the kernel dropped because a capture ring was full.", func() float64 { _, d := p.live.totals(); return float64(d) })
 	}
+	gauge := func(name, help string, f func(ptp.Status) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(p.clock.Status()) }))
+	}
+	gauge("owl_probe_clock_offset_seconds", "Last measured offset of the probe's clock from its reference (local − reference).",
+		func(s ptp.Status) float64 { return float64(s.OffsetNS) / 1e9 })
+	gauge("owl_probe_clock_delay_seconds", "Path delay to the grandmaster (ptp) or PHC read time (phc).",
+		func(s ptp.Status) float64 { return float64(s.DelayNS) / 1e9 })
+	gauge("owl_probe_clock_uncertainty_seconds", "Bound on the error of the probe's timestamps.",
+		func(s ptp.Status) float64 { return float64(s.UncertaintyNS) / 1e9 })
+	gauge("owl_probe_clock_synchronized", "1 when the probe's clock is synchronized or in holdover.",
+		func(s ptp.Status) float64 {
+			if s.State.Synchronized() {
+				return 1
+			}
+			return 0
+		})
+	gauge("owl_probe_clock_state", "State of the probe's clock: 0 synchronized, 1 holdover, 2 acquiring, 3 unsynchronized, 4 unknown.",
+		func(s ptp.Status) float64 { return float64(s.State) })
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_cache_bytes", Help: "Bytes of (packet ID, timestamp) caches kept for RDA repair."},
 		func() float64 { return float64(p.caches.size()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_spool_reports", Help: "Epoch reports waiting for acknowledgement."},

@@ -12,6 +12,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/ptp"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 )
 
@@ -57,7 +58,9 @@ func TestPipelineSortsPacketsIntoPaths(t *testing.T) {
 	var reports []*owlv1.EpochReport
 	var stats counters
 	rep := &reporter{caches: newCacheStore(4, 1<<20), topFlows: 5, emit: func(r *owlv1.EpochReport) { reports = append(reports, r) },
-		clock: func() *owlv1.ClockStatus { return &owlv1.ClockStatus{Source: "test"} }}
+		grid: p.Epoch, clock: func(from, to int64) *owlv1.ClockStatus {
+			return &owlv1.ClockStatus{Source: "test", MeasuredUnixNs: from, UncertaintyNs: to - from}
+		}}
 	pl, err := newPipeline(p, 1000, 5, rep.report, &stats)
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +101,10 @@ func TestPipelineSortsPacketsIntoPaths(t *testing.T) {
 		if r.Role != owlv1.Role_ROLE_UPSTREAM || r.Clock.GetSource() != "test" {
 			t.Errorf("report %v", r)
 		}
+		// The clock status is the one over the report's epoch.
+		if r.Clock.GetMeasuredUnixNs() != p.Epoch.StartNS(r.Epoch) || r.Clock.GetUncertaintyNs() != int64(p.Epoch.Length) {
+			t.Errorf("epoch %d stamped with the clock over [%d, +%d)", r.Epoch, r.Clock.GetMeasuredUnixNs(), r.Clock.GetUncertaintyNs())
+		}
 	}
 	// A new path set applies from the next epoch on.
 	pl.setPaths(&pathSet{})
@@ -105,6 +112,37 @@ func TestPipelineSortsPacketsIntoPaths(t *testing.T) {
 	pl.frame(frame(t, "192.0.2.1", "10.1.1.1", 4000, 53), base+2300*ms)
 	pl.flush()
 	if len(reports) != 4 || reports[2].Epoch != reports[0].Epoch+1 || reports[2].Counters.Packets != 2 {
+		t.Fatalf("reports %v", reports)
+	}
+}
+
+// TestPipelineCorrectsTimestamps: a clock 300 ms ahead moves packets into
+// the epoch of their corrected time.
+func TestPipelineCorrectsTimestamps(t *testing.T) {
+	p := params.Default()
+	var reports []*owlv1.EpochReport
+	var stats counters
+	rep := &reporter{caches: newCacheStore(4, 1<<20), topFlows: 5, grid: p.Epoch, emit: func(r *owlv1.EpochReport) { reports = append(reports, r) },
+		clock: func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }}
+	pl, err := newPipeline(p, 1000, 5, rep.report, &stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := ptp.NewFixed(ptp.Status{Source: "test"}, -300*time.Millisecond)
+	pl.correct = clock.Correct
+	if err := pl.setLink(layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
+		{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"}, Role: owlv1.Role_ROLE_UPSTREAM}}})
+	pl.setPaths(set)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	ms := int64(time.Millisecond)
+	pl.frame(frame(t, "192.0.2.1", "10.1.1.1", 4000, 53), base+1100*ms) // epoch 0 once corrected
+	pl.frame(frame(t, "192.0.2.1", "10.1.1.2", 4000, 53), base+1400*ms) // epoch 1
+	pl.flush()
+	e0, _ := p.Epoch.Of(base)
+	if len(reports) != 2 || reports[0].Epoch != e0 || reports[0].Counters.Packets != 1 || reports[1].Epoch != e0+1 {
 		t.Fatalf("reports %v", reports)
 	}
 }
@@ -140,7 +178,7 @@ func TestConfigValidate(t *testing.T) {
 // report must be the same.
 func TestMergedWorkersEqualOne(t *testing.T) {
 	p := params.Default()
-	clock := func() *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
+	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
 	collect := func(out *[]*owlv1.EpochReport) *reporter {
 		return &reporter{caches: newCacheStore(4, 1<<24), topFlows: 5, clock: clock, emit: func(r *owlv1.EpochReport) { *out = append(*out, r) }}
 	}

@@ -77,6 +77,67 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_owl_v1_owl_proto_rawDescGZIP(), []int{0}
 }
 
+// ClockState says how far a probe's clock can be trusted.
+type ClockState int32
+
+const (
+	// No information (replayed files, old probes).
+	ClockState_CLOCK_STATE_UNSPECIFIED ClockState = 0
+	// Fresh measurements; the uncertainty holds.
+	ClockState_CLOCK_STATE_SYNCHRONIZED ClockState = 1
+	// Measurements stopped recently; the uncertainty grows with time.
+	ClockState_CLOCK_STATE_HOLDOVER ClockState = 2
+	// Too few measurements yet.
+	ClockState_CLOCK_STATE_ACQUIRING ClockState = 3
+	// No usable reference.
+	ClockState_CLOCK_STATE_UNSYNCHRONIZED ClockState = 4
+)
+
+// Enum value maps for ClockState.
+var (
+	ClockState_name = map[int32]string{
+		0: "CLOCK_STATE_UNSPECIFIED",
+		1: "CLOCK_STATE_SYNCHRONIZED",
+		2: "CLOCK_STATE_HOLDOVER",
+		3: "CLOCK_STATE_ACQUIRING",
+		4: "CLOCK_STATE_UNSYNCHRONIZED",
+	}
+	ClockState_value = map[string]int32{
+		"CLOCK_STATE_UNSPECIFIED":    0,
+		"CLOCK_STATE_SYNCHRONIZED":   1,
+		"CLOCK_STATE_HOLDOVER":       2,
+		"CLOCK_STATE_ACQUIRING":      3,
+		"CLOCK_STATE_UNSYNCHRONIZED": 4,
+	}
+)
+
+func (x ClockState) Enum() *ClockState {
+	p := new(ClockState)
+	*p = x
+	return p
+}
+
+func (x ClockState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ClockState) Descriptor() protoreflect.EnumDescriptor {
+	return file_owl_v1_owl_proto_enumTypes[1].Descriptor()
+}
+
+func (ClockState) Type() protoreflect.EnumType {
+	return &file_owl_v1_owl_proto_enumTypes[1]
+}
+
+func (x ClockState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ClockState.Descriptor instead.
+func (ClockState) EnumDescriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{1}
+}
+
 // Status of a path's epoch result.
 type ResultStatus int32
 
@@ -124,11 +185,11 @@ func (x ResultStatus) String() string {
 }
 
 func (ResultStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_owl_v1_owl_proto_enumTypes[1].Descriptor()
+	return file_owl_v1_owl_proto_enumTypes[2].Descriptor()
 }
 
 func (ResultStatus) Type() protoreflect.EnumType {
-	return &file_owl_v1_owl_proto_enumTypes[1]
+	return &file_owl_v1_owl_proto_enumTypes[2]
 }
 
 func (x ResultStatus) Number() protoreflect.EnumNumber {
@@ -137,7 +198,7 @@ func (x ResultStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ResultStatus.Descriptor instead.
 func (ResultStatus) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{1}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{2}
 }
 
 type TopFlowsRequest_Order int32
@@ -173,11 +234,11 @@ func (x TopFlowsRequest_Order) String() string {
 }
 
 func (TopFlowsRequest_Order) Descriptor() protoreflect.EnumDescriptor {
-	return file_owl_v1_owl_proto_enumTypes[2].Descriptor()
+	return file_owl_v1_owl_proto_enumTypes[3].Descriptor()
 }
 
 func (TopFlowsRequest_Order) Type() protoreflect.EnumType {
-	return &file_owl_v1_owl_proto_enumTypes[2]
+	return &file_owl_v1_owl_proto_enumTypes[3]
 }
 
 func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
@@ -197,6 +258,7 @@ type ProbeMessage struct {
 	//	*ProbeMessage_Report
 	//	*ProbeMessage_FetchReply
 	//	*ProbeMessage_RebuildReply
+	//	*ProbeMessage_Clock
 	Msg           isProbeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -275,6 +337,15 @@ func (x *ProbeMessage) GetRebuildReply() *RebuildReply {
 	return nil
 }
 
+func (x *ProbeMessage) GetClock() *ClockStatus {
+	if x != nil {
+		if x, ok := x.Msg.(*ProbeMessage_Clock); ok {
+			return x.Clock
+		}
+	}
+	return nil
+}
+
 type isProbeMessage_Msg interface {
 	isProbeMessage_Msg()
 }
@@ -295,6 +366,12 @@ type ProbeMessage_RebuildReply struct {
 	RebuildReply *RebuildReply `protobuf:"bytes,4,opt,name=rebuild_reply,json=rebuildReply,proto3,oneof"`
 }
 
+type ProbeMessage_Clock struct {
+	// clock is the probe's clock status now, sent every few seconds so
+	// that ListProbes and the metrics follow it with or without traffic.
+	Clock *ClockStatus `protobuf:"bytes,5,opt,name=clock,proto3,oneof"`
+}
+
 func (*ProbeMessage_Hello) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Report) isProbeMessage_Msg() {}
@@ -302,6 +379,8 @@ func (*ProbeMessage_Report) isProbeMessage_Msg() {}
 func (*ProbeMessage_FetchReply) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_RebuildReply) isProbeMessage_Msg() {}
+
+func (*ProbeMessage_Clock) isProbeMessage_Msg() {}
 
 // Hello introduces a probe on a new stream.
 type Hello struct {
@@ -1199,18 +1278,37 @@ func (x *Counters) GetSpoolDropped() uint64 {
 	return 0
 }
 
-// ClockStatus describes a probe's clock over an epoch.
+// ClockStatus describes a probe's clock over an epoch (in an EpochReport)
+// or now (in Hello and ListProbes).
 type ClockStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// source: "system", "phc", "ptp".
-	Source       string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Synchronized bool   `protobuf:"varint,2,opt,name=synchronized,proto3" json:"synchronized,omitempty"`
-	// offset_ns is the last measured offset from the reference.
+	// source: "system" (kernel-disciplined system clock), "phc" (a NIC's PTP
+	// hardware clock), "ptp" (owl's built-in SPTP client), "file" (replayed
+	// capture: the clock of whoever captured it).
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// synchronized is true in the synchronized and holdover states.
+	Synchronized bool `protobuf:"varint,2,opt,name=synchronized,proto3" json:"synchronized,omitempty"`
+	// offset_ns is the last measured offset of the local clock from the
+	// reference (local − reference).
 	OffsetNs int64 `protobuf:"varint,3,opt,name=offset_ns,json=offsetNs,proto3" json:"offset_ns,omitempty"`
-	// uncertainty_ns bounds the clock's error.
-	UncertaintyNs int64 `protobuf:"varint,4,opt,name=uncertainty_ns,json=uncertaintyNs,proto3" json:"uncertainty_ns,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// uncertainty_ns bounds the error of the probe's timestamps: the
+	// measurement's own bound, growth since, and the whole offset when it is
+	// not corrected.
+	UncertaintyNs int64      `protobuf:"varint,4,opt,name=uncertainty_ns,json=uncertaintyNs,proto3" json:"uncertainty_ns,omitempty"`
+	State         ClockState `protobuf:"varint,5,opt,name=state,proto3,enum=owl.v1.ClockState" json:"state,omitempty"`
+	// delay_ns is the mean path delay to the grandmaster (ptp) or the time a
+	// PHC reading took (phc).
+	DelayNs int64 `protobuf:"varint,6,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
+	// reference names what the clock follows: grandmaster, PHC device, kernel.
+	Reference string `protobuf:"bytes,7,opt,name=reference,proto3" json:"reference,omitempty"`
+	// corrected is true when offset_ns is subtracted from timestamps.
+	Corrected bool `protobuf:"varint,8,opt,name=corrected,proto3" json:"corrected,omitempty"`
+	// detail explains the state in words.
+	Detail string `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	// measured_unix_ns is when the status was measured.
+	MeasuredUnixNs int64 `protobuf:"varint,10,opt,name=measured_unix_ns,json=measuredUnixNs,proto3" json:"measured_unix_ns,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClockStatus) Reset() {
@@ -1267,6 +1365,48 @@ func (x *ClockStatus) GetOffsetNs() int64 {
 func (x *ClockStatus) GetUncertaintyNs() int64 {
 	if x != nil {
 		return x.UncertaintyNs
+	}
+	return 0
+}
+
+func (x *ClockStatus) GetState() ClockState {
+	if x != nil {
+		return x.State
+	}
+	return ClockState_CLOCK_STATE_UNSPECIFIED
+}
+
+func (x *ClockStatus) GetDelayNs() int64 {
+	if x != nil {
+		return x.DelayNs
+	}
+	return 0
+}
+
+func (x *ClockStatus) GetReference() string {
+	if x != nil {
+		return x.Reference
+	}
+	return ""
+}
+
+func (x *ClockStatus) GetCorrected() bool {
+	if x != nil {
+		return x.Corrected
+	}
+	return false
+}
+
+func (x *ClockStatus) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ClockStatus) GetMeasuredUnixNs() int64 {
+	if x != nil {
+		return x.MeasuredUnixNs
 	}
 	return 0
 }
@@ -2722,11 +2862,18 @@ type PathStats struct {
 	// exchanged_bytes counts the bytes of synopses, rebuilds and fetches.
 	ExchangedBytes uint64 `protobuf:"varint,27,opt,name=exchanged_bytes,json=exchangedBytes,proto3" json:"exchanged_bytes,omitempty"`
 	// The LDA's estimate of the same epoch, for comparison.
-	LdaMeanNs     float64 `protobuf:"fixed64,28,opt,name=lda_mean_ns,json=ldaMeanNs,proto3" json:"lda_mean_ns,omitempty"`
-	LdaStddevNs   float64 `protobuf:"fixed64,29,opt,name=lda_stddev_ns,json=ldaStddevNs,proto3" json:"lda_stddev_ns,omitempty"`
-	LdaSamples    uint64  `protobuf:"varint,30,opt,name=lda_samples,json=ldaSamples,proto3" json:"lda_samples,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LdaMeanNs   float64 `protobuf:"fixed64,28,opt,name=lda_mean_ns,json=ldaMeanNs,proto3" json:"lda_mean_ns,omitempty"`
+	LdaStddevNs float64 `protobuf:"fixed64,29,opt,name=lda_stddev_ns,json=ldaStddevNs,proto3" json:"lda_stddev_ns,omitempty"`
+	LdaSamples  uint64  `protobuf:"varint,30,opt,name=lda_samples,json=ldaSamples,proto3" json:"lda_samples,omitempty"`
+	// Clocks. clock_uncertainty_ns is the ± on mean_ns from the two probes'
+	// clocks (the sum of their uncertainties over the epoch). clock_flagged
+	// is true when that ± exceeds the collector's configured share of the
+	// mean, or a side's clock was not synchronized; clock_note says which.
+	ClockUncertaintyNs float64 `protobuf:"fixed64,31,opt,name=clock_uncertainty_ns,json=clockUncertaintyNs,proto3" json:"clock_uncertainty_ns,omitempty"`
+	ClockFlagged       bool    `protobuf:"varint,32,opt,name=clock_flagged,json=clockFlagged,proto3" json:"clock_flagged,omitempty"`
+	ClockNote          string  `protobuf:"bytes,33,opt,name=clock_note,json=clockNote,proto3" json:"clock_note,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PathStats) Reset() {
@@ -2967,6 +3114,27 @@ func (x *PathStats) GetLdaSamples() uint64 {
 		return x.LdaSamples
 	}
 	return 0
+}
+
+func (x *PathStats) GetClockUncertaintyNs() float64 {
+	if x != nil {
+		return x.ClockUncertaintyNs
+	}
+	return 0
+}
+
+func (x *PathStats) GetClockFlagged() bool {
+	if x != nil {
+		return x.ClockFlagged
+	}
+	return false
+}
+
+func (x *PathStats) GetClockNote() string {
+	if x != nil {
+		return x.ClockNote
+	}
+	return ""
 }
 
 type GetFlowStatsRequest struct {
@@ -3368,13 +3536,14 @@ var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
-	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\x01\n" +
+	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x02\n" +
 	"\fProbeMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.owl.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportH\x00R\x06report\x125\n" +
 	"\vfetch_reply\x18\x03 \x01(\v2\x12.owl.v1.FetchReplyH\x00R\n" +
 	"fetchReply\x12;\n" +
-	"\rrebuild_reply\x18\x04 \x01(\v2\x14.owl.v1.RebuildReplyH\x00R\frebuildReplyB\x05\n" +
+	"\rrebuild_reply\x18\x04 \x01(\v2\x14.owl.v1.RebuildReplyH\x00R\frebuildReply\x12+\n" +
+	"\x05clock\x18\x05 \x01(\v2\x13.owl.v1.ClockStatusH\x00R\x05clockB\x05\n" +
 	"\x03msg\"\x97\x01\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x18\n" +
@@ -3446,12 +3615,19 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\rspool_dropped\x18\x06 \x01(\x04R\fspoolDropped\x1aA\n" +
 	"\x13DecodeFailuresEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x8d\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd0\x02\n" +
 	"\vClockStatus\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\"\n" +
 	"\fsynchronized\x18\x02 \x01(\bR\fsynchronized\x12\x1b\n" +
 	"\toffset_ns\x18\x03 \x01(\x03R\boffsetNs\x12%\n" +
-	"\x0euncertainty_ns\x18\x04 \x01(\x03R\runcertaintyNs\"\xcd\x02\n" +
+	"\x0euncertainty_ns\x18\x04 \x01(\x03R\runcertaintyNs\x12(\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x12.owl.v1.ClockStateR\x05state\x12\x19\n" +
+	"\bdelay_ns\x18\x06 \x01(\x03R\adelayNs\x12\x1c\n" +
+	"\treference\x18\a \x01(\tR\treference\x12\x1c\n" +
+	"\tcorrected\x18\b \x01(\bR\tcorrected\x12\x16\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail\x12(\n" +
+	"\x10measured_unix_ns\x18\n" +
+	" \x01(\x03R\x0emeasuredUnixNs\"\xcd\x02\n" +
 	"\x10CollectorMessage\x12*\n" +
 	"\x05paths\x18\x01 \x01(\v2\x12.owl.v1.PathConfigH\x00R\x05paths\x12\x1f\n" +
 	"\x03ack\x18\x02 \x01(\v2\v.owl.v1.AckH\x00R\x03ack\x12(\n" +
@@ -3550,7 +3726,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x14GetPathStatsResponse\x12'\n" +
 	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.PathStatsR\x05stats\"+\n" +
 	"\x15WatchPathStatsRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\x81\t\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xf7\t\n" +
 	"\tPathStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -3586,7 +3762,11 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\vlda_mean_ns\x18\x1c \x01(\x01R\tldaMeanNs\x12\"\n" +
 	"\rlda_stddev_ns\x18\x1d \x01(\x01R\vldaStddevNs\x12\x1f\n" +
 	"\vlda_samples\x18\x1e \x01(\x04R\n" +
-	"ldaSamples\"\xc0\x01\n" +
+	"ldaSamples\x120\n" +
+	"\x14clock_uncertainty_ns\x18\x1f \x01(\x01R\x12clockUncertaintyNs\x12#\n" +
+	"\rclock_flagged\x18  \x01(\bR\fclockFlagged\x12\x1d\n" +
+	"\n" +
+	"clock_note\x18! \x01(\tR\tclockNote\"\xc0\x01\n" +
 	"\x13GetFlowStatsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\x04flow\x18\x02 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12.\n" +
@@ -3626,7 +3806,14 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rROLE_UPSTREAM\x10\x01\x12\x13\n" +
-	"\x0fROLE_DOWNSTREAM\x10\x02*\xc7\x01\n" +
+	"\x0fROLE_DOWNSTREAM\x10\x02*\x9c\x01\n" +
+	"\n" +
+	"ClockState\x12\x1b\n" +
+	"\x17CLOCK_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18CLOCK_STATE_SYNCHRONIZED\x10\x01\x12\x18\n" +
+	"\x14CLOCK_STATE_HOLDOVER\x10\x02\x12\x19\n" +
+	"\x15CLOCK_STATE_ACQUIRING\x10\x03\x12\x1e\n" +
+	"\x1aCLOCK_STATE_UNSYNCHRONIZED\x10\x04*\xc7\x01\n" +
 	"\fResultStatus\x12\x1d\n" +
 	"\x19RESULT_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10RESULT_STATUS_OK\x10\x01\x12\x1c\n" +
@@ -3657,134 +3844,137 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 	return file_owl_v1_owl_proto_rawDescData
 }
 
-var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                     // 0: owl.v1.Role
-	(ResultStatus)(0),             // 1: owl.v1.ResultStatus
-	(TopFlowsRequest_Order)(0),    // 2: owl.v1.TopFlowsRequest.Order
-	(*ProbeMessage)(nil),          // 3: owl.v1.ProbeMessage
-	(*Hello)(nil),                 // 4: owl.v1.Hello
-	(*SynopsisParams)(nil),        // 5: owl.v1.SynopsisParams
-	(*LDSParams)(nil),             // 6: owl.v1.LDSParams
-	(*FlowWeight)(nil),            // 7: owl.v1.FlowWeight
-	(*IdentityParams)(nil),        // 8: owl.v1.IdentityParams
-	(*EpochParams)(nil),           // 9: owl.v1.EpochParams
-	(*LDAParams)(nil),             // 10: owl.v1.LDAParams
-	(*RDAParams)(nil),             // 11: owl.v1.RDAParams
-	(*EpochReport)(nil),           // 12: owl.v1.EpochReport
-	(*FlowKey)(nil),               // 13: owl.v1.FlowKey
-	(*TopFlow)(nil),               // 14: owl.v1.TopFlow
-	(*Counters)(nil),              // 15: owl.v1.Counters
-	(*ClockStatus)(nil),           // 16: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),      // 17: owl.v1.CollectorMessage
-	(*Release)(nil),               // 18: owl.v1.Release
-	(*EpochRef)(nil),              // 19: owl.v1.EpochRef
-	(*FetchRequest)(nil),          // 20: owl.v1.FetchRequest
-	(*FetchReply)(nil),            // 21: owl.v1.FetchReply
-	(*RebuildRequest)(nil),        // 22: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),          // 23: owl.v1.RebuildReply
-	(*RDASize)(nil),               // 24: owl.v1.RDASize
-	(*PathConfig)(nil),            // 25: owl.v1.PathConfig
-	(*PathAssignment)(nil),        // 26: owl.v1.PathAssignment
-	(*Ack)(nil),                   // 27: owl.v1.Ack
-	(*Reject)(nil),                // 28: owl.v1.Reject
-	(*Path)(nil),                  // 29: owl.v1.Path
-	(*Selector)(nil),              // 30: owl.v1.Selector
-	(*ListProbesRequest)(nil),     // 31: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),    // 32: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),             // 33: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),      // 34: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),     // 35: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),   // 36: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),  // 37: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil), // 38: owl.v1.WatchPathStatsRequest
-	(*PathStats)(nil),             // 39: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),   // 40: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),  // 41: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),             // 42: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),       // 43: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),      // 44: owl.v1.TopFlowsResponse
-	nil,                           // 45: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 47: google.protobuf.Duration
+	(ClockState)(0),               // 1: owl.v1.ClockState
+	(ResultStatus)(0),             // 2: owl.v1.ResultStatus
+	(TopFlowsRequest_Order)(0),    // 3: owl.v1.TopFlowsRequest.Order
+	(*ProbeMessage)(nil),          // 4: owl.v1.ProbeMessage
+	(*Hello)(nil),                 // 5: owl.v1.Hello
+	(*SynopsisParams)(nil),        // 6: owl.v1.SynopsisParams
+	(*LDSParams)(nil),             // 7: owl.v1.LDSParams
+	(*FlowWeight)(nil),            // 8: owl.v1.FlowWeight
+	(*IdentityParams)(nil),        // 9: owl.v1.IdentityParams
+	(*EpochParams)(nil),           // 10: owl.v1.EpochParams
+	(*LDAParams)(nil),             // 11: owl.v1.LDAParams
+	(*RDAParams)(nil),             // 12: owl.v1.RDAParams
+	(*EpochReport)(nil),           // 13: owl.v1.EpochReport
+	(*FlowKey)(nil),               // 14: owl.v1.FlowKey
+	(*TopFlow)(nil),               // 15: owl.v1.TopFlow
+	(*Counters)(nil),              // 16: owl.v1.Counters
+	(*ClockStatus)(nil),           // 17: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),      // 18: owl.v1.CollectorMessage
+	(*Release)(nil),               // 19: owl.v1.Release
+	(*EpochRef)(nil),              // 20: owl.v1.EpochRef
+	(*FetchRequest)(nil),          // 21: owl.v1.FetchRequest
+	(*FetchReply)(nil),            // 22: owl.v1.FetchReply
+	(*RebuildRequest)(nil),        // 23: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),          // 24: owl.v1.RebuildReply
+	(*RDASize)(nil),               // 25: owl.v1.RDASize
+	(*PathConfig)(nil),            // 26: owl.v1.PathConfig
+	(*PathAssignment)(nil),        // 27: owl.v1.PathAssignment
+	(*Ack)(nil),                   // 28: owl.v1.Ack
+	(*Reject)(nil),                // 29: owl.v1.Reject
+	(*Path)(nil),                  // 30: owl.v1.Path
+	(*Selector)(nil),              // 31: owl.v1.Selector
+	(*ListProbesRequest)(nil),     // 32: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),    // 33: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),             // 34: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),      // 35: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),     // 36: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),   // 37: owl.v1.GetPathStatsRequest
+	(*GetPathStatsResponse)(nil),  // 38: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil), // 39: owl.v1.WatchPathStatsRequest
+	(*PathStats)(nil),             // 40: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),   // 41: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),  // 42: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),             // 43: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),       // 44: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),      // 45: owl.v1.TopFlowsResponse
+	nil,                           // 46: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 48: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	4,  // 0: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	12, // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	21, // 2: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	23, // 3: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	5,  // 4: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	16, // 5: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	8,  // 6: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	9,  // 7: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	10, // 8: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	11, // 9: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	6,  // 10: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	7,  // 11: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	30, // 12: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,  // 13: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	15, // 14: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	16, // 15: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	14, // 16: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	13, // 17: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	45, // 18: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	25, // 19: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	27, // 20: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	28, // 21: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	20, // 22: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	22, // 23: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	24, // 24: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	18, // 25: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	19, // 26: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	26, // 27: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	29, // 28: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 29: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	30, // 30: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	33, // 31: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	46, // 32: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	16, // 33: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	29, // 34: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	46, // 35: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 36: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	39, // 37: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	46, // 38: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	47, // 39: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	1,  // 40: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	16, // 41: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	16, // 42: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	15, // 43: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	15, // 44: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	46, // 45: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	13, // 46: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	46, // 47: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 48: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	42, // 49: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	46, // 50: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	13, // 51: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	46, // 52: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 53: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	2,  // 54: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	42, // 55: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	3,  // 56: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	31, // 57: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	34, // 58: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	36, // 59: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	38, // 60: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	40, // 61: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	43, // 62: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	17, // 63: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	32, // 64: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	35, // 65: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	37, // 66: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	39, // 67: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	41, // 68: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	44, // 69: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	63, // [63:70] is the sub-list for method output_type
-	56, // [56:63] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	5,  // 0: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	13, // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	22, // 2: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	24, // 3: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	17, // 4: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	6,  // 5: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	17, // 6: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	9,  // 7: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	10, // 8: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	11, // 9: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	12, // 10: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	7,  // 11: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	8,  // 12: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	31, // 13: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,  // 14: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	16, // 15: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	17, // 16: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	15, // 17: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	14, // 18: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	46, // 19: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,  // 20: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	26, // 21: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	28, // 22: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	29, // 23: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	21, // 24: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	23, // 25: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	25, // 26: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	19, // 27: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	20, // 28: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	27, // 29: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	30, // 30: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,  // 31: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	31, // 32: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	34, // 33: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	47, // 34: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	17, // 35: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	30, // 36: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	47, // 37: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	47, // 38: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	40, // 39: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	47, // 40: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	48, // 41: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,  // 42: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	17, // 43: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	17, // 44: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	16, // 45: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	16, // 46: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	47, // 47: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	14, // 48: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	47, // 49: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	47, // 50: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	43, // 51: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	47, // 52: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	14, // 53: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	47, // 54: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	47, // 55: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	3,  // 56: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	43, // 57: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	4,  // 58: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	32, // 59: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	35, // 60: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	37, // 61: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	39, // 62: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	41, // 63: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	44, // 64: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	18, // 65: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	33, // 66: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	36, // 67: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	38, // 68: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	40, // 69: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	42, // 70: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	45, // 71: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	65, // [65:72] is the sub-list for method output_type
+	58, // [58:65] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -3797,6 +3987,7 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_Report)(nil),
 		(*ProbeMessage_FetchReply)(nil),
 		(*ProbeMessage_RebuildReply)(nil),
+		(*ProbeMessage_Clock)(nil),
 	}
 	file_owl_v1_owl_proto_msgTypes[14].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
@@ -3812,7 +4003,7 @@ func file_owl_v1_owl_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
