@@ -24,7 +24,7 @@ import (
 
 // seen is one IPv4 packet in a capture, as tshark reports it.
 type seen struct {
-	key  string // addresses, IP id, IP length, protocol, ports, TCP seq/ack
+	key  string // addresses, IP id, IP length, protocol, ports, TCP seq/ack, UDP checksum
 	flow capture.FlowKey
 	tsNS int64
 }
@@ -38,7 +38,7 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 		"--disable-protocol", "http,dns,mdns", "-r", pcap, "-Y", "ip.dst == "+dst.String(), "-T", "fields", "-E", "separator=,",
 		"-e", "frame.time_epoch", "-e", "ip.src", "-e", "ip.dst", "-e", "ip.id", "-e", "ip.len", "-e", "ip.proto",
 		"-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.seq_raw", "-e", "tcp.ack_raw",
-		"-e", "udp.srcport", "-e", "udp.dstport").Output()
+		"-e", "udp.srcport", "-e", "udp.dstport", "-e", "udp.checksum").Output()
 	if err != nil {
 		t.Fatalf("tshark on %s: %v", pcap, err)
 	}
@@ -46,7 +46,7 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), ",")
-		if len(f) != 12 {
+		if len(f) != 13 {
 			continue
 		}
 		ts, err := parseEpochNS(f[0])
@@ -66,7 +66,7 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 		spn, _ := strconv.Atoi(sp)
 		dpn, _ := strconv.Atoi(dp)
 		pkts = append(pkts, seen{
-			key:  strings.Join([]string{f[1], f[2], f[3], f[4], f[5], sp, dp, f[8], f[9]}, "|"),
+			key:  strings.Join([]string{f[1], f[2], f[3], f[4], f[5], sp, dp, f[8], f[9], f[12]}, "|"),
 			flow: capture.FlowKey{Src: src, Dst: d, SrcPort: uint16(spn), DstPort: uint16(dpn), Proto: uint8(proto)},
 			tsNS: ts,
 		})
@@ -115,8 +115,8 @@ const truthHorizon = time.Second
 // matchTruth pairs each upstream packet with the earliest unused downstream
 // copy of the same header key seen at or after it and within truthHorizon
 // (packets are in capture order), and sums the truth per upstream epoch.
-// Downstream copies left unpaired count as duplicates in their epoch when
-// the key was seen upstream.
+// Downstream copies left unpaired count as duplicates in their own epoch
+// when the key was seen upstream.
 func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 	byKey := map[string][]int64{}
 	for _, p := range down {
@@ -125,8 +125,8 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 	for _, v := range byKey {
 		slices.Sort(v)
 	}
-	next := map[string]int{}   // first downstream copy not yet passed
-	paired := map[string]int{} // downstream copies paired
+	next := map[string]int{}      // first downstream copy not yet passed
+	paired := map[string][]bool{} // which downstream copies are paired
 	out := map[int64]*linkTruth{}
 	get := func(e int64) *linkTruth {
 		if out[e] == nil {
@@ -159,7 +159,10 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 			continue
 		}
 		next[p.key] = k + 1
-		paired[p.key]++
+		if paired[p.key] == nil {
+			paired[p.key] = make([]bool, len(ds))
+		}
+		paired[p.key][k] = true
 		dNS := ds[k] - p.tsNS
 		lt.n++
 		lt.sum += float64(dNS)
@@ -175,9 +178,14 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		}
 	}
 	for key, ds := range byKey {
-		if extra := len(ds) - paired[key]; extra > 0 && upCount[key] > 0 {
-			e, _ := grid.Of(ds[len(ds)-1])
-			get(e).dups += extra
+		if upCount[key] == 0 {
+			continue
+		}
+		for i, ts := range ds {
+			if pk := paired[key]; pk == nil || !pk[i] {
+				e, _ := grid.Of(ts)
+				get(e).dups++
+			}
 		}
 	}
 	return out

@@ -366,3 +366,22 @@ func TestClientHoldsOverWhenTheGrandmasterIsSilent(t *testing.T) {
 		t.Error("unresolvable grandmaster accepted")
 	}
 }
+
+// BenchmarkCorrect is the per-packet cost of a fitted correction (offset
+// and frequency) on a capture timestamp.
+func BenchmarkCorrect(b *testing.B) {
+	cfg := DefaultConfig()
+	tr := newTracker(cfg, "ptp", "bench")
+	for i := range 16 {
+		tr.measured(sample{atNS: int64(i) * 1e9, offsetNS: 300_000 + int64(i)*20, boundNS: 5000}, 5000)
+	}
+	ts := int64(17e9)
+	var sink int64
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		sink += tr.Correct(ts + int64(i))
+	}
+	if sink == 0 {
+		b.Fatal("no correction")
+	}
+}
