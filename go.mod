@@ -3,6 +3,7 @@ module github.com/owl-latency/owl
 go 1.26.0
 
 require (
+	github.com/facebook/time v0.0.0-20260822211804-f81aedc1c1e3
 	github.com/gopacket/gopacket v1.7.7
 	github.com/miekg/dns v1.1.73
 	github.com/prometheus/client_golang v1.25.0
@@ -20,7 +21,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/ebitengine/purego v0.10.0 // indirect
-	github.com/facebook/time v0.0.0-20260822211804-f81aedc1c1e3 // indirect
 	github.com/go-ole/go-ole v1.2.6 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect

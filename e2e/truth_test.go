@@ -35,7 +35,7 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 	t0 := time.Now()
 	defer func() { t.Logf("tshark %s: %v", filepath.Base(pcap), time.Since(t0)) }()
 	out, err := exec.Command("tshark", "-n", "-o", "tcp.desegment_tcp_streams:FALSE", "-o", "tcp.analyze_sequence_numbers:FALSE",
-		"--disable-protocol", "http,dns,mdns", "-r", pcap, "-Y", "ip.dst == "+dst.String(), "-T", "fields", "-E", "separator=,",
+		"--disable-protocol", "http,dns,mdns", "-r", pcap, "-Y", "ip.dst == "+dst.String(), "-T", "fields", "-E", "separator=,", "-E", "occurrence=f",
 		"-e", "frame.time_epoch", "-e", "ip.src", "-e", "ip.dst", "-e", "ip.id", "-e", "ip.len", "-e", "ip.proto",
 		"-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.seq_raw", "-e", "tcp.ack_raw",
 		"-e", "udp.srcport", "-e", "udp.dstport", "-e", "udp.checksum").Output()
@@ -53,10 +53,12 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 		if err != nil {
 			t.Fatalf("tshark time %q: %v", f[0], err)
 		}
+		// occurrence=f: an ICMP error's fields are its own outer header's
+		// (and the quoted header's ports), so it is a packet like any other.
 		src, err1 := netip.ParseAddr(f[1])
 		d, err2 := netip.ParseAddr(f[2])
 		if err1 != nil || err2 != nil {
-			continue // ICMP errors quote a second header: skip the odd lines
+			t.Fatalf("tshark line %q: addresses %v, %v", sc.Text(), err1, err2)
 		}
 		proto, _ := strconv.Atoi(f[5])
 		sp, dp := f[6], f[7]
@@ -70,6 +72,15 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 			flow: capture.FlowKey{Src: src, Dst: d, SrcPort: uint16(spn), DstPort: uint16(dpn), Proto: uint8(proto)},
 			tsNS: ts,
 		})
+	}
+	icmp := 0
+	for _, p := range pkts {
+		if p.flow.Proto == 1 {
+			icmp++
+		}
+	}
+	if icmp > 0 {
+		t.Logf("%s: %d ICMP packets to %v", filepath.Base(pcap), icmp, dst)
 	}
 	return pkts
 }
