@@ -237,6 +237,12 @@ func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, tr
 	fmt.Fprintf(&b, "%10s %6s %5s %5s %5s %5s %4s %6s %6s %12s %12s %9s %12s %8s %11s %11s %7s %6s %s\n", "epoch", "sent", "lost", "owl", "cross", "owl", "dup",
 		"n", "owl n", "true µs", "owl µs", "err", "LDA µs", "LDA err", "true std", "owl std", "err", "m", "est")
 	exact, checked := 0, 0
+	firstSent := last
+	for e := first; e <= last; e++ {
+		if tr := truth[e]; tr != nil && tr.sent > 0 {
+			firstSent = min(firstSent, e)
+		}
+	}
 	for e := first; e <= last; e++ {
 		tr, r := truth[e], res[e]
 		if tr == nil || tr.sent == 0 {
@@ -274,7 +280,11 @@ func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, tr
 		if e != last && (r.GetLost() != float64(tr.lost) || r.GetBoundaryMatched() != uint64(tr.crossed)) {
 			t.Errorf("%s epoch %d: lost %.0f (truth %d), boundary matched %d (truth %d)", path, e, r.GetLost(), tr.lost, r.GetBoundaryMatched(), tr.crossed)
 		}
-		if r.GetDuplicates() != uint64(tr.dups) || r.GetReordered() != 0 && e != first {
+		// The path's first epoch with traffic may see packets sent before
+		// it began (no neighbour to match them with), and the last one
+		// ends mid-epoch with connections tearing down: both are left
+		// out of the duplicate and reordering counts, as of the loss.
+		if e != last && e != firstSent && (r.GetDuplicates() != uint64(tr.dups) || r.GetReordered() != 0) {
 			t.Errorf("%s epoch %d: duplicates %d (truth %d), reordered extras %d", path, e, r.GetDuplicates(), tr.dups, r.GetReordered())
 		}
 		if tr.n >= 1000 && stdRel > 0.10 {

@@ -92,7 +92,18 @@ func (p *Probe) runLive(ctx context.Context) error {
 			}
 		}()
 	}
-	p.log.Info("capturing", "interface", lc.cfg.Interface, "workers", len(p.pipes), "timestamps", lc.timestampSource())
+	if lc.timestampSource() == "hardware" {
+		// NIC timestamps are on the PHC's time scale already: the phc
+		// source has nothing to correct, and the others do not apply.
+		if p.cfg.Clock.Source == "phc" {
+			for _, pl := range p.pipes {
+				pl.correct = nil
+			}
+		} else {
+			p.log.Warn("hardware timestamps are on the NIC's clock, not the system clock: use -clock phc with them", "clock", p.cfg.Clock.Source)
+		}
+	}
+	p.log.Info("capturing", "interface", lc.cfg.Interface, "workers", len(p.pipes), "timestamps", lc.timestampSource(), "clock", p.cfg.Clock.Source)
 	g, ctx := errgroup.WithContext(ctx)
 	for w, pl := range p.pipes {
 		src := lc.srcs[w]
