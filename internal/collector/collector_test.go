@@ -24,6 +24,7 @@ import (
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
 func testConfig(t testing.TB) Config {
@@ -503,5 +504,132 @@ func TestFlowQueries(t *testing.T) {
 	}
 	if _, err := q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: "p", Flow: &owlv1.FlowKey{Src: "x"}}); err == nil {
 		t.Error("bad flow accepted")
+	}
+}
+
+// answerCaches plays a probe's caches on a stream: every copy of every
+// packet (an ID may repeat), for plain and repeated fetches.
+func answerCaches(st owlv1.ProbeService_ConnectClient, copies map[uint64][]int64, acks chan<- *owlv1.Ack) {
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			close(acks)
+			return
+		}
+		switch m := m.Msg.(type) {
+		case *owlv1.CollectorMessage_Ack:
+			acks <- m.Ack
+		case *owlv1.CollectorMessage_Fetch:
+			rep := &owlv1.FetchReply{RequestId: m.Fetch.GetRequestId()}
+			add := func(id uint64) {
+				for _, off := range copies[id] {
+					rep.PacketIds = append(rep.PacketIds, id)
+					rep.OffsetsNs = append(rep.OffsetsNs, off)
+				}
+			}
+			if m.Fetch.GetRepeated() {
+				for id, offs := range copies {
+					if len(offs) > 1 {
+						add(id)
+					}
+				}
+			} else {
+				for _, id := range m.Fetch.GetPacketIds() {
+					add(id)
+				}
+			}
+			_ = st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: rep}})
+		}
+	}
+}
+
+// TestDuplicateCopiesOnOneSide: a packet sent at the end of epoch 1 and
+// duplicated on the way reaches the downstream point twice in epoch 2. The
+// two copies cancel in epoch 2's ID xor, so peeling alone stalls; the
+// collector must take the extra copy out, decode, match the first copy
+// with epoch 1's loss, and keep both means exact.
+func TestDuplicateCopiesOnOneSide(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Params.RDA.Buckets = 256
+	cfg.RDA.MinBuckets, cfg.RDA.MaxBuckets = 256, 4096
+	c := newTest(t, cfg)
+	conn := serve(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const delay = 40_000
+	rng := rand.New(rand.NewPCG(3, 4))
+	upCopies, downCopies := map[uint64][]int64{}, map[uint64][]int64{}
+	rdas := map[int64][2]*rda.RDA{}
+	for _, e := range []int64{1, 2} {
+		u, _ := rda.New(cfg.Params.RDA)
+		d, _ := rda.New(cfg.Params.RDA)
+		rdas[e] = [2]*rda.RDA{u, d}
+	}
+	base := cfg.Params.Epoch.StartNS(1)
+	send := func(id uint64, upNS int64, downNS ...int64) {
+		ue, uoff := cfg.Params.Epoch.Of(base + upNS)
+		rdas[ue][0].Insert(id, uoff)
+		upCopies[id] = append(upCopies[id], uoff)
+		for _, dn := range downNS {
+			de, doff := cfg.Params.Epoch.Of(base + dn)
+			rdas[de][1].Insert(id, doff)
+			downCopies[id] = append(downCopies[id], doff)
+		}
+	}
+	for i := range 400 {
+		at := int64(i) * 4_000_000 // 4 ms apart, epochs 1 and 2
+		if at+delay >= 2e9 {
+			break
+		}
+		send(rng.Uint64(), at, at+delay)
+	}
+	crosser := rng.Uint64()
+	send(crosser, 1e9-10_000, 1e9+30_000, 1e9+35_000) // two copies in epoch 2
+	// One probe cache per side and epoch: this test's IDs are unique to
+	// their epoch, so one map per side serves both epochs' fetches.
+	a := probeStream(t, conn, "a", cfg.Params)
+	d := probeStream(t, conn, "b", cfg.Params)
+	aAcks, dAcks := make(chan *owlv1.Ack, 16), make(chan *owlv1.Ack, 16)
+	go answerCaches(a, upCopies, aAcks)
+	go answerCaches(d, downCopies, dAcks)
+	for _, e := range []int64{1, 2} {
+		for i, st := range []owlv1.ProbeService_ConnectClient{a, d} {
+			role := []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i]
+			l, _ := lda.New(cfg.Params.LDA)
+			lb, _ := l.MarshalBinary()
+			r := report("p", e, role, lb)
+			r.Rda, _ = rdas[e][i].MarshalBinary()
+			if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[int64]*owlv1.PathStats{}
+	for len(got) < 2 || got[1].GetBoundaryMatched() == 0 {
+		r, err := watch.Recv()
+		if err != nil {
+			// No boundary match within the deadline: say what came.
+			for e, r := range got {
+				t.Logf("epoch %d: %v", e, r)
+			}
+			t.Fatalf("waiting for both epochs and the crosser's match: %v", err)
+		}
+		got[r.GetEpoch()] = r
+	}
+	e1, e2 := got[1], got[2]
+	if !e2.GetDecoded() || e2.GetEstimator() != "rda" || e2.GetDuplicates() != 1 || e2.GetReordered() != 0 {
+		t.Errorf("epoch 2: decoded %t %s, duplicates %d, reordered %d", e2.GetDecoded(), e2.GetEstimator(), e2.GetDuplicates(), e2.GetReordered())
+	}
+	if e1.GetLost() != 0 || e1.GetBoundaryMatched() != 1 {
+		t.Errorf("epoch 1: lost %v, boundary matched %d; want the crosser delivered", e1.GetLost(), e1.GetBoundaryMatched())
+	}
+	for _, r := range []*owlv1.PathStats{e1, e2} {
+		if r.GetMeanNs() != delay {
+			t.Errorf("epoch %d: mean %v, want exactly %d", r.GetEpoch(), r.GetMeanNs(), delay)
+		}
 	}
 }

@@ -88,8 +88,19 @@ type cached struct {
 // fetch asks the probe for the timestamps of ids in a path's epoch. It
 // returns every entry the probe has for each id.
 func (s *session) fetch(ctx context.Context, path string, epoch int64, ids []uint64) (map[uint64][]cached, int, error) {
+	return s.fetchReq(ctx, &owlv1.FetchRequest{Path: path, Epoch: epoch, PacketIds: ids})
+}
+
+// fetchRepeated asks for every cached entry of an ID the probe saw more
+// than once in the path's epoch.
+func (s *session) fetchRepeated(ctx context.Context, path string, epoch int64) (map[uint64][]cached, int, error) {
+	return s.fetchReq(ctx, &owlv1.FetchRequest{Path: path, Epoch: epoch, Repeated: true})
+}
+
+func (s *session) fetchReq(ctx context.Context, req *owlv1.FetchRequest) (map[uint64][]cached, int, error) {
 	id := requestIDs.Add(1)
-	req := &owlv1.FetchRequest{RequestId: id, Path: path, Epoch: epoch, PacketIds: ids}
+	req.RequestId = id
+	ids := req.GetPacketIds()
 	r, err := s.call(ctx, id, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Fetch{Fetch: req}})
 	if err != nil {
 		return nil, 0, err

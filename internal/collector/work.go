@@ -274,6 +274,21 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 	// Late binding: both sides at one size, large enough for the count
 	// difference, larger again while peeling fails.
 	var diff reconcile.Difference
+	// Copies of one packet seen only downstream cancel in the ID xor and
+	// stop peeling: when peeling stalls, the extra copies are fetched and
+	// taken out of the downstream RDA (and any rebuild of it) first.
+	var pre []ldsRemoval
+	askedRepeated := false
+	adjust := func(r *rda.RDA) *rda.RDA {
+		if len(pre) == 0 {
+			return r
+		}
+		r = r.Clone()
+		for _, x := range pre {
+			r.Remove(x.id, x.e.offsetNS)
+		}
+		return r
+	}
 	for attempt := 0; ; attempt++ {
 		m := max(sizeOf(up), sizeOf(down))
 		if dLow := int(absDiff(up.Packets(), down.Packets())); reconcile.Size(dLow, 1, rda.MaxBuckets) > m {
@@ -289,8 +304,20 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 			}
 		}
 		var err error
-		if diff, err = reconcile.Peel(up, down); err != nil {
+		if diff, err = reconcile.Peel(up, adjust(down)); err != nil {
 			return nil, err
+		}
+		if !diff.Complete() && !askedRepeated {
+			askedRepeated = true
+			p, err := c.extraCopies(ctx, ps, epoch, res)
+			if err != nil {
+				c.log.Warn("cannot fetch repeated packets", "path", path, "epoch", epoch, "err", err)
+			} else if len(p) > 0 {
+				pre = p
+				if diff, err = reconcile.Peel(up, adjust(down)); err != nil {
+					return nil, err
+				}
+			}
 		}
 		if diff.Complete() || sizeOf(up) >= c.cfg.RDA.MaxBuckets || res.Rebuilds >= uint32(c.cfg.RDA.MaxRebuilds) {
 			break
@@ -306,6 +333,7 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 			return nil, err
 		}
 	}
+	down = adjust(down)
 	res.RdaBuckets = uint32(sizeOf(up))
 	res.Decoded = diff.Complete()
 	c.m.rdaOutcome(path, diff.Complete(), int(res.Rebuilds))
@@ -329,6 +357,15 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 	})
 	err := g.Wait()
 	res.ExchangedBytes += fetched.Load()
+	if err == nil {
+		// The copies taken out before peeling are not in the RDA any more.
+		for _, x := range pre {
+			ts := downTS[x.id]
+			if i := slices.IndexFunc(ts, func(e cached) bool { return e.offsetNS == x.e.offsetNS }); i >= 0 {
+				downTS[x.id] = slices.Delete(ts, i, i+1)
+			}
+		}
+	}
 	if err != nil {
 		c.log.Warn("cannot fetch timestamps; leaving the decoded packets' buckets out", "path", path, "epoch", epoch, "err", err)
 		repaired = false
@@ -338,7 +375,8 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 	ep := c.cfg.Params.Epoch
 	start := ep.StartNS(epoch)
 	bdLost, bdExtra := map[uint64]int64{}, map[uint64]int64{}
-	var dups uint64
+	dups := uint64(len(pre))
+	rep.down = append(rep.down, pre...)
 	if repaired {
 		upOff := map[uint64]int64{}
 		for _, id := range diff.Lost {
@@ -467,6 +505,72 @@ func (c *Collector) fetch(ctx context.Context, probe, path string, epoch int64, 
 	n.Add(uint64(size))
 	c.m.exchanged.WithLabelValues(path).Add(float64(size))
 	return out, err
+}
+
+// extraCopies finds the packets a path's downstream probe saw more often in
+// the epoch than the upstream one (at least once), and returns the extra
+// copies to take out of the downstream RDA: all but the earliest, or all
+// but as many as went out upstream. A copy taken out is a duplicate.
+func (c *Collector) extraCopies(ctx context.Context, ps *pathState, epoch int64, res *owlv1.PathStats) ([]ldsRemoval, error) {
+	up, down := c.session(ps.path.Upstream), c.session(ps.path.Downstream)
+	if up == nil || down == nil {
+		return nil, errors.New("a probe of the path is not connected")
+	}
+	path := ps.path.Name
+	var upRep, downRep map[uint64][]cached
+	var n atomic.Uint64
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		r, size, err := up.fetchRepeated(gctx, path, epoch)
+		upRep = r
+		n.Add(uint64(size))
+		return err
+	})
+	g.Go(func() error {
+		r, size, err := down.fetchRepeated(gctx, path, epoch)
+		downRep = r
+		n.Add(uint64(size))
+		return err
+	})
+	err := g.Wait()
+	defer func() {
+		res.ExchangedBytes += n.Load()
+		c.m.exchanged.WithLabelValues(path).Add(float64(n.Load()))
+	}()
+	if err != nil {
+		return nil, err
+	}
+	// Only downstream repeats matter; the upstream count of each comes
+	// from its repeats or, for an ID sent once or never, a plain fetch.
+	var ask []uint64
+	for id := range downRep {
+		if _, ok := upRep[id]; !ok {
+			ask = append(ask, id)
+		}
+	}
+	if len(ask) > 0 {
+		once, size, err := up.fetch(ctx, path, epoch, ask)
+		n.Add(uint64(size))
+		if err != nil {
+			return nil, err
+		}
+		for id, ts := range once {
+			upRep[id] = ts
+		}
+	}
+	var out []ldsRemoval
+	for id, ts := range downRep {
+		keep := max(len(upRep[id]), 1)
+		if len(ts) <= keep {
+			continue
+		}
+		ts = slices.Clone(ts)
+		slices.SortFunc(ts, func(a, b cached) int { return cmp.Compare(a.offsetNS, b.offsetNS) })
+		for _, e := range ts[keep:] {
+			out = append(out, ldsRemoval{id, e})
+		}
+	}
+	return out, nil
 }
 
 // noteSetDifference remembers the set difference of a path's epoch and, when

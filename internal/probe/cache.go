@@ -87,6 +87,46 @@ func (c *epochCache) each(f func(entry)) {
 func (c *epochCache) lookup(ids []uint64) []entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sort()
+	var out []entry
+	for _, id := range ids {
+		i, _ := slices.BinarySearchFunc(c.entries, id, func(e entry, id uint64) int {
+			switch {
+			case e.id < id:
+				return -1
+			case e.id > id:
+				return 1
+			}
+			return 0
+		})
+		for ; i < len(c.entries) && c.entries[i].id == id; i++ {
+			out = append(out, c.entries[i])
+		}
+	}
+	return out
+}
+
+// repeated returns every entry whose ID occurs more than once.
+func (c *epochCache) repeated() []entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sort()
+	var out []entry
+	for i := 0; i < len(c.entries); {
+		j := i + 1
+		for j < len(c.entries) && c.entries[j].id == c.entries[i].id {
+			j++
+		}
+		if j-i > 1 {
+			out = append(out, c.entries[i:j]...)
+		}
+		i = j
+	}
+	return out
+}
+
+// sort flattens the chunks into entries sorted by ID, once; c.mu is held.
+func (c *epochCache) sort() {
 	if !c.sorted {
 		c.entries = make([]entry, 0, c.n)
 		for _, ch := range c.chunks {
@@ -104,22 +144,6 @@ func (c *epochCache) lookup(ids []uint64) []entry {
 		})
 		c.sorted = true
 	}
-	var out []entry
-	for _, id := range ids {
-		i, _ := slices.BinarySearchFunc(c.entries, id, func(e entry, id uint64) int {
-			switch {
-			case e.id < id:
-				return -1
-			case e.id > id:
-				return 1
-			}
-			return 0
-		})
-		for ; i < len(c.entries) && c.entries[i].id == id; i++ {
-			out = append(out, c.entries[i])
-		}
-	}
-	return out
 }
 
 // rebuild makes the epoch's RDA again with another bucket count.
@@ -238,7 +262,13 @@ func (s *cacheStore) fetch(req *owlv1.FetchRequest) *owlv1.FetchReply {
 		rep.Error = fmt.Sprintf("no cache for path %q epoch %d (evicted or never seen)", req.GetPath(), req.GetEpoch())
 		return rep
 	}
-	for _, e := range c.lookup(req.GetPacketIds()) {
+	var entries []entry
+	if req.GetRepeated() {
+		entries = c.repeated()
+	} else {
+		entries = c.lookup(req.GetPacketIds())
+	}
+	for _, e := range entries {
 		rep.PacketIds = append(rep.PacketIds, e.id)
 		rep.OffsetsNs = append(rep.OffsetsNs, e.offsetNS())
 		rep.FlowHashes = append(rep.FlowHashes, e.flow)

@@ -265,3 +265,20 @@ func BenchmarkPipeline(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "packets/s")
 }
+
+func TestCacheRepeated(t *testing.T) {
+	c := &epochCache{complete: true}
+	for i, id := range []uint64{5, 2, 9, 2, 7, 9, 9} {
+		c.add(newEntry(id, 0, int64(i), 1), 100)
+	}
+	got := map[uint64][]int64{}
+	for _, e := range c.repeated() {
+		got[e.id] = append(got[e.id], e.offsetNS())
+	}
+	if len(got) != 2 || len(got[2]) != 2 || len(got[9]) != 3 {
+		t.Errorf("repeated: %v", got)
+	}
+	if n := len(c.lookup([]uint64{5, 9})); n != 4 {
+		t.Errorf("lookup after repeated: %d entries", n)
+	}
+}

@@ -1676,11 +1676,16 @@ func (x *EpochRef) GetEpoch() int64 {
 // FetchRequest asks a probe for the timestamps of packets of a path and
 // epoch, as its cache holds them.
 type FetchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	PacketIds     []uint64               `protobuf:"fixed64,4,rep,packed,name=packet_ids,json=packetIds,proto3" json:"packet_ids,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Epoch     int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	PacketIds []uint64               `protobuf:"fixed64,4,rep,packed,name=packet_ids,json=packetIds,proto3" json:"packet_ids,omitempty"`
+	// repeated asks, instead of packet_ids, for every entry whose packet id
+	// occurs more than once in the cache: copies of one packet on one side
+	// cancel in the RDA's ID xor and stop peeling, so the collector takes
+	// the extra copies out first.
+	Repeated      bool `protobuf:"varint,5,opt,name=repeated,proto3" json:"repeated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1741,6 +1746,13 @@ func (x *FetchRequest) GetPacketIds() []uint64 {
 		return x.PacketIds
 	}
 	return nil
+}
+
+func (x *FetchRequest) GetRepeated() bool {
+	if x != nil {
+		return x.Repeated
+	}
+	return false
 }
 
 // FetchReply answers a FetchRequest: one (id, offset) pair per occurrence
@@ -3641,14 +3653,15 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x06epochs\x18\x01 \x03(\v2\x10.owl.v1.EpochRefR\x06epochs\"4\n" +
 	"\bEpochRef\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"v\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\"\x92\x01\n" +
 	"\fFetchRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1d\n" +
 	"\n" +
-	"packet_ids\x18\x04 \x03(\x06R\tpacketIds\"\xba\x01\n" +
+	"packet_ids\x18\x04 \x03(\x06R\tpacketIds\x12\x1a\n" +
+	"\brepeated\x18\x05 \x01(\bR\brepeated\"\xba\x01\n" +
 	"\n" +
 	"FetchReply\x12\x1d\n" +
 	"\n" +
