@@ -50,10 +50,23 @@ func main() {
 	fs.IntVar(&ldsCfg.LDS.Cols, "lds-cols", ldsCfg.LDS.Cols, "LDS cells per row (-lds-bins)")
 	fs.IntVar(&ldsCfg.LDS.K, "lds-k", ldsCfg.LDS.K, "LDS vLDA length (-lds-bins)")
 	fs.Var(cli.Uint8List{P: &ldsCfg.LDS.RowSampleLog2}, "lds-sampling", "LDS per-row sampling exponents (-lds-bins)")
+	colRun := fs.Bool("colate-triangle", false, "instead: COLATE on a synthetic triangle of three points, at the parameters the paper's solver picks, against the true per-flow means")
+	colCfg := evaluate.DefaultColateConfig()
+	fs.Float64Var(&colCfg.RAMBits, "colate-ram-bits", colCfg.RAMBits, "RAM per point in bits (-colate-triangle)")
+	fs.Float64Var(&colCfg.LinkRate, "colate-link-rate", colCfg.LinkRate, "packets/s per link (-colate-triangle)")
+	fs.DurationVar(&colCfg.Span, "colate-span", colCfg.Span, "vector span (-colate-triangle)")
 	cfg.Identity.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *colRun {
+		colCfg.Output = os.Stdout
+		if _, err := evaluate.RunColate(colCfg); err != nil {
+			log.Error("colate run failed", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *ldsRun {
 		ldsCfg.Output = os.Stdout
 		if _, err := evaluate.RunLDS(ldsCfg); err != nil {

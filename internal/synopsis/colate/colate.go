@@ -1,0 +1,193 @@
+// Package colate is COLATE (Shahzad and Liu, SIGMETRICS 2014): one vector
+// of n counters per observation point, whatever its peers. A flow owns m of
+// the counters, H(f, 1) … H(f, m); each packet adds its timestamp, relative
+// to the vector's start, to one of them (§3.1). Later, for any flow that
+// crossed any two points, the difference of its denoised counter sums gives
+// its mean delay (Theorem 2, Eq. 3) and the denoised counters its standard
+// deviation (Theorem 3, Eq. 7, virtual repetitions §4.2.2).
+//
+// Two choices the paper leaves open are fixed here. The counter of a packet
+// is chosen by a hash of the packet's identity, not at random, so that a
+// packet lands in the same counter j of its flow at every point: Theorem 4
+// (the standard deviation) needs the same packets behind counter j on both
+// sides, and the noise from packets that cross both points then cancels.
+// And each vector keeps its flows' packet counts (p_f, what the paper takes
+// from NetFlow), because timestamps are relative to each vector's start:
+// turning a flow's sums back into absolute time needs p_f per vector.
+package colate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Config fixes a vector's shape. n and the seed must be the same at every
+// point for the noise of shared traffic to cancel; m must be the same for
+// the standard deviation (§5.3).
+type Config struct {
+	// Counters is n.
+	Counters int `yaml:"counters"`
+	// Subvector is m, the counters of one flow (even, ≥ 2).
+	Subvector int `yaml:"subvector"`
+	// Bits is b, the width of a counter on the wire (≤ 64).
+	Bits int `yaml:"bits"`
+	// Threshold is T: a vector closes when the sum of its counters
+	// reaches it (0: no threshold).
+	Threshold uint64 `yaml:"threshold"`
+	// Span closes a vector at this age whatever its sum.
+	Span time.Duration `yaml:"span"`
+	// Unit is the timestamp resolution added to counters (default 1ns).
+	Unit time.Duration `yaml:"unit"`
+	// Seed of the flow-to-counter hash.
+	Seed uint64 `yaml:"seed"`
+}
+
+// DefaultConfig returns 2^20 counters of 48 bits, 20 per flow, closing
+// every second.
+func DefaultConfig() Config {
+	return Config{Counters: 1 << 20, Subvector: 20, Bits: 48, Span: time.Second, Unit: time.Nanosecond, Seed: 0x636f6c617465}
+}
+
+// MaxCounters bounds n.
+const MaxCounters = 1 << 28
+
+// Validate reports an unusable configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Counters < 4 || c.Counters > MaxCounters:
+		return fmt.Errorf("colate counters %d out of range [4, %d]", c.Counters, MaxCounters)
+	case c.Subvector < 2 || c.Subvector%2 != 0 || c.Subvector >= c.Counters:
+		return fmt.Errorf("colate subvector %d must be even, at least 2 and below the counters %d", c.Subvector, c.Counters)
+	case c.Bits < 8 || c.Bits > 64:
+		return fmt.Errorf("colate bits %d out of range [8, 64]", c.Bits)
+	case c.Span <= 0 || c.Span > time.Hour:
+		return fmt.Errorf("colate span %v out of range (0, 1h]", c.Span)
+	case c.Unit <= 0 || c.Unit > time.Millisecond:
+		return fmt.Errorf("colate unit %v out of range (0, 1ms]", c.Unit)
+	}
+	return nil
+}
+
+// maxCounter is the largest value a b-bit counter holds.
+func (c Config) maxCounter() uint64 {
+	if c.Bits == 64 {
+		return math.MaxUint64
+	}
+	return 1<<c.Bits - 1
+}
+
+// Vector is one counter vector of one observation point: its counters,
+// first and last timestamps, and its flows' packet counts. Not safe for
+// concurrent use.
+type Vector struct {
+	cfg      Config
+	counters []uint64
+	// startNS is what timestamps are relative to; firstNS and lastNS
+	// are the first and last packets'.
+	startNS, firstNS, lastNS int64
+	sum                      uint64 // of the counters, in units
+	packets                  uint64
+	flows                    flowTable
+	overflow                 bool
+}
+
+// New returns an empty vector whose timestamps count from startNS.
+func New(cfg Config, startNS int64) (*Vector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Vector{cfg: cfg, counters: make([]uint64, cfg.Counters), startNS: startNS}, nil
+}
+
+// Config returns the vector's configuration.
+func (v *Vector) Config() Config { return v.cfg }
+
+// StartNS is the time the vector's timestamps count from.
+func (v *Vector) StartNS() int64 { return v.startNS }
+
+// Span returns the first and last packets' timestamps.
+func (v *Vector) Span() (firstNS, lastNS int64) { return v.firstNS, v.lastNS }
+
+// Packets is the number of packets in the vector.
+func (v *Vector) Packets() uint64 { return v.packets }
+
+// Sum is t_X, the sum of the counters, in units.
+func (v *Vector) Sum() uint64 { return v.sum }
+
+// Flows is the number of flows the vector counted.
+func (v *Vector) Flows() int { return v.flows.len() }
+
+// index is H(f, j): the j-th counter of a flow, by one multiply-xorshift
+// hash and a multiply-shift onto [0, n).
+func (v *Vector) index(flowHash uint64, j uint64) int {
+	x := flowHash ^ v.cfg.Seed ^ (j+1)*0x9e3779b97f4a7c15
+	x ^= x >> 32
+	x *= 0xd6e8feb86659fd93
+	x ^= x >> 32
+	hi, _ := bits.Mul64(x, uint64(v.cfg.Counters))
+	return int(hi)
+}
+
+// Insert adds one packet of flow flowHash, whose identity hashes to pktHash,
+// captured at tsNS. It reports whether the vector is now full: its sum
+// reached the threshold, its span is over, or a counter reached its width
+// (then Overflowed is true and the vector should not be used).
+func (v *Vector) Insert(flowHash, pktHash uint64, tsNS int64) bool {
+	rel := tsNS - v.startNS
+	if v.cfg.Unit != time.Nanosecond {
+		rel /= int64(v.cfg.Unit)
+	}
+	if rel < 0 {
+		rel = 0
+	}
+	if v.packets == 0 {
+		v.firstNS = tsNS
+	}
+	v.lastNS = tsNS
+	// j uniform in [0, m) from the hash's high bits, by multiply-shift.
+	j, _ := bits.Mul64(pktHash, uint64(v.cfg.Subvector))
+	i := v.index(flowHash, j)
+	c := v.counters[i] + uint64(rel)
+	if c > v.cfg.maxCounter() || c < v.counters[i] {
+		v.overflow = true
+	}
+	v.counters[i] = c
+	v.sum += uint64(rel)
+	v.packets++
+	v.flows.inc(flowHash)
+	return v.overflow || (v.cfg.Threshold > 0 && v.sum >= v.cfg.Threshold) || tsNS-v.startNS >= int64(v.cfg.Span)
+}
+
+// Overflowed reports whether a counter outgrew its width.
+func (v *Vector) Overflowed() bool { return v.overflow }
+
+// FlowPackets is p_f in this vector: the packets of a flow it counted.
+func (v *Vector) FlowPackets(flowHash uint64) uint32 { return v.flows.get(flowHash) }
+
+// subvector returns the flow's m counters.
+func (v *Vector) subvector(flowHash uint64) []float64 {
+	s := make([]float64, v.cfg.Subvector)
+	for j := range s {
+		s[j] = float64(v.counters[v.index(flowHash, uint64(j))])
+	}
+	return s
+}
+
+// FlowSum estimates t_{f,X}, the sum of the flow's timestamps relative to
+// the vector's start, in units (Theorem 2, Eq. 4):
+//
+//	t̃ = (n·Σ_j S[j] − m·t_X) / (n − m)
+func (v *Vector) FlowSum(flowHash uint64) float64 {
+	n, m := float64(v.cfg.Counters), float64(v.cfg.Subvector)
+	var s float64
+	for _, c := range v.subvector(flowHash) {
+		s += c
+	}
+	return (n*s - m*float64(v.sum)) / (n - m)
+}
+
+// ErrNoPackets says a flow has no packets in the vectors asked about.
+var ErrNoPackets = errors.New("flow has no packets in these vectors")
