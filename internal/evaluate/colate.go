@@ -35,7 +35,7 @@ type ColateConfig struct {
 	Output     io.Writer
 }
 
-// DefaultColateConfig: 2,000 packets/s per link for 10 s, 1 s vectors,
+// DefaultColateConfig is 2,000 packets/s per link for 10 s, 1 s vectors,
 // 1 MB of counters per point, the paper's medium and high requirements.
 func DefaultColateConfig() ColateConfig {
 	return ColateConfig{LinkRate: 2000, Duration: 10 * time.Second, Span: time.Second, RAMBits: 8 << 20,
