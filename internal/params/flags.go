@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/owl-latency/owl/internal/cli"
+	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
@@ -30,6 +31,13 @@ func (p *Params) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&p.LDS.K, "lds-k", p.LDS.K, "LDS virtual LDA length k (cells per flow and row)")
 	fs.Var(cli.Uint8List{P: &p.LDS.RowSampleLog2}, "lds-sampling", "LDS per-row sampling exponents: row r samples 2^-e_r of the packets")
 	fs.Uint64Var(&p.LDS.Seed, "lds-seed", p.LDS.Seed, "LDS hash seed")
+	fs.BoolVar(&p.Colate.Enabled, "colate", p.Colate.Enabled, "record one COLATE vector of all packets per epoch (per-flow delay between any two points, queried later)")
+	fs.IntVar(&p.Colate.Counters, "colate-counters", p.Colate.Counters, "COLATE counters n per vector")
+	fs.IntVar(&p.Colate.Subvector, "colate-subvector", p.Colate.Subvector, "COLATE counters m per flow (even)")
+	fs.IntVar(&p.Colate.Bits, "colate-bits", p.Colate.Bits, "COLATE counter width b; a vector whose counter outgrows it is marked overflowed")
+	fs.Uint64Var(&p.Colate.Seed, "colate-seed", p.Colate.Seed, "COLATE hash seed")
+	fs.DurationVar(&p.Colate.Unit, "colate-unit", p.Colate.Unit, "COLATE timestamp unit")
+	fs.Var(colateSolve{p}, "colate-solve", "set -colate-counters, -colate-subvector and -colate-bits from the COLATE solver (§5): RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO (see colate-params); enables -colate")
 	fs.Var(ldsSize{p}, "lds-size", "size the LDS rows and cells from FLOWS,LARGE,EPS: expected flows per epoch, share of them large enough to measure (e.g. 0.04), target probability of only large collisions (LDS §3); uses -lds-k, give it first")
 }
 
@@ -62,5 +70,29 @@ func (v ldsSize) Set(s string) error {
 	if len(v.p.LDS.RowSampleLog2) != rows {
 		v.p.LDS.RowSampleLog2 = nil // one rate per row no longer fits: sample every packet
 	}
+	return nil
+}
+
+// colateSolve sets the COLATE shape from the solver's inputs.
+type colateSolve struct{ p *Params }
+
+func (v colateSolve) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return fmt.Sprintf("n %d m %d b %d", v.p.Colate.Counters, v.p.Colate.Subvector, v.p.Colate.Bits)
+}
+
+func (v colateSolve) Set(s string) error {
+	q, err := colate.ParseRequirement(s)
+	if err != nil {
+		return err
+	}
+	sol, err := colate.Solve(q)
+	if err != nil {
+		return err
+	}
+	v.p.Colate.Enabled = true
+	v.p.Colate.Counters, v.p.Colate.Subvector, v.p.Colate.Bits = sol.Counters, sol.Subvector, sol.Bits
 	return nil
 }

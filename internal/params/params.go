@@ -16,6 +16,7 @@ import (
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
@@ -33,6 +34,17 @@ type Params struct {
 	LDS lds.Config `yaml:"lds"`
 	// FlowWeights raise the LDS accuracy of chosen flows (LDS §4.1).
 	FlowWeights []FlowWeight `yaml:"flow_weights"`
+	// Colate, when enabled, makes every probe record one COLATE vector of
+	// all its packets per epoch, for per-flow delay between any two points
+	// afterwards.
+	Colate Colate `yaml:"colate"`
+}
+
+// Colate switches COLATE recording on and fixes the vectors' shape. A
+// vector covers one epoch (its span and threshold are not used).
+type Colate struct {
+	Enabled       bool `yaml:"enabled"`
+	colate.Config `yaml:",inline"`
 }
 
 // FlowWeight gives the flows a selector matches a weight in the LDS: their
@@ -46,7 +58,14 @@ type FlowWeight struct {
 // Default returns the defaults of each part.
 func Default() Params {
 	return Params{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(), LDA: lda.DefaultConfig(),
-		RDA: rda.DefaultConfig(), LDS: lds.DefaultConfig()}
+		RDA: rda.DefaultConfig(), LDS: lds.DefaultConfig(), Colate: Colate{Config: colate.DefaultConfig()}}
+}
+
+// ColateConfig is the vectors' configuration: one per epoch.
+func (p Params) ColateConfig() colate.Config {
+	c := p.Colate.Config
+	c.Span, c.Threshold = p.Epoch.Length, 0
+	return c
 }
 
 // Validate checks each part.
@@ -65,6 +84,11 @@ func (p Params) Validate() error {
 	}
 	if err := p.LDS.Validate(); err != nil {
 		return fmt.Errorf("lds: %w", err)
+	}
+	if p.Colate.Enabled {
+		if err := p.ColateConfig().Validate(); err != nil {
+			return fmt.Errorf("colate: %w", err)
+		}
 	}
 	for i, w := range p.FlowWeights {
 		if w.Weight < 1 || w.Weight > lds.MaxWeight {
@@ -103,6 +127,11 @@ func (p Params) Compatible(o Params) error {
 	}) {
 		errs = append(errs, fmt.Errorf("flow weights differ: %d rules vs %d", len(p.FlowWeights), len(o.FlowWeights)))
 	}
+	a, b := p.Colate, o.Colate
+	if a.Enabled != b.Enabled || a.Enabled && (a.Counters != b.Counters || a.Subvector != b.Subvector || a.Bits != b.Bits || a.Seed != b.Seed || a.Unit != b.Unit) {
+		errs = append(errs, fmt.Errorf("colate differs: enabled %v n %d m %d b %d seed %x unit %v vs enabled %v n %d m %d b %d seed %x unit %v",
+			a.Enabled, a.Counters, a.Subvector, a.Bits, a.Seed, a.Unit, b.Enabled, b.Counters, b.Subvector, b.Bits, b.Seed, b.Unit))
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -135,6 +164,10 @@ func (p Params) ToProto() *owlv1.SynopsisParams {
 	}
 	for _, e := range p.LDS.RowSampleLog2 {
 		out.Lds.RowSampleLog2 = append(out.Lds.RowSampleLog2, uint32(e))
+	}
+	if p.Colate.Enabled {
+		c := p.Colate
+		out.Colate = &owlv1.ColateParams{Counters: uint32(c.Counters), Subvector: uint32(c.Subvector), Bits: uint32(c.Bits), Seed: c.Seed, UnitNs: int64(c.Unit)}
 	}
 	for _, w := range p.FlowWeights {
 		out.FlowWeights = append(out.FlowWeights, &owlv1.FlowWeight{Selector: w.Selector.ToProto(), Weight: uint32(w.Weight)})
@@ -181,6 +214,15 @@ func FromProto(sp *owlv1.SynopsisParams) (Params, error) {
 			return Params{}, fmt.Errorf("flow weight: %w", err)
 		}
 		p.FlowWeights = append(p.FlowWeights, FlowWeight{Selector: sel, Weight: uint64(w.GetWeight())})
+	}
+	p.Colate.Config = colate.DefaultConfig()
+	if c := sp.Colate; c != nil {
+		p.Colate.Enabled = true
+		p.Colate.Counters = int(min(c.Counters, colate.MaxCounters+1))
+		p.Colate.Subvector = int(min(c.Subvector, colate.MaxCounters+1))
+		p.Colate.Bits = int(min(c.Bits, 65))
+		p.Colate.Seed = c.Seed
+		p.Colate.Unit = time.Duration(c.UnitNs)
 	}
 	if err := p.Validate(); err != nil {
 		return Params{}, err

@@ -158,11 +158,11 @@ func (c *client) session(ctx context.Context) error {
 	clockTick := time.NewTicker(clockEvery)
 	defer clockTick.Stop()
 	for {
-		for _, r := range c.spool.after(sent) {
-			if err := send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
-				return fmt.Errorf("sending report %d: %w", r.Seq, err)
+		for _, m := range c.spool.after(sent) {
+			if err := send(m); err != nil {
+				return fmt.Errorf("sending report %d: %w", seqOf(m), err)
 			}
-			sent = r.Seq
+			sent = seqOf(m)
 		}
 		select {
 		case <-ctx.Done():

@@ -99,6 +99,11 @@ func mergeEpoch(a *closedEpoch, b closedEpoch) {
 	}
 	x, y := a.data, b.data
 	x.outside += y.outside
+	if x.colate != nil && y.colate != nil {
+		_ = x.colate.Merge(y.colate) // same parameters and epoch: cannot fail
+		putVector(y.colate)
+		y.colate = nil
+	}
 	for j, pb := range y.set.paths {
 		i := slices.IndexFunc(x.set.paths, func(pa assignment) bool { return pa.path.Name == pb.path.Name })
 		if i < 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rap"
@@ -62,6 +63,9 @@ type epochData struct {
 	caches  []*epochCache
 	packets []uint64
 	outside uint64 // decoded packets that matched no path
+	// colate is the point's COLATE vector of the epoch, of every decoded
+	// packet whatever its path (nil when COLATE is off).
+	colate *colate.Vector
 }
 
 // counters are the probe's running totals, read by metrics.
@@ -146,11 +150,14 @@ func (pl *pipeline) setRDASize(path string, buckets int) error {
 	return nil
 }
 
-func (pl *pipeline) open(int64) *epochData {
+func (pl *pipeline) open(e int64) *epochData {
 	s := pl.paths.Load()
 	n := len(s.paths)
 	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), ldss: make([]*lds.LDS, n),
 		raps: make([]*rap.Table[capture.FlowKey], n), caches: make([]*epochCache, n), packets: make([]uint64, n)}
+	if pl.params.Colate.Enabled {
+		ed.colate = getVector(pl.params.ColateConfig(), pl.params.Epoch.StartNS(e))
+	}
 	for i, a := range s.paths {
 		ed.ldas[i], _ = lda.New(pl.params.LDA) // validated in Config
 		rc := pl.params.RDA
@@ -184,12 +191,19 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 		pl.stats.late.Add(1)
 		return
 	}
-	matched := false
+	matched, hashed := false, false
 	var flowHash, weight uint64
+	if ed.colate != nil {
+		flowHash, hashed = pl.flowHash(&p.Flow), true
+		ed.colate.Insert(flowHash, p.ID, p.TimeNS)
+	}
 	for i := range ed.set.paths {
 		if ed.set.paths[i].match.Match(p.Flow) {
 			if !matched {
-				flowHash, weight = pl.flow(&p.Flow)
+				if !hashed {
+					flowHash = pl.flowHash(&p.Flow)
+				}
+				weight = pl.weightOf(p.Flow)
 			}
 			ed.ldas[i].Insert(p.ID, off)
 			ed.rdas[i].Insert(p.ID, off)
@@ -206,10 +220,11 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	}
 }
 
-// flow returns a flow's hash (as lds.FlowHash of its key) and LDS weight.
-func (pl *pipeline) flow(f *capture.FlowKey) (uint64, uint64) {
+// flowHash is a flow's hash: lds.FlowHash of its key, in the LDS and the
+// COLATE vector alike.
+func (pl *pipeline) flowHash(f *capture.FlowKey) uint64 {
 	var b [capture.FlowKeySize]byte
-	return lds.FlowHash(f.AppendBinary(b[:0]), pl.params.LDS.Seed), pl.weightOf(*f)
+	return lds.FlowHash(f.AppendBinary(b[:0]), pl.params.LDS.Seed)
 }
 
 // flush closes every open epoch (end of a capture file).
@@ -238,7 +253,9 @@ type reporter struct {
 	grid     epoch.Config
 	clock    func(fromNS, toNS int64) *owlv1.ClockStatus
 	emit     func(*owlv1.EpochReport)
-	dropped  func() uint64 // packets the capture lost since the previous call
+	// emitVector takes the epoch's COLATE vector (nil: not sent).
+	emitVector func(*owlv1.ColateVector)
+	dropped    func() uint64 // packets the capture lost since the previous call
 }
 
 func (r *reporter) report(ce closedEpoch) {
@@ -289,4 +306,28 @@ func (r *reporter) report(ce closedEpoch) {
 			TopFlows:      top,
 		})
 	}
+	if v := ed.colate; v != nil {
+		if r.emitVector != nil {
+			b, _ := v.MarshalBinary() // does not fail
+			first, last := v.Span()
+			r.emitVector(&owlv1.ColateVector{Epoch: ce.epoch, FirstUnixNs: first, LastUnixNs: last, Packets: v.Packets(), Vector: b, Clock: clock})
+		}
+		putVector(v)
+		ed.colate = nil
+	}
 }
+
+// vectors recycles COLATE vectors: each is n counters, too large to
+// allocate afresh every epoch.
+var vectors sync.Pool
+
+func getVector(cfg colate.Config, startNS int64) *colate.Vector {
+	if v, ok := vectors.Get().(*colate.Vector); ok && v.Config() == cfg {
+		v.Reset(startNS)
+		return v
+	}
+	v, _ := colate.New(cfg, startNS) // validated with the parameters
+	return v
+}
+
+func putVector(v *colate.Vector) { vectors.Put(v) }

@@ -51,7 +51,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{}),
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
 	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
-	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, grid: cfg.Params.Epoch, clock: p.clockOver, emit: p.spool.add}
+	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, grid: cfg.Params.Epoch, clock: p.clockOver, emit: p.spool.add, emitVector: p.spool.addVector}
 	workers := 1
 	var correct func(int64) int64
 	if lc := cfg.Sources[0].Live; lc != nil {

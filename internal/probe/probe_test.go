@@ -2,8 +2,8 @@ package probe
 
 import (
 	"encoding/binary"
-	"github.com/owl-latency/owl/internal/capture"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -11,9 +11,12 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/ptp"
+	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 func TestSpoolBoundedAndAcked(t *testing.T) {
@@ -25,19 +28,30 @@ func TestSpoolBoundedAndAcked(t *testing.T) {
 		t.Fatalf("len %d dropped %d, want 3 and 2", s.len(), s.droppedTotal())
 	}
 	got := s.after(0)
-	if got[0].Epoch != 3 || got[0].Seq != 3 || got[2].Seq != 5 {
+	if got[0].GetReport().Epoch != 3 || seqOf(got[0]) != 3 || seqOf(got[2]) != 5 {
 		t.Fatalf("kept %v", got)
 	}
-	if got[2].Counters.SpoolDropped != 2 {
-		t.Errorf("report does not carry the drop count: %v", got[2].Counters)
+	if got[2].GetReport().Counters.SpoolDropped != 2 {
+		t.Errorf("report does not carry the drop count: %v", got[2].GetReport().Counters)
 	}
 	s.ack(4)
-	if s.len() != 2 || len(s.after(3)) != 1 || s.after(3)[0].Seq != 5 {
+	if s.len() != 2 || len(s.after(3)) != 1 || seqOf(s.after(3)[0]) != 5 {
 		t.Fatalf("after ack: %v", s.after(0))
 	}
 	s.ack(99) // unknown seq: nothing happens
 	if s.len() != 2 {
 		t.Fatal("unknown ack removed a report")
+	}
+	// COLATE vectors share the numbering and the bound.
+	s.addVector(&owlv1.ColateVector{Epoch: 6})
+	s.add(&owlv1.EpochReport{Epoch: 7})
+	got = s.after(5)
+	if len(got) != 2 || got[0].GetColate().GetSeq() != 6 || seqOf(got[1]) != 7 || s.len() != 3 {
+		t.Fatalf("with a vector: %v", got)
+	}
+	s.ack(6)
+	if s.len() != 2 || seqOf(s.after(0)[1]) != 7 {
+		t.Fatalf("vector not acknowledged: %v", s.after(0))
 	}
 }
 
@@ -280,5 +294,57 @@ func TestCacheRepeated(t *testing.T) {
 	}
 	if n := len(c.lookup([]uint64{5, 9})); n != 4 {
 		t.Errorf("lookup after repeated: %d entries", n)
+	}
+}
+
+// TestPipelineRecordsColate: with COLATE on, every decoded packet goes
+// into the epoch's vector, whatever its path, and the vector of each
+// capture worker merges into one.
+func TestPipelineRecordsColate(t *testing.T) {
+	p := params.Default()
+	p.Colate.Enabled = true
+	p.Colate.Counters = 4096
+	var vecs []*owlv1.ColateVector
+	var stats counters
+	rep := &reporter{caches: newCacheStore(4, 1<<20), topFlows: 5, emit: func(*owlv1.EpochReport) {},
+		emitVector: func(v *owlv1.ColateVector) { vecs = append(vecs, v) },
+		grid:       p.Epoch, clock: func(from, to int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }}
+	merge := newMerger(2, p.Epoch, rep.report)
+	var pls [2]*pipeline
+	for w := range pls {
+		pl, err := newPipeline(p, 1000, 5, func(ce closedEpoch) { merge.add(w, ce) }, &stats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pl.setLink(layers.LinkTypeEthernet); err != nil {
+			t.Fatal(err)
+		}
+		pls[w] = pl
+	}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	ms := int64(time.Millisecond)
+	for i := range 10 {
+		pls[i%2].frame(frame(t, "192.0.2.1", "10.1.1.1", uint16(4000+i%2), 53), base+int64(10*i)*ms)
+	}
+	pls[0].frame([]byte{1, 2, 3}, base+500*ms) // not decodable: not recorded
+	for _, pl := range pls {
+		pl.flush()
+	}
+	if len(vecs) != 1 {
+		t.Fatalf("%d vectors, want 1", len(vecs))
+	}
+	v, err := colate.Unmarshal(vecs[0].Vector, p.ColateConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [capture.FlowKeySize]byte
+	key := capture.FlowKey{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("10.1.1.1"), SrcPort: 4001, DstPort: 53, Proto: 17}
+	fh := lds.FlowHash(key.AppendBinary(b[:0]), p.LDS.Seed)
+	if v.Packets() != 10 || vecs[0].Packets != 10 || v.Flows() != 2 || v.FlowPackets(fh) != 5 || v.StartNS() != base {
+		t.Errorf("vector: %d packets (%d sent), %d flows, %d of the flow, start %d", v.Packets(), vecs[0].Packets, v.Flows(), v.FlowPackets(fh), v.StartNS())
+	}
+	first, last := v.Span()
+	if first != base || last != base+90*ms || vecs[0].FirstUnixNs != first {
+		t.Errorf("span %d..%d", first-base, last-base)
 	}
 }

@@ -247,7 +247,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42, 0}
 }
 
 type ProbeMessage struct {
@@ -259,6 +259,7 @@ type ProbeMessage struct {
 	//	*ProbeMessage_FetchReply
 	//	*ProbeMessage_RebuildReply
 	//	*ProbeMessage_Clock
+	//	*ProbeMessage_Colate
 	Msg           isProbeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -346,6 +347,15 @@ func (x *ProbeMessage) GetClock() *ClockStatus {
 	return nil
 }
 
+func (x *ProbeMessage) GetColate() *ColateVector {
+	if x != nil {
+		if x, ok := x.Msg.(*ProbeMessage_Colate); ok {
+			return x.Colate
+		}
+	}
+	return nil
+}
+
 type isProbeMessage_Msg interface {
 	isProbeMessage_Msg()
 }
@@ -372,6 +382,11 @@ type ProbeMessage_Clock struct {
 	Clock *ClockStatus `protobuf:"bytes,5,opt,name=clock,proto3,oneof"`
 }
 
+type ProbeMessage_Colate struct {
+	// colate is the probe's COLATE vector of one epoch.
+	Colate *ColateVector `protobuf:"bytes,6,opt,name=colate,proto3,oneof"`
+}
+
 func (*ProbeMessage_Hello) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Report) isProbeMessage_Msg() {}
@@ -381,6 +396,8 @@ func (*ProbeMessage_FetchReply) isProbeMessage_Msg() {}
 func (*ProbeMessage_RebuildReply) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Clock) isProbeMessage_Msg() {}
+
+func (*ProbeMessage_Colate) isProbeMessage_Msg() {}
 
 // Hello introduces a probe on a new stream.
 type Hello struct {
@@ -465,7 +482,9 @@ type SynopsisParams struct {
 	Lds      *LDSParams             `protobuf:"bytes,5,opt,name=lds,proto3" json:"lds,omitempty"`
 	// flow_weights give chosen flows more weight in the LDS (§4.1): the
 	// first rule that matches a packet's flow sets its weight (default 1).
-	FlowWeights   []*FlowWeight `protobuf:"bytes,6,rep,name=flow_weights,json=flowWeights,proto3" json:"flow_weights,omitempty"`
+	FlowWeights []*FlowWeight `protobuf:"bytes,6,rep,name=flow_weights,json=flowWeights,proto3" json:"flow_weights,omitempty"`
+	// colate is set when the probes record COLATE vectors (one per epoch).
+	Colate        *ColateParams `protobuf:"bytes,7,opt,name=colate,proto3" json:"colate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -542,6 +561,193 @@ func (x *SynopsisParams) GetFlowWeights() []*FlowWeight {
 	return nil
 }
 
+func (x *SynopsisParams) GetColate() *ColateParams {
+	if x != nil {
+		return x.Colate
+	}
+	return nil
+}
+
+// ColateParams fix the COLATE vectors' shape; every probe must share them
+// for vectors of two points to be compared.
+type ColateParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// counters is n, subvector m (counters per flow), bits b (the widest a
+	// counter may grow before the vector is marked overflowed).
+	Counters  uint32 `protobuf:"varint,1,opt,name=counters,proto3" json:"counters,omitempty"`
+	Subvector uint32 `protobuf:"varint,2,opt,name=subvector,proto3" json:"subvector,omitempty"`
+	Bits      uint32 `protobuf:"varint,3,opt,name=bits,proto3" json:"bits,omitempty"`
+	Seed      uint64 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
+	// unit_ns is the timestamp unit added to counters.
+	UnitNs        int64 `protobuf:"varint,5,opt,name=unit_ns,json=unitNs,proto3" json:"unit_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColateParams) Reset() {
+	*x = ColateParams{}
+	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColateParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColateParams) ProtoMessage() {}
+
+func (x *ColateParams) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColateParams.ProtoReflect.Descriptor instead.
+func (*ColateParams) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ColateParams) GetCounters() uint32 {
+	if x != nil {
+		return x.Counters
+	}
+	return 0
+}
+
+func (x *ColateParams) GetSubvector() uint32 {
+	if x != nil {
+		return x.Subvector
+	}
+	return 0
+}
+
+func (x *ColateParams) GetBits() uint32 {
+	if x != nil {
+		return x.Bits
+	}
+	return 0
+}
+
+func (x *ColateParams) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *ColateParams) GetUnitNs() int64 {
+	if x != nil {
+		return x.UnitNs
+	}
+	return 0
+}
+
+// ColateVector is one observation point's COLATE vector of one epoch:
+// timestamps are relative to the epoch's start, in units.
+type ColateVector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// seq numbers the probe's messages for acknowledgement (shared with
+	// EpochReport.seq).
+	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// first_unix_ns and last_unix_ns are the first and last packets' times.
+	FirstUnixNs int64  `protobuf:"varint,3,opt,name=first_unix_ns,json=firstUnixNs,proto3" json:"first_unix_ns,omitempty"`
+	LastUnixNs  int64  `protobuf:"varint,4,opt,name=last_unix_ns,json=lastUnixNs,proto3" json:"last_unix_ns,omitempty"`
+	Packets     uint64 `protobuf:"varint,5,opt,name=packets,proto3" json:"packets,omitempty"`
+	// vector is the wire form of internal/synopsis/colate: counters packed
+	// at the bits the largest needs, and the per-flow packet counts.
+	Vector        []byte       `protobuf:"bytes,6,opt,name=vector,proto3" json:"vector,omitempty"`
+	Clock         *ClockStatus `protobuf:"bytes,7,opt,name=clock,proto3" json:"clock,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColateVector) Reset() {
+	*x = ColateVector{}
+	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColateVector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColateVector) ProtoMessage() {}
+
+func (x *ColateVector) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColateVector.ProtoReflect.Descriptor instead.
+func (*ColateVector) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ColateVector) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ColateVector) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ColateVector) GetFirstUnixNs() int64 {
+	if x != nil {
+		return x.FirstUnixNs
+	}
+	return 0
+}
+
+func (x *ColateVector) GetLastUnixNs() int64 {
+	if x != nil {
+		return x.LastUnixNs
+	}
+	return 0
+}
+
+func (x *ColateVector) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *ColateVector) GetVector() []byte {
+	if x != nil {
+		return x.Vector
+	}
+	return nil
+}
+
+func (x *ColateVector) GetClock() *ClockStatus {
+	if x != nil {
+		return x.Clock
+	}
+	return nil
+}
+
 type LDSParams struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
@@ -555,7 +761,7 @@ type LDSParams struct {
 
 func (x *LDSParams) Reset() {
 	*x = LDSParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	mi := &file_owl_v1_owl_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +773,7 @@ func (x *LDSParams) String() string {
 func (*LDSParams) ProtoMessage() {}
 
 func (x *LDSParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	mi := &file_owl_v1_owl_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +786,7 @@ func (x *LDSParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
 func (*LDSParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{3}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LDSParams) GetRows() uint32 {
@@ -628,7 +834,7 @@ type FlowWeight struct {
 
 func (x *FlowWeight) Reset() {
 	*x = FlowWeight{}
-	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +846,7 @@ func (x *FlowWeight) String() string {
 func (*FlowWeight) ProtoMessage() {}
 
 func (x *FlowWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +859,7 @@ func (x *FlowWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
 func (*FlowWeight) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{4}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FlowWeight) GetSelector() *Selector {
@@ -681,7 +887,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +899,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +912,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{5}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -741,7 +947,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +959,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +972,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -794,7 +1000,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1012,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1025,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -856,7 +1062,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1074,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1087,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -936,7 +1142,7 @@ type EpochReport struct {
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1154,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1167,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -1069,7 +1275,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1287,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1300,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FlowKey) GetSrc() string {
@@ -1143,7 +1349,7 @@ type TopFlow struct {
 
 func (x *TopFlow) Reset() {
 	*x = TopFlow{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1361,7 @@ func (x *TopFlow) String() string {
 func (*TopFlow) ProtoMessage() {}
 
 func (x *TopFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1374,7 @@ func (x *TopFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
 func (*TopFlow) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TopFlow) GetFlow() *FlowKey {
@@ -1208,7 +1414,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1426,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1439,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -1313,7 +1519,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1531,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1544,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -1429,7 +1635,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1647,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1660,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -1586,7 +1792,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1804,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1817,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -1631,7 +1837,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1849,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1862,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -1692,7 +1898,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1910,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1923,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -1774,7 +1980,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1992,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2005,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -1858,7 +2064,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2076,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2089,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -1925,7 +2131,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2143,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2156,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -1985,7 +2191,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2203,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2216,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RDASize) GetPath() string {
@@ -2038,7 +2244,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2256,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2269,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -2086,7 +2292,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2304,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2317,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -2147,7 +2353,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2365,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2378,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2208,7 +2414,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2426,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2439,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Reject) GetPath() string {
@@ -2264,7 +2470,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2482,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2495,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Path) GetName() string {
@@ -2336,7 +2542,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2554,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2567,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -2407,7 +2613,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2625,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2638,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 type ListProbesResponse struct {
@@ -2444,7 +2650,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2662,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2675,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -2497,7 +2703,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2715,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2728,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -2589,7 +2795,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2807,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2820,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 type ListPathsResponse struct {
@@ -2626,7 +2832,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2844,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2857,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -2675,7 +2881,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2893,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2906,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -2740,7 +2946,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2958,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2971,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -2785,7 +2991,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +3003,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +3016,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -2890,7 +3096,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3108,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3121,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PathStats) GetPath() string {
@@ -3163,7 +3369,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3381,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3394,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -3235,7 +3441,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3453,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3466,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -3304,7 +3510,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +3522,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +3535,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -3437,7 +3643,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3655,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3668,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -3509,7 +3715,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3727,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3740,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -3544,31 +3750,531 @@ func (x *TopFlowsResponse) GetFlows() []*FlowStats {
 	return nil
 }
 
+type GetFlowLatencyHistoricRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Flow  *FlowKey               `protobuf:"bytes,1,opt,name=flow,proto3" json:"flow,omitempty"`
+	// upstream and downstream are the probe ids of the two points, in the
+	// direction the flow's packets travel.
+	Upstream   string `protobuf:"bytes,2,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	Downstream string `protobuf:"bytes,3,opt,name=downstream,proto3" json:"downstream,omitempty"`
+	// from and to bound the vectors' epochs; unset means unbounded.
+	From *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	To   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
+	// gamma is the number of virtual repetitions for the standard
+	// deviation (COLATE §4.2.2); 0 means the collector's default.
+	Gamma uint32 `protobuf:"varint,6,opt,name=gamma,proto3" json:"gamma,omitempty"`
+	// beta is the confidence interval to report the achieved reliability
+	// for; 0 means the collector's default.
+	Beta          float64 `protobuf:"fixed64,7,opt,name=beta,proto3" json:"beta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFlowLatencyHistoricRequest) Reset() {
+	*x = GetFlowLatencyHistoricRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFlowLatencyHistoricRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
+
+func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
+func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
+func (x *GetFlowLatencyHistoricRequest) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *GetFlowLatencyHistoricRequest) GetDownstream() string {
+	if x != nil {
+		return x.Downstream
+	}
+	return ""
+}
+
+func (x *GetFlowLatencyHistoricRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *GetFlowLatencyHistoricRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *GetFlowLatencyHistoricRequest) GetGamma() uint32 {
+	if x != nil {
+		return x.Gamma
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricRequest) GetBeta() float64 {
+	if x != nil {
+		return x.Beta
+	}
+	return 0
+}
+
+type GetFlowLatencyHistoricResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mean and standard deviation of the flow's one-way delay, in ns.
+	MeanNs   float64 `protobuf:"fixed64,1,opt,name=mean_ns,json=meanNs,proto3" json:"mean_ns,omitempty"`
+	StddevNs float64 `protobuf:"fixed64,2,opt,name=stddev_ns,json=stddevNs,proto3" json:"stddev_ns,omitempty"`
+	// packets is p_f, the flow's packets at the upstream point in the
+	// vectors used; downstream_packets at the downstream one. They come from
+	// the probes' exact per-vector flow counts (packet_count_source).
+	Packets           uint64 `protobuf:"varint,3,opt,name=packets,proto3" json:"packets,omitempty"`
+	DownstreamPackets uint64 `protobuf:"varint,4,opt,name=downstream_packets,json=downstreamPackets,proto3" json:"downstream_packets,omitempty"`
+	PacketCountSource string `protobuf:"bytes,5,opt,name=packet_count_source,json=packetCountSource,proto3" json:"packet_count_source,omitempty"`
+	// vectors is how many epochs' vectors held the flow.
+	Vectors uint32 `protobuf:"varint,6,opt,name=vectors,proto3" json:"vectors,omitempty"`
+	// The achieved reliability: half_width_ns is the half-width of the
+	// interval that holds the mean with probability alpha (from the noise
+	// measured in the two points' vectors); alpha is the probability that
+	// the estimate is within beta·|mean| of the truth.
+	HalfWidthNs float64 `protobuf:"fixed64,7,opt,name=half_width_ns,json=halfWidthNs,proto3" json:"half_width_ns,omitempty"`
+	Alpha       float64 `protobuf:"fixed64,8,opt,name=alpha,proto3" json:"alpha,omitempty"`
+	Beta        float64 `protobuf:"fixed64,9,opt,name=beta,proto3" json:"beta,omitempty"`
+	// stddev_epochs is how many epochs the standard deviation used (those
+	// where both points saw the same number of the flow's packets).
+	StddevEpochs uint32                 `protobuf:"varint,10,opt,name=stddev_epochs,json=stddevEpochs,proto3" json:"stddev_epochs,omitempty"`
+	First        *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=first,proto3" json:"first,omitempty"`
+	Last         *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=last,proto3" json:"last,omitempty"`
+	// note explains a missing or doubtful estimate (lost packets, counter
+	// overflow, no vectors in the range).
+	Note string `protobuf:"bytes,13,opt,name=note,proto3" json:"note,omitempty"`
+	// bits_per_packet is the storage the vectors used cost per packet.
+	BitsPerPacket float64 `protobuf:"fixed64,14,opt,name=bits_per_packet,json=bitsPerPacket,proto3" json:"bits_per_packet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFlowLatencyHistoricResponse) Reset() {
+	*x = GetFlowLatencyHistoricResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFlowLatencyHistoricResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
+
+func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
+func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
+	if x != nil {
+		return x.MeanNs
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetStddevNs() float64 {
+	if x != nil {
+		return x.StddevNs
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetDownstreamPackets() uint64 {
+	if x != nil {
+		return x.DownstreamPackets
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetPacketCountSource() string {
+	if x != nil {
+		return x.PacketCountSource
+	}
+	return ""
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetVectors() uint32 {
+	if x != nil {
+		return x.Vectors
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetHalfWidthNs() float64 {
+	if x != nil {
+		return x.HalfWidthNs
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetAlpha() float64 {
+	if x != nil {
+		return x.Alpha
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetBeta() float64 {
+	if x != nil {
+		return x.Beta
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetStddevEpochs() uint32 {
+	if x != nil {
+		return x.StddevEpochs
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetFirst() *timestamppb.Timestamp {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetLast() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetBitsPerPacket() float64 {
+	if x != nil {
+		return x.BitsPerPacket
+	}
+	return 0
+}
+
+type ListColateVectorsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ProbeId string                 `protobuf:"bytes,1,opt,name=probe_id,json=probeId,proto3" json:"probe_id,omitempty"`
+	From    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// limit caps the vectors listed (newest last); 0 means 100.
+	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListColateVectorsRequest) Reset() {
+	*x = ListColateVectorsRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListColateVectorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListColateVectorsRequest) ProtoMessage() {}
+
+func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
+func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListColateVectorsRequest) GetProbeId() string {
+	if x != nil {
+		return x.ProbeId
+	}
+	return ""
+}
+
+func (x *ListColateVectorsRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ListColateVectorsRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ListColateVectorsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListColateVectorsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Vectors []*ColateVectorInfo    `protobuf:"bytes,1,rep,name=vectors,proto3" json:"vectors,omitempty"`
+	// stored_bytes is the size of every stored vector of every probe.
+	StoredBytes   uint64 `protobuf:"varint,2,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListColateVectorsResponse) Reset() {
+	*x = ListColateVectorsResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListColateVectorsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListColateVectorsResponse) ProtoMessage() {}
+
+func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
+func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
+	if x != nil {
+		return x.Vectors
+	}
+	return nil
+}
+
+func (x *ListColateVectorsResponse) GetStoredBytes() uint64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+type ColateVectorInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProbeId       string                 `protobuf:"bytes,1,opt,name=probe_id,json=probeId,proto3" json:"probe_id,omitempty"`
+	Epoch         int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	Packets       uint64                 `protobuf:"varint,4,opt,name=packets,proto3" json:"packets,omitempty"`
+	Flows         uint32                 `protobuf:"varint,5,opt,name=flows,proto3" json:"flows,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	BitsPerPacket float64                `protobuf:"fixed64,7,opt,name=bits_per_packet,json=bitsPerPacket,proto3" json:"bits_per_packet,omitempty"`
+	Overflowed    bool                   `protobuf:"varint,8,opt,name=overflowed,proto3" json:"overflowed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColateVectorInfo) Reset() {
+	*x = ColateVectorInfo{}
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColateVectorInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColateVectorInfo) ProtoMessage() {}
+
+func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
+func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ColateVectorInfo) GetProbeId() string {
+	if x != nil {
+		return x.ProbeId
+	}
+	return ""
+}
+
+func (x *ColateVectorInfo) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ColateVectorInfo) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ColateVectorInfo) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *ColateVectorInfo) GetFlows() uint32 {
+	if x != nil {
+		return x.Flows
+	}
+	return 0
+}
+
+func (x *ColateVectorInfo) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ColateVectorInfo) GetBitsPerPacket() float64 {
+	if x != nil {
+		return x.BitsPerPacket
+	}
+	return 0
+}
+
+func (x *ColateVectorInfo) GetOverflowed() bool {
+	if x != nil {
+		return x.Overflowed
+	}
+	return false
+}
+
 var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
-	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x02\n" +
+	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x02\n" +
 	"\fProbeMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.owl.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportH\x00R\x06report\x125\n" +
 	"\vfetch_reply\x18\x03 \x01(\v2\x12.owl.v1.FetchReplyH\x00R\n" +
 	"fetchReply\x12;\n" +
 	"\rrebuild_reply\x18\x04 \x01(\v2\x14.owl.v1.RebuildReplyH\x00R\frebuildReply\x12+\n" +
-	"\x05clock\x18\x05 \x01(\v2\x13.owl.v1.ClockStatusH\x00R\x05clockB\x05\n" +
+	"\x05clock\x18\x05 \x01(\v2\x13.owl.v1.ClockStatusH\x00R\x05clock\x12.\n" +
+	"\x06colate\x18\x06 \x01(\v2\x14.owl.v1.ColateVectorH\x00R\x06colateB\x05\n" +
 	"\x03msg\"\x97\x01\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12)\n" +
-	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\"\x95\x02\n" +
+	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\"\xc3\x02\n" +
 	"\x0eSynopsisParams\x122\n" +
 	"\bidentity\x18\x01 \x01(\v2\x16.owl.v1.IdentityParamsR\bidentity\x12)\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x13.owl.v1.EpochParamsR\x05epoch\x12#\n" +
 	"\x03lda\x18\x03 \x01(\v2\x11.owl.v1.LDAParamsR\x03lda\x12#\n" +
 	"\x03rda\x18\x04 \x01(\v2\x11.owl.v1.RDAParamsR\x03rda\x12#\n" +
 	"\x03lds\x18\x05 \x01(\v2\x11.owl.v1.LDSParamsR\x03lds\x125\n" +
-	"\fflow_weights\x18\x06 \x03(\v2\x12.owl.v1.FlowWeightR\vflowWeights\"}\n" +
+	"\fflow_weights\x18\x06 \x03(\v2\x12.owl.v1.FlowWeightR\vflowWeights\x12,\n" +
+	"\x06colate\x18\a \x01(\v2\x14.owl.v1.ColateParamsR\x06colate\"\x89\x01\n" +
+	"\fColateParams\x12\x1a\n" +
+	"\bcounters\x18\x01 \x01(\rR\bcounters\x12\x1c\n" +
+	"\tsubvector\x18\x02 \x01(\rR\tsubvector\x12\x12\n" +
+	"\x04bits\x18\x03 \x01(\rR\x04bits\x12\x12\n" +
+	"\x04seed\x18\x04 \x01(\x04R\x04seed\x12\x17\n" +
+	"\aunit_ns\x18\x05 \x01(\x03R\x06unitNs\"\xd9\x01\n" +
+	"\fColateVector\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\"\n" +
+	"\rfirst_unix_ns\x18\x03 \x01(\x03R\vfirstUnixNs\x12 \n" +
+	"\flast_unix_ns\x18\x04 \x01(\x03R\n" +
+	"lastUnixNs\x12\x18\n" +
+	"\apackets\x18\x05 \x01(\x04R\apackets\x12\x16\n" +
+	"\x06vector\x18\x06 \x01(\fR\x06vector\x12)\n" +
+	"\x05clock\x18\a \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\"}\n" +
 	"\tLDSParams\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\f\n" +
@@ -3815,7 +4521,52 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
 	"ORDER_LOSS\x10\x02\";\n" +
 	"\x10TopFlowsResponse\x12'\n" +
-	"\x05flows\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05flows*D\n" +
+	"\x05flows\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05flows\"\x86\x02\n" +
+	"\x1dGetFlowLatencyHistoricRequest\x12#\n" +
+	"\x04flow\x18\x01 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12\x1a\n" +
+	"\bupstream\x18\x02 \x01(\tR\bupstream\x12\x1e\n" +
+	"\n" +
+	"downstream\x18\x03 \x01(\tR\n" +
+	"downstream\x12.\n" +
+	"\x04from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
+	"\x05gamma\x18\x06 \x01(\rR\x05gamma\x12\x12\n" +
+	"\x04beta\x18\a \x01(\x01R\x04beta\"\xfa\x03\n" +
+	"\x1eGetFlowLatencyHistoricResponse\x12\x17\n" +
+	"\amean_ns\x18\x01 \x01(\x01R\x06meanNs\x12\x1b\n" +
+	"\tstddev_ns\x18\x02 \x01(\x01R\bstddevNs\x12\x18\n" +
+	"\apackets\x18\x03 \x01(\x04R\apackets\x12-\n" +
+	"\x12downstream_packets\x18\x04 \x01(\x04R\x11downstreamPackets\x12.\n" +
+	"\x13packet_count_source\x18\x05 \x01(\tR\x11packetCountSource\x12\x18\n" +
+	"\avectors\x18\x06 \x01(\rR\avectors\x12\"\n" +
+	"\rhalf_width_ns\x18\a \x01(\x01R\vhalfWidthNs\x12\x14\n" +
+	"\x05alpha\x18\b \x01(\x01R\x05alpha\x12\x12\n" +
+	"\x04beta\x18\t \x01(\x01R\x04beta\x12#\n" +
+	"\rstddev_epochs\x18\n" +
+	" \x01(\rR\fstddevEpochs\x120\n" +
+	"\x05first\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05first\x12.\n" +
+	"\x04last\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x04last\x12\x12\n" +
+	"\x04note\x18\r \x01(\tR\x04note\x12&\n" +
+	"\x0fbits_per_packet\x18\x0e \x01(\x01R\rbitsPerPacket\"\xa7\x01\n" +
+	"\x18ListColateVectorsRequest\x12\x19\n" +
+	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"r\n" +
+	"\x19ListColateVectorsResponse\x122\n" +
+	"\avectors\x18\x01 \x03(\v2\x18.owl.v1.ColateVectorInfoR\avectors\x12!\n" +
+	"\fstored_bytes\x18\x02 \x01(\x04R\vstoredBytes\"\x83\x02\n" +
+	"\x10ColateVectorInfo\x12\x19\n" +
+	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
+	"\x05start\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x18\n" +
+	"\apackets\x18\x04 \x01(\x04R\apackets\x12\x14\n" +
+	"\x05flows\x18\x05 \x01(\rR\x05flows\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x04R\x05bytes\x12&\n" +
+	"\x0fbits_per_packet\x18\a \x01(\x01R\rbitsPerPacket\x12\x1e\n" +
+	"\n" +
+	"overflowed\x18\b \x01(\bR\n" +
+	"overflowed*D\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rROLE_UPSTREAM\x10\x01\x12\x13\n" +
@@ -3835,7 +4586,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	" RESULT_STATUS_MISSING_DOWNSTREAM\x10\x04\x12\x1a\n" +
 	"\x16RESULT_STATUS_MISMATCH\x10\x052M\n" +
 	"\fProbeService\x12=\n" +
-	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xb0\x03\n" +
+	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xf3\x04\n" +
 	"\fQueryService\x12C\n" +
 	"\n" +
 	"ListProbes\x12\x19.owl.v1.ListProbesRequest\x1a\x1a.owl.v1.ListProbesResponse\x12@\n" +
@@ -3843,7 +4594,9 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\fGetPathStats\x12\x1b.owl.v1.GetPathStatsRequest\x1a\x1c.owl.v1.GetPathStatsResponse\x12D\n" +
 	"\x0eWatchPathStats\x12\x1d.owl.v1.WatchPathStatsRequest\x1a\x11.owl.v1.PathStats0\x01\x12I\n" +
 	"\fGetFlowStats\x12\x1b.owl.v1.GetFlowStatsRequest\x1a\x1c.owl.v1.GetFlowStatsResponse\x12=\n" +
-	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
+	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponse\x12g\n" +
+	"\x16GetFlowLatencyHistoric\x12%.owl.v1.GetFlowLatencyHistoricRequest\x1a&.owl.v1.GetFlowLatencyHistoricResponse\x12X\n" +
+	"\x11ListColateVectors\x12 .owl.v1.ListColateVectorsRequest\x1a!.owl.v1.ListColateVectorsResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
 
 var (
 	file_owl_v1_owl_proto_rawDescOnce sync.Once
@@ -3858,136 +4611,159 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_owl_v1_owl_proto_goTypes = []any{
-	(Role)(0),                     // 0: owl.v1.Role
-	(ClockState)(0),               // 1: owl.v1.ClockState
-	(ResultStatus)(0),             // 2: owl.v1.ResultStatus
-	(TopFlowsRequest_Order)(0),    // 3: owl.v1.TopFlowsRequest.Order
-	(*ProbeMessage)(nil),          // 4: owl.v1.ProbeMessage
-	(*Hello)(nil),                 // 5: owl.v1.Hello
-	(*SynopsisParams)(nil),        // 6: owl.v1.SynopsisParams
-	(*LDSParams)(nil),             // 7: owl.v1.LDSParams
-	(*FlowWeight)(nil),            // 8: owl.v1.FlowWeight
-	(*IdentityParams)(nil),        // 9: owl.v1.IdentityParams
-	(*EpochParams)(nil),           // 10: owl.v1.EpochParams
-	(*LDAParams)(nil),             // 11: owl.v1.LDAParams
-	(*RDAParams)(nil),             // 12: owl.v1.RDAParams
-	(*EpochReport)(nil),           // 13: owl.v1.EpochReport
-	(*FlowKey)(nil),               // 14: owl.v1.FlowKey
-	(*TopFlow)(nil),               // 15: owl.v1.TopFlow
-	(*Counters)(nil),              // 16: owl.v1.Counters
-	(*ClockStatus)(nil),           // 17: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),      // 18: owl.v1.CollectorMessage
-	(*Release)(nil),               // 19: owl.v1.Release
-	(*EpochRef)(nil),              // 20: owl.v1.EpochRef
-	(*FetchRequest)(nil),          // 21: owl.v1.FetchRequest
-	(*FetchReply)(nil),            // 22: owl.v1.FetchReply
-	(*RebuildRequest)(nil),        // 23: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),          // 24: owl.v1.RebuildReply
-	(*RDASize)(nil),               // 25: owl.v1.RDASize
-	(*PathConfig)(nil),            // 26: owl.v1.PathConfig
-	(*PathAssignment)(nil),        // 27: owl.v1.PathAssignment
-	(*Ack)(nil),                   // 28: owl.v1.Ack
-	(*Reject)(nil),                // 29: owl.v1.Reject
-	(*Path)(nil),                  // 30: owl.v1.Path
-	(*Selector)(nil),              // 31: owl.v1.Selector
-	(*ListProbesRequest)(nil),     // 32: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),    // 33: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),             // 34: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),      // 35: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),     // 36: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),   // 37: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),  // 38: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil), // 39: owl.v1.WatchPathStatsRequest
-	(*PathStats)(nil),             // 40: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),   // 41: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),  // 42: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),             // 43: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),       // 44: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),      // 45: owl.v1.TopFlowsResponse
-	nil,                           // 46: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 48: google.protobuf.Duration
+	(Role)(0),                              // 0: owl.v1.Role
+	(ClockState)(0),                        // 1: owl.v1.ClockState
+	(ResultStatus)(0),                      // 2: owl.v1.ResultStatus
+	(TopFlowsRequest_Order)(0),             // 3: owl.v1.TopFlowsRequest.Order
+	(*ProbeMessage)(nil),                   // 4: owl.v1.ProbeMessage
+	(*Hello)(nil),                          // 5: owl.v1.Hello
+	(*SynopsisParams)(nil),                 // 6: owl.v1.SynopsisParams
+	(*ColateParams)(nil),                   // 7: owl.v1.ColateParams
+	(*ColateVector)(nil),                   // 8: owl.v1.ColateVector
+	(*LDSParams)(nil),                      // 9: owl.v1.LDSParams
+	(*FlowWeight)(nil),                     // 10: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                 // 11: owl.v1.IdentityParams
+	(*EpochParams)(nil),                    // 12: owl.v1.EpochParams
+	(*LDAParams)(nil),                      // 13: owl.v1.LDAParams
+	(*RDAParams)(nil),                      // 14: owl.v1.RDAParams
+	(*EpochReport)(nil),                    // 15: owl.v1.EpochReport
+	(*FlowKey)(nil),                        // 16: owl.v1.FlowKey
+	(*TopFlow)(nil),                        // 17: owl.v1.TopFlow
+	(*Counters)(nil),                       // 18: owl.v1.Counters
+	(*ClockStatus)(nil),                    // 19: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),               // 20: owl.v1.CollectorMessage
+	(*Release)(nil),                        // 21: owl.v1.Release
+	(*EpochRef)(nil),                       // 22: owl.v1.EpochRef
+	(*FetchRequest)(nil),                   // 23: owl.v1.FetchRequest
+	(*FetchReply)(nil),                     // 24: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                 // 25: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                   // 26: owl.v1.RebuildReply
+	(*RDASize)(nil),                        // 27: owl.v1.RDASize
+	(*PathConfig)(nil),                     // 28: owl.v1.PathConfig
+	(*PathAssignment)(nil),                 // 29: owl.v1.PathAssignment
+	(*Ack)(nil),                            // 30: owl.v1.Ack
+	(*Reject)(nil),                         // 31: owl.v1.Reject
+	(*Path)(nil),                           // 32: owl.v1.Path
+	(*Selector)(nil),                       // 33: owl.v1.Selector
+	(*ListProbesRequest)(nil),              // 34: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),             // 35: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                      // 36: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),               // 37: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),              // 38: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),            // 39: owl.v1.GetPathStatsRequest
+	(*GetPathStatsResponse)(nil),           // 40: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),          // 41: owl.v1.WatchPathStatsRequest
+	(*PathStats)(nil),                      // 42: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),            // 43: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),           // 44: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                      // 45: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                // 46: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),               // 47: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),  // 48: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil), // 49: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),       // 50: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),      // 51: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),               // 52: owl.v1.ColateVectorInfo
+	nil,                                    // 53: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),          // 54: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 55: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
 	5,  // 0: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	13, // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	22, // 2: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	24, // 3: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	17, // 4: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	6,  // 5: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	17, // 6: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	9,  // 7: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	10, // 8: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	11, // 9: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	12, // 10: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	7,  // 11: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	8,  // 12: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	31, // 13: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,  // 14: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	16, // 15: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	17, // 16: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	15, // 17: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	14, // 18: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	46, // 19: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,  // 20: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	26, // 21: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	28, // 22: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	29, // 23: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	21, // 24: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	23, // 25: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	25, // 26: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	19, // 27: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	20, // 28: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	27, // 29: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	30, // 30: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 31: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	31, // 32: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	34, // 33: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	47, // 34: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	17, // 35: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	30, // 36: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	47, // 37: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	47, // 38: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	40, // 39: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	47, // 40: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	48, // 41: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,  // 42: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	17, // 43: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	17, // 44: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	16, // 45: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	16, // 46: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	47, // 47: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	14, // 48: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	47, // 49: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	47, // 50: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	43, // 51: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	47, // 52: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	14, // 53: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	47, // 54: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	47, // 55: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	3,  // 56: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	43, // 57: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	4,  // 58: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	32, // 59: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	35, // 60: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	37, // 61: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	39, // 62: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	41, // 63: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	44, // 64: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	18, // 65: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	33, // 66: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	36, // 67: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	38, // 68: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	40, // 69: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	42, // 70: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	45, // 71: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	65, // [65:72] is the sub-list for method output_type
-	58, // [58:65] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	15, // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	24, // 2: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	26, // 3: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	19, // 4: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	8,  // 5: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	6,  // 6: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	19, // 7: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	11, // 8: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	12, // 9: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	13, // 10: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	14, // 11: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	9,  // 12: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	10, // 13: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	7,  // 14: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	19, // 15: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	33, // 16: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,  // 17: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	18, // 18: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	19, // 19: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	17, // 20: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	16, // 21: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	53, // 22: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,  // 23: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	28, // 24: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	30, // 25: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	31, // 26: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	23, // 27: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	25, // 28: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	27, // 29: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	21, // 30: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	22, // 31: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	29, // 32: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	32, // 33: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,  // 34: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	33, // 35: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	36, // 36: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	54, // 37: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	19, // 38: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	32, // 39: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	54, // 40: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	54, // 41: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	42, // 42: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	54, // 43: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	55, // 44: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,  // 45: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	19, // 46: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	19, // 47: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	18, // 48: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	18, // 49: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	54, // 50: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	16, // 51: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	54, // 52: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	54, // 53: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	45, // 54: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	54, // 55: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	16, // 56: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	54, // 57: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	54, // 58: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	3,  // 59: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	45, // 60: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	16, // 61: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	54, // 62: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	54, // 63: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	54, // 64: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	54, // 65: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	54, // 66: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	54, // 67: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	52, // 68: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	54, // 69: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	4,  // 70: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	34, // 71: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	37, // 72: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	39, // 73: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	41, // 74: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	43, // 75: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	46, // 76: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	48, // 77: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	50, // 78: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	20, // 79: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	35, // 80: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	38, // 81: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	40, // 82: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	42, // 83: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	44, // 84: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	47, // 85: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	49, // 86: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	51, // 87: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	79, // [79:88] is the sub-list for method output_type
+	70, // [70:79] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -4001,8 +4777,9 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_FetchReply)(nil),
 		(*ProbeMessage_RebuildReply)(nil),
 		(*ProbeMessage_Clock)(nil),
+		(*ProbeMessage_Colate)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[14].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[16].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -4017,7 +4794,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   43,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

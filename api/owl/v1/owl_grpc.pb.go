@@ -129,12 +129,14 @@ var ProbeService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	QueryService_ListProbes_FullMethodName     = "/owl.v1.QueryService/ListProbes"
-	QueryService_ListPaths_FullMethodName      = "/owl.v1.QueryService/ListPaths"
-	QueryService_GetPathStats_FullMethodName   = "/owl.v1.QueryService/GetPathStats"
-	QueryService_WatchPathStats_FullMethodName = "/owl.v1.QueryService/WatchPathStats"
-	QueryService_GetFlowStats_FullMethodName   = "/owl.v1.QueryService/GetFlowStats"
-	QueryService_TopFlows_FullMethodName       = "/owl.v1.QueryService/TopFlows"
+	QueryService_ListProbes_FullMethodName             = "/owl.v1.QueryService/ListProbes"
+	QueryService_ListPaths_FullMethodName              = "/owl.v1.QueryService/ListPaths"
+	QueryService_GetPathStats_FullMethodName           = "/owl.v1.QueryService/GetPathStats"
+	QueryService_WatchPathStats_FullMethodName         = "/owl.v1.QueryService/WatchPathStats"
+	QueryService_GetFlowStats_FullMethodName           = "/owl.v1.QueryService/GetFlowStats"
+	QueryService_TopFlows_FullMethodName               = "/owl.v1.QueryService/TopFlows"
+	QueryService_GetFlowLatencyHistoric_FullMethodName = "/owl.v1.QueryService/GetFlowLatencyHistoric"
+	QueryService_ListColateVectors_FullMethodName      = "/owl.v1.QueryService/ListColateVectors"
 )
 
 // QueryServiceClient is the client API for QueryService service.
@@ -156,6 +158,13 @@ type QueryServiceClient interface {
 	GetFlowStats(ctx context.Context, in *GetFlowStatsRequest, opts ...grpc.CallOption) (*GetFlowStatsResponse, error)
 	// TopFlows lists a path's heaviest flows over a time range.
 	TopFlows(ctx context.Context, in *TopFlowsRequest, opts ...grpc.CallOption) (*TopFlowsResponse, error)
+	// GetFlowLatencyHistoric answers, for any flow that crossed any two
+	// observation points, its mean and standard deviation of delay between
+	// them over a time range, from the stored COLATE vectors: no path has to
+	// be configured in advance.
+	GetFlowLatencyHistoric(ctx context.Context, in *GetFlowLatencyHistoricRequest, opts ...grpc.CallOption) (*GetFlowLatencyHistoricResponse, error)
+	// ListColateVectors lists the stored COLATE vectors of a probe.
+	ListColateVectors(ctx context.Context, in *ListColateVectorsRequest, opts ...grpc.CallOption) (*ListColateVectorsResponse, error)
 }
 
 type queryServiceClient struct {
@@ -235,6 +244,26 @@ func (c *queryServiceClient) TopFlows(ctx context.Context, in *TopFlowsRequest, 
 	return out, nil
 }
 
+func (c *queryServiceClient) GetFlowLatencyHistoric(ctx context.Context, in *GetFlowLatencyHistoricRequest, opts ...grpc.CallOption) (*GetFlowLatencyHistoricResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFlowLatencyHistoricResponse)
+	err := c.cc.Invoke(ctx, QueryService_GetFlowLatencyHistoric_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) ListColateVectors(ctx context.Context, in *ListColateVectorsRequest, opts ...grpc.CallOption) (*ListColateVectorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListColateVectorsResponse)
+	err := c.cc.Invoke(ctx, QueryService_ListColateVectors_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QueryServiceServer is the server API for QueryService service.
 // All implementations must embed UnimplementedQueryServiceServer
 // for forward compatibility.
@@ -254,6 +283,13 @@ type QueryServiceServer interface {
 	GetFlowStats(context.Context, *GetFlowStatsRequest) (*GetFlowStatsResponse, error)
 	// TopFlows lists a path's heaviest flows over a time range.
 	TopFlows(context.Context, *TopFlowsRequest) (*TopFlowsResponse, error)
+	// GetFlowLatencyHistoric answers, for any flow that crossed any two
+	// observation points, its mean and standard deviation of delay between
+	// them over a time range, from the stored COLATE vectors: no path has to
+	// be configured in advance.
+	GetFlowLatencyHistoric(context.Context, *GetFlowLatencyHistoricRequest) (*GetFlowLatencyHistoricResponse, error)
+	// ListColateVectors lists the stored COLATE vectors of a probe.
+	ListColateVectors(context.Context, *ListColateVectorsRequest) (*ListColateVectorsResponse, error)
 	mustEmbedUnimplementedQueryServiceServer()
 }
 
@@ -281,6 +317,12 @@ func (UnimplementedQueryServiceServer) GetFlowStats(context.Context, *GetFlowSta
 }
 func (UnimplementedQueryServiceServer) TopFlows(context.Context, *TopFlowsRequest) (*TopFlowsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TopFlows not implemented")
+}
+func (UnimplementedQueryServiceServer) GetFlowLatencyHistoric(context.Context, *GetFlowLatencyHistoricRequest) (*GetFlowLatencyHistoricResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFlowLatencyHistoric not implemented")
+}
+func (UnimplementedQueryServiceServer) ListColateVectors(context.Context, *ListColateVectorsRequest) (*ListColateVectorsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListColateVectors not implemented")
 }
 func (UnimplementedQueryServiceServer) mustEmbedUnimplementedQueryServiceServer() {}
 func (UnimplementedQueryServiceServer) testEmbeddedByValue()                      {}
@@ -404,6 +446,42 @@ func _QueryService_TopFlows_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueryService_GetFlowLatencyHistoric_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFlowLatencyHistoricRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).GetFlowLatencyHistoric(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_GetFlowLatencyHistoric_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).GetFlowLatencyHistoric(ctx, req.(*GetFlowLatencyHistoricRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_ListColateVectors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListColateVectorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).ListColateVectors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_ListColateVectors_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).ListColateVectors(ctx, req.(*ListColateVectorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // QueryService_ServiceDesc is the grpc.ServiceDesc for QueryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -430,6 +508,14 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TopFlows",
 			Handler:    _QueryService_TopFlows_Handler,
+		},
+		{
+			MethodName: "GetFlowLatencyHistoric",
+			Handler:    _QueryService_GetFlowLatencyHistoric_Handler,
+		},
+		{
+			MethodName: "ListColateVectors",
+			Handler:    _QueryService_ListColateVectors_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -102,6 +102,15 @@ func New(cfg Config, startNS int64) (*Vector, error) {
 	return &Vector{cfg: cfg, counters: make([]uint64, cfg.Counters), startNS: startNS}, nil
 }
 
+// Reset empties the vector for timestamps counting from startNS, keeping
+// its memory.
+func (v *Vector) Reset(startNS int64) {
+	clear(v.counters)
+	v.flows.reset()
+	v.startNS, v.firstNS, v.lastNS = startNS, 0, 0
+	v.sum, v.packets, v.overflow = 0, 0, false
+}
+
 // Config returns the vector's configuration.
 func (v *Vector) Config() Config { return v.cfg }
 

@@ -21,8 +21,17 @@ type FlowEstimate struct {
 	// estimate assumes none was lost (the paper's assumption): a
 	// difference is reported, not corrected.
 	Packets, DownPackets uint64
-	// Vectors is how many vectors of each side held the flow.
+	// Vectors is how many epochs' vectors held the flow.
 	Vectors int
+	// MeanErrNS is the standard error of MeanNS from the noise the other
+	// flows leave in the flow's counters, measured from the spread of the
+	// vectors' counters (of R − S where the two share a start).
+	MeanErrNS float64
+	// StddevEpochs is how many epochs gave StddevNS: those where both
+	// points hold the same number of the flow's packets.
+	StddevEpochs int
+	// Overflow is true when a vector used had a counter outgrow its bits.
+	Overflow bool
 }
 
 // Mean estimates a flow's mean delay from the vectors of the upstream (s)
@@ -30,52 +39,18 @@ type FlowEstimate struct {
 // the flows' timestamp sums, each vector's estimate (Theorem 2) moved to
 // absolute time with the flow's packet count in that vector, over p_f.
 func Mean(s, r []*Vector, flowHash uint64) (FlowEstimate, error) {
-	if err := compatible(s, r); err != nil {
-		return FlowEstimate{}, err
-	}
-	var ref int64
-	switch {
-	case len(s) > 0:
-		ref = s[0].startNS
-	case len(r) > 0:
-		ref = r[0].startNS
-	}
-	total := func(vs []*Vector) (sumNS float64, packets uint64, vectors int) {
-		for _, v := range vs {
-			p := v.FlowPackets(flowHash)
-			if p == 0 {
-				continue
-			}
-			vectors++
-			packets += uint64(p)
-			sumNS += v.FlowSum(flowHash)*float64(v.cfg.Unit) + float64(p)*float64(v.startNS-ref)
-		}
-		return sumNS, packets, vectors
-	}
-	ss, ps, vs := total(s)
-	rs, pr, _ := total(r)
-	out := FlowEstimate{Packets: ps, DownPackets: pr, Vectors: vs}
-	if ps == 0 || pr == 0 {
-		return out, ErrNoPackets
-	}
-	out.MeanNS = (rs - ss) / float64(ps)
-	return out, nil
-}
-
-func compatible(s, r []*Vector) error {
-	var first *Vector
-	for _, v := range append(append([]*Vector(nil), s...), r...) {
-		if first == nil {
-			first = v
-			continue
-		}
-		a, b := first.cfg, v.cfg
-		if a.Counters != b.Counters || a.Subvector != b.Subvector || a.Seed != b.Seed || a.Unit != b.Unit {
-			return fmt.Errorf("colate vectors differ: n %d/%d, m %d/%d, seed %x/%x, unit %v/%v",
-				a.Counters, b.Counters, a.Subvector, b.Subvector, a.Seed, b.Seed, a.Unit, b.Unit)
+	q := NewQuery(flowHash, 0, nil)
+	for _, v := range s {
+		if err := q.Add(v, nil); err != nil {
+			return FlowEstimate{}, err
 		}
 	}
-	return nil
+	for _, v := range r {
+		if err := q.Add(nil, v); err != nil {
+			return FlowEstimate{}, err
+		}
+	}
+	return q.Estimate()
 }
 
 // Denoise estimates, for each of the flow's m counters, the part its own
@@ -124,46 +99,196 @@ func (v *Vector) Denoise(flowHash uint64) []float64 {
 
 // Stddev estimates the standard deviation of a flow's delay between two
 // points from one vector of each, with the same start, that both hold all
-// of the flow's packets (§4.2): the mean from Theorem 2, E[D²] from the denoised counters by
-// gamma virtual repetitions (Theorem 4, Eq. 9–10): each random pairing Q of
-// the m counters gives Σ_l (v_R[l] − v_S[l])², v_X[l] = w̃_X[Q[2l]] −
-// w̃_X[Q[2l−1]], an unbiased estimate of Σ_z (u_R[z] − u_S[z])².
+// of the flow's packets (§4.2): the mean from Theorem 2, E[D²] from the
+// denoised counters by gamma virtual repetitions (Theorem 4, Eq. 9–10):
+// each random pairing Q of the m counters gives Σ_l (v_R[l] − v_S[l])²,
+// v_X[l] = w̃_X[Q[2l]] − w̃_X[Q[2l−1]], an unbiased estimate of
+// Σ_z (u_R[z] − u_S[z])².
 func Stddev(s, r *Vector, flowHash uint64, gamma int, rng *rand.Rand) (FlowEstimate, error) {
-	est, err := Mean([]*Vector{s}, []*Vector{r}, flowHash)
-	if err != nil {
-		return est, err
-	}
 	if gamma < 1 {
-		return est, errors.New("colate: at least one virtual repetition")
+		return FlowEstimate{}, errors.New("colate: at least one virtual repetition")
 	}
 	if s.startNS != r.startNS {
 		// Counter j's absolute sum is its relative one plus its packet
 		// count times the start, and per-counter counts are unknown: only
 		// a common start cancels out of the pair differences.
-		return est, fmt.Errorf("colate: the standard deviation needs vectors with one start (%d and %d)", s.startNS, r.startNS)
+		return FlowEstimate{}, fmt.Errorf("colate: the standard deviation needs vectors with one start (%d and %d)", s.startNS, r.startNS)
 	}
-	ws, wr := s.Denoise(flowHash), r.Denoise(flowHash)
-	unit := float64(s.cfg.Unit)
+	q := NewQuery(flowHash, gamma, rng)
+	if err := q.Add(s, r); err != nil {
+		return FlowEstimate{}, err
+	}
+	return q.Estimate()
+}
+
+// Query gathers, one epoch's pair of vectors at a time, what a flow's
+// estimate between two points needs, so that a long time range never
+// holds more than one pair in memory.
+type Query struct {
+	flow  uint64
+	gamma int
+	rng   *rand.Rand
+	cfg   *Config
+
+	ref        int64 // absolute time the sums count from
+	haveRef    bool
+	sumS, sumR float64 // ns from ref
+	ps, pr     uint64
+	vectors    int
+	noise      float64 // variance of t̃_R − t̃_S, ns²
+	sq         float64 // Σ estimates of Σ_z d_z², ns²
+	sqPackets  uint64
+	sqEpochs   int
+	overflow   bool
+}
+
+// NewQuery starts a query for one flow; gamma virtual repetitions per
+// epoch give the standard deviation (0: mean only).
+func NewQuery(flowHash uint64, gamma int, rng *rand.Rand) *Query {
+	if rng == nil {
+		rng = rand.New(rand.NewPCG(flowHash, 0x636f6c))
+	}
+	return &Query{flow: flowHash, gamma: gamma, rng: rng}
+}
+
+// Add takes one epoch's vectors of the upstream (s) and downstream (r)
+// points; either may be nil (no vector stored, or a vector of another
+// time). Vectors must share n, m, seed and unit.
+func (q *Query) Add(s, r *Vector) error {
+	for _, v := range []*Vector{s, r} {
+		if v == nil {
+			continue
+		}
+		if q.cfg == nil {
+			c := v.cfg
+			q.cfg = &c
+		}
+		a, b := *q.cfg, v.cfg
+		if a.Counters != b.Counters || a.Subvector != b.Subvector || a.Seed != b.Seed || a.Unit != b.Unit {
+			return fmt.Errorf("%w: n %d/%d, m %d/%d, seed %x/%x, unit %v/%v", ErrMismatch,
+				a.Counters, b.Counters, a.Subvector, b.Subvector, a.Seed, b.Seed, a.Unit, b.Unit)
+		}
+		if !q.haveRef {
+			q.ref, q.haveRef = v.startNS, true
+		}
+	}
+	var ps, pr uint32
+	if s != nil {
+		ps = s.FlowPackets(q.flow)
+	}
+	if r != nil {
+		pr = r.FlowPackets(q.flow)
+	}
+	if ps == 0 && pr == 0 {
+		return nil
+	}
+	q.vectors++
+	n, m := float64(q.cfg.Counters), float64(q.cfg.Subvector)
+	unit := float64(q.cfg.Unit)
+	// The noise of Σ_j S[j] is m times a counter's variance around its
+	// mean, scaled by Eq. 4's n/(n − m); with a common start, what does
+	// not cancel between the two points is the spread of R − S.
+	scale := m * (n / (n - m)) * (n / (n - m)) * unit * unit
+	paired := s != nil && r != nil && s.startNS == r.startNS && ps > 0 && pr > 0
+	if paired {
+		q.noise += scale * spread(s.counters, r.counters)
+	}
+	if s != nil && ps > 0 {
+		q.overflow = q.overflow || s.overflow
+		q.ps += uint64(ps)
+		q.sumS += s.FlowSum(q.flow)*unit + float64(ps)*float64(s.startNS-q.ref)
+		if !paired {
+			q.noise += scale * spread(s.counters, nil)
+		}
+	}
+	if r != nil && pr > 0 {
+		q.overflow = q.overflow || r.overflow
+		q.pr += uint64(pr)
+		q.sumR += r.FlowSum(q.flow)*unit + float64(pr)*float64(r.startNS-q.ref)
+		if !paired {
+			q.noise += scale * spread(r.counters, nil)
+		}
+	}
+	if paired && ps == pr && q.gamma > 0 {
+		q.sq += q.repetitions(s, r)
+		q.sqPackets += uint64(ps)
+		q.sqEpochs++
+	}
+	return nil
+}
+
+// spread is the variance of a's counters, or of b − a when b is given.
+func spread(a, b []uint64) float64 {
+	at := func(i int) float64 {
+		if b == nil {
+			return float64(a[i])
+		}
+		return float64(b[i]) - float64(a[i])
+	}
+	var sum float64
+	for i := range a {
+		sum += at(i)
+	}
+	mean := sum / float64(len(a))
+	var ss float64
+	for i := range a {
+		d := at(i) - mean
+		ss += d * d
+	}
+	return ss / float64(len(a))
+}
+
+// repetitions averages Σ_l (v_R[l] − v_S[l])² over gamma random pairings
+// of the denoised counters (Theorem 4), in ns².
+func (q *Query) repetitions(s, r *Vector) float64 {
+	ws, wr := s.Denoise(q.flow), r.Denoise(q.flow)
+	unit := float64(q.cfg.Unit)
 	m := len(ws)
-	q := make([]int, m)
-	for i := range q {
-		q[i] = i
+	perm := make([]int, m)
+	for i := range perm {
+		perm[i] = i
 	}
 	var acc float64
-	for range gamma {
-		rng.Shuffle(m, func(i, j int) { q[i], q[j] = q[j], q[i] })
+	for range q.gamma {
+		q.rng.Shuffle(m, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 		var sq float64
 		for l := 0; l < m/2; l++ {
-			a, b := q[2*l], q[2*l+1]
-			vs := ws[a] - ws[b]
-			vr := wr[a] - wr[b]
-			d := (vr - vs) * unit
+			a, b := perm[2*l], perm[2*l+1]
+			d := ((wr[a] - wr[b]) - (ws[a] - ws[b])) * unit
 			sq += d * d
 		}
 		acc += sq
 	}
-	meanSq := acc / float64(gamma) / float64(est.Packets)
-	est.SecondMomentNS2 = meanSq
-	est.StddevNS = math.Sqrt(math.Max(meanSq-est.MeanNS*est.MeanNS, 0))
-	return est, nil
+	return acc / float64(q.gamma)
+}
+
+// Estimate returns what the vectors added so far say of the flow.
+func (q *Query) Estimate() (FlowEstimate, error) {
+	out := FlowEstimate{Packets: q.ps, DownPackets: q.pr, Vectors: q.vectors, StddevEpochs: q.sqEpochs, Overflow: q.overflow}
+	if q.ps == 0 || q.pr == 0 {
+		return out, ErrNoPackets
+	}
+	out.MeanNS = (q.sumR - q.sumS) / float64(q.ps)
+	out.MeanErrNS = math.Sqrt(q.noise) / float64(q.ps)
+	if q.sqPackets > 0 {
+		out.SecondMomentNS2 = q.sq / float64(q.sqPackets)
+		out.StddevNS = math.Sqrt(math.Max(out.SecondMomentNS2-out.MeanNS*out.MeanNS, 0))
+	}
+	return out, nil
+}
+
+// Reliability is the probability that a mean estimate with standard error
+// errNS is within beta·|mean| of the truth, for a normal error: the
+// achieved α at β.
+func Reliability(meanNS, errNS, beta float64) float64 {
+	if errNS <= 0 {
+		return 1
+	}
+	return math.Erf(beta * math.Abs(meanNS) / (errNS * math.Sqrt2))
+}
+
+// HalfWidth is the half-width of the interval that holds a normal
+// estimate with standard error errNS with probability alpha.
+func HalfWidth(errNS, alpha float64) float64 {
+	return math.Sqrt2 * math.Erfinv(alpha) * errNS
 }

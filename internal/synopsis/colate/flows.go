@@ -10,9 +10,12 @@ type flowTable struct {
 	zero   uint32 // packets of flow hash 0, which cannot be a key
 }
 
-func (t *flowTable) inc(k uint64) {
+func (t *flowTable) inc(k uint64) { t.add(k, 1) }
+
+// add counts n packets of flow k.
+func (t *flowTable) add(k uint64, n uint32) {
 	if k == 0 {
-		t.zero++
+		t.zero += n
 		return
 	}
 	if 4*(t.used+1) > 3*len(t.keys) {
@@ -22,10 +25,10 @@ func (t *flowTable) inc(k uint64) {
 	for i := (k * 0x9e3779b97f4a7c15) >> 32 & mask; ; i = (i + 1) & mask {
 		switch t.keys[i] {
 		case k:
-			t.counts[i]++
+			t.counts[i] += n
 			return
 		case 0:
-			t.keys[i], t.counts[i] = k, 1
+			t.keys[i], t.counts[i] = k, n
 			t.used++
 			return
 		}
@@ -46,6 +49,18 @@ func (t *flowTable) get(k uint64) uint32 {
 			return t.counts[i]
 		case 0:
 			return 0
+		}
+	}
+}
+
+// each calls fn for every flow and its count.
+func (t *flowTable) each(fn func(k uint64, n uint32)) {
+	if t.zero > 0 {
+		fn(0, t.zero)
+	}
+	for i, k := range t.keys {
+		if k != 0 {
+			fn(k, t.counts[i])
 		}
 	}
 }
@@ -73,4 +88,11 @@ func (t *flowTable) grow() {
 		t.keys[i], t.counts[i] = k, oldCounts[j]
 		t.used++
 	}
+}
+
+// reset forgets every flow, keeping the table's memory.
+func (t *flowTable) reset() {
+	clear(t.keys)
+	clear(t.counts)
+	t.used, t.zero = 0, 0
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 )
 
 // Requirement is what an operator asks of COLATE (§5): RAM, reliability
@@ -38,6 +40,24 @@ func (q Requirement) Validate() error {
 		return fmt.Errorf("colate ρ %v out of range (0, 1]", q.Rho)
 	}
 	return nil
+}
+
+// ParseRequirement reads RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO (the form of
+// the probe's -colate-solve flag and the colate-params command).
+func ParseRequirement(s string) (Requirement, error) {
+	f := strings.Split(s, ",")
+	if len(f) != 6 {
+		return Requirement{}, fmt.Errorf("want RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO, got %q", s)
+	}
+	var x [6]float64
+	for i := range f {
+		var err error
+		if x[i], err = strconv.ParseFloat(strings.TrimSpace(f[i]), 64); err != nil {
+			return Requirement{}, fmt.Errorf("want RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO numbers: %w", err)
+		}
+	}
+	q := Requirement{RAMBits: x[0], Alpha: x[1], Beta: x[2], TMin: x[3], TMax: x[4], Rho: x[5]}
+	return q, q.Validate()
 }
 
 // Parameters are the solver's answer.

@@ -1,0 +1,296 @@
+package colate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"time"
+)
+
+// Wire form, little endian:
+//
+//	version    1 byte (1)
+//	counters   uvarint n
+//	subvector  uvarint m
+//	bits       uvarint b
+//	seed       8 bytes
+//	unit       uvarint (ns)
+//	start      8 bytes (ns, signed)
+//	first,last 8 bytes each
+//	overflow   1 byte
+//	width      1 byte w: the bits of the largest counter (0 when all are 0)
+//	counters   n·w bits, packed from the low bit of each byte
+//	flows      uvarint k, then k × (hash 8 bytes, count uvarint)
+//
+// The counters travel at the width the largest one needs, not at b: a
+// quiet vector costs less to store than a busy one.
+const wireVersion = 1
+
+// MarshalBinary returns the vector's wire form.
+func (v *Vector) MarshalBinary() ([]byte, error) {
+	var top uint64
+	for _, c := range v.counters {
+		top |= c
+	}
+	w := bits.Len64(top)
+	out := make([]byte, 0, 64+(len(v.counters)*w+7)/8+12*v.flows.len())
+	out = append(out, wireVersion)
+	out = binary.AppendUvarint(out, uint64(v.cfg.Counters))
+	out = binary.AppendUvarint(out, uint64(v.cfg.Subvector))
+	out = binary.AppendUvarint(out, uint64(v.cfg.Bits))
+	out = binary.LittleEndian.AppendUint64(out, v.cfg.Seed)
+	out = binary.AppendUvarint(out, uint64(v.cfg.Unit))
+	out = binary.LittleEndian.AppendUint64(out, uint64(v.startNS))
+	out = binary.LittleEndian.AppendUint64(out, uint64(v.firstNS))
+	out = binary.LittleEndian.AppendUint64(out, uint64(v.lastNS))
+	var of byte
+	if v.overflow {
+		of = 1
+	}
+	out = append(out, of, byte(w))
+	out = packBits(out, v.counters, w)
+	type fc struct {
+		k uint64
+		n uint32
+	}
+	flows := make([]fc, 0, v.flows.len())
+	v.flows.each(func(k uint64, n uint32) { flows = append(flows, fc{k, n}) })
+	slices.SortFunc(flows, func(a, b fc) int {
+		switch {
+		case a.k < b.k:
+			return -1
+		case a.k > b.k:
+			return 1
+		}
+		return 0
+	})
+	out = binary.AppendUvarint(out, uint64(len(flows)))
+	for _, f := range flows {
+		out = binary.LittleEndian.AppendUint64(out, f.k)
+		out = binary.AppendUvarint(out, uint64(f.n))
+	}
+	return out, nil
+}
+
+// packBits appends each value's low w bits.
+func packBits(out []byte, vals []uint64, w int) []byte {
+	if w == 0 {
+		return out
+	}
+	var acc uint64 // pending bits, low first
+	var n int      // how many
+	for _, x := range vals {
+		// Write w bits in at most two steps so that acc never holds more
+		// than 64.
+		lo := min(w, 64-n)
+		acc |= (x & mask(lo)) << n
+		n += lo
+		for n >= 8 {
+			out = append(out, byte(acc))
+			acc >>= 8
+			n -= 8
+		}
+		if rest := w - lo; rest > 0 {
+			acc |= (x >> lo & mask(rest)) << n
+			n += rest
+			for n >= 8 {
+				out = append(out, byte(acc))
+				acc >>= 8
+				n -= 8
+			}
+		}
+	}
+	if n > 0 {
+		out = append(out, byte(acc))
+	}
+	return out
+}
+
+func mask(w int) uint64 {
+	if w >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<w - 1
+}
+
+// ErrWire wraps every decoding error.
+var ErrWire = errors.New("colate: bad wire form")
+
+// Unmarshal decodes a vector that must have been recorded with want's
+// counters, subvector, seed and unit (the deployment's): checking the shape
+// before allocating bounds the memory a hostile input can take.
+func Unmarshal(data []byte, want Config) (*Vector, error) {
+	if err := want.Validate(); err != nil {
+		return nil, err
+	}
+	d := decoder{b: data}
+	if d.byte() != wireVersion {
+		return nil, fmt.Errorf("%w: version", ErrWire)
+	}
+	n, m, b := d.uvarint(), d.uvarint(), d.uvarint()
+	seed := d.u64()
+	unit := d.uvarint()
+	if d.err == nil && (n != uint64(want.Counters) || m != uint64(want.Subvector) || seed != want.Seed || unit != uint64(want.Unit)) {
+		return nil, fmt.Errorf("%w: vector of n %d, m %d, seed %x, unit %dns; the deployment's is n %d, m %d, seed %x, unit %v",
+			ErrMismatch, n, m, seed, unit, want.Counters, want.Subvector, want.Seed, want.Unit)
+	}
+	cfg := want
+	if b >= 8 && b <= 64 {
+		cfg.Bits = int(b)
+	}
+	v := &Vector{cfg: cfg}
+	v.startNS, v.firstNS, v.lastNS = int64(d.u64()), int64(d.u64()), int64(d.u64())
+	v.overflow = d.byte() != 0
+	w := int(d.byte())
+	if d.err != nil {
+		return nil, d.err
+	}
+	if w > 64 {
+		return nil, fmt.Errorf("%w: counter width %d", ErrWire, w)
+	}
+	need := (want.Counters*w + 7) / 8
+	if len(d.b) < need {
+		return nil, fmt.Errorf("%w: %d bytes of counters, want %d", ErrWire, len(d.b), need)
+	}
+	v.counters = unpackBits(d.b[:need], want.Counters, w)
+	d.b = d.b[need:]
+	for _, c := range v.counters {
+		v.sum += c
+	}
+	k := d.uvarint()
+	if d.err == nil && k > uint64(len(d.b))/9 {
+		return nil, fmt.Errorf("%w: %d flows in %d bytes", ErrWire, k, len(d.b))
+	}
+	for range k {
+		h, c := d.u64(), d.uvarint()
+		if d.err != nil {
+			break
+		}
+		if c == 0 || c > 1<<32-1 {
+			return nil, fmt.Errorf("%w: flow count %d", ErrWire, c)
+		}
+		v.flows.add(h, uint32(c))
+		v.packets += c
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrWire, len(d.b))
+	}
+	return v, nil
+}
+
+// ErrMismatch says two vectors, or a vector and a configuration, differ
+// in shape.
+var ErrMismatch = errors.New("colate: vectors differ")
+
+func unpackBits(b []byte, n, w int) []uint64 {
+	out := make([]uint64, n)
+	if w == 0 {
+		return out
+	}
+	var acc uint64
+	var have int
+	i := 0
+	for j := range out {
+		var x uint64
+		got := 0
+		for got < w {
+			if have == 0 {
+				acc, have = uint64(b[i]), 8
+				i++
+			}
+			take := min(w-got, have)
+			x |= (acc & mask(take)) << got
+			acc >>= take
+			have -= take
+			got += take
+		}
+		out[j] = x
+	}
+	return out
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated", ErrWire)
+	}
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	x := d.b[0]
+	d.b = d.b[1:]
+	return x
+}
+
+func (d *decoder) u64() uint64 {
+	if d.err != nil || len(d.b) < 8 {
+		d.fail()
+		return 0
+	}
+	x := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return x
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+// Merge adds o's packets to v: the vectors of one point's capture workers,
+// which saw disjoint packets of the same epoch, become one.
+func (v *Vector) Merge(o *Vector) error {
+	a, b := v.cfg, o.cfg
+	if a.Counters != b.Counters || a.Subvector != b.Subvector || a.Seed != b.Seed || a.Unit != b.Unit || v.startNS != o.startNS {
+		return fmt.Errorf("%w: merging n %d/%d, m %d/%d, start %d/%d", ErrMismatch, a.Counters, b.Counters, a.Subvector, b.Subvector, v.startNS, o.startNS)
+	}
+	if o.packets == 0 {
+		return nil
+	}
+	top := v.cfg.maxCounter()
+	for i, c := range o.counters {
+		s := v.counters[i] + c
+		if s > top || s < c {
+			v.overflow = true
+		}
+		v.counters[i] = s
+	}
+	if v.packets == 0 || o.firstNS < v.firstNS {
+		v.firstNS = o.firstNS
+	}
+	if v.packets == 0 || o.lastNS > v.lastNS {
+		v.lastNS = o.lastNS
+	}
+	v.sum += o.sum
+	v.packets += o.packets
+	v.overflow = v.overflow || o.overflow
+	o.flows.each(func(k uint64, n uint32) { v.flows.add(k, n) })
+	return nil
+}
+
+// Bytes estimates the vector's in-memory size.
+func (v *Vector) Bytes() int { return 8*len(v.counters) + 12*len(v.flows.keys) }
+
+// Unit is the timestamp unit of the counters.
+func (v *Vector) Unit() time.Duration { return v.cfg.Unit }

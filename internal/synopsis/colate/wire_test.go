@@ -1,0 +1,134 @@
+package colate
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func smallConfig() Config {
+	c := DefaultConfig()
+	c.Counters = 1000
+	c.Subvector = 4
+	return c
+}
+
+func filled(t testing.TB, cfg Config, start int64, packets int, seed uint64) *Vector {
+	t.Helper()
+	v, err := New(cfg, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for range packets {
+		v.Insert(rng.Uint64N(50), rng.Uint64(), start+rng.Int64N(int64(time.Second)))
+	}
+	return v
+}
+
+func sameVector(t *testing.T, a, b *Vector) {
+	t.Helper()
+	if !slices.Equal(a.counters, b.counters) || a.sum != b.sum || a.packets != b.packets || a.startNS != b.startNS ||
+		a.firstNS != b.firstNS || a.lastNS != b.lastNS || a.overflow != b.overflow || a.Flows() != b.Flows() {
+		t.Fatalf("vectors differ: sum %d/%d packets %d/%d flows %d/%d", a.sum, b.sum, a.packets, b.packets, a.Flows(), b.Flows())
+	}
+	a.flows.each(func(k uint64, n uint32) {
+		if b.FlowPackets(k) != n {
+			t.Fatalf("flow %x: %d vs %d packets", k, n, b.FlowPackets(k))
+		}
+	})
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	cfg := smallConfig()
+	for _, packets := range []int{0, 1, 3000} {
+		v := filled(t, cfg, 5_000_000_000, packets, uint64(packets))
+		b, err := v.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Unmarshal(b, cfg)
+		if err != nil {
+			t.Fatalf("%d packets: %v", packets, err)
+		}
+		sameVector(t, v, got)
+		t.Logf("%d packets: %d bytes", packets, len(b))
+	}
+	// Counters travel at the width the largest needs.
+	quiet, _ := New(cfg, 0)
+	quiet.Insert(1, 1, 3)
+	b, _ := quiet.MarshalBinary()
+	if len(b) > 60+(cfg.Counters*2+7)/8+12 {
+		t.Errorf("a vector of one small counter takes %d bytes", len(b))
+	}
+}
+
+func TestUnmarshalRejects(t *testing.T) {
+	cfg := smallConfig()
+	v := filled(t, cfg, 0, 100, 1)
+	b, _ := v.MarshalBinary()
+	other := cfg
+	other.Counters = 2000
+	if _, err := Unmarshal(b, other); !errors.Is(err, ErrMismatch) {
+		t.Errorf("other n: %v", err)
+	}
+	for _, cut := range []int{0, 1, 10, 40, len(b) / 2, len(b) - 1} {
+		if _, err := Unmarshal(b[:cut], cfg); !errors.Is(err, ErrWire) {
+			t.Errorf("cut at %d: %v", cut, err)
+		}
+	}
+	if _, err := Unmarshal(append(slices.Clone(b), 0), cfg); !errors.Is(err, ErrWire) {
+		t.Errorf("trailing byte: %v", err)
+	}
+}
+
+func TestMergeIsTheUnion(t *testing.T) {
+	cfg := smallConfig()
+	whole, _ := New(cfg, 0)
+	a, _ := New(cfg, 0)
+	b, _ := New(cfg, 0)
+	rng := rand.New(rand.NewPCG(3, 3))
+	for range 5000 {
+		f, id, ts := rng.Uint64N(80), rng.Uint64(), rng.Int64N(int64(time.Second))
+		whole.Insert(f, id, ts)
+		if f%2 == 0 { // fanout keeps a flow on one worker
+			a.Insert(f, id, ts)
+		} else {
+			b.Insert(f, id, ts)
+		}
+	}
+	if err := a.Merge(b); err != nil {
+		t.Fatal(err)
+	}
+	sameVector(t, whole, a)
+	late, _ := New(cfg, 1)
+	if err := a.Merge(late); !errors.Is(err, ErrMismatch) {
+		t.Errorf("merged vectors of different starts: %v", err)
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	cfg := smallConfig()
+	for _, n := range []int{0, 10, 500} {
+		b, _ := filled(f, cfg, 7, n, uint64(n)).MarshalBinary()
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := Unmarshal(data, cfg)
+		if err != nil {
+			return
+		}
+		// What decodes must encode to an equivalent vector.
+		b, _ := v.MarshalBinary()
+		w, err := Unmarshal(b, cfg)
+		if err != nil {
+			t.Fatalf("re-encoded vector does not decode: %v", err)
+		}
+		sameVector(t, v, w)
+		if _, err := Mean([]*Vector{v}, []*Vector{w}, 3); err != nil && !errors.Is(err, ErrNoPackets) {
+			t.Fatal(err)
+		}
+	})
+}
