@@ -24,6 +24,8 @@ func bind(fs *flag.FlagSet, c *collector.Config) {
 	fs.DurationVar(&c.PairTimeout, "pair-timeout", c.PairTimeout, "how long a report waits for the other side of its path")
 	fs.DurationVar(&c.PairRetention, "pair-retention", c.PairRetention, "how long a lone report is kept after the timeout")
 	fs.StringVar(&c.ReadyFile, "ready-file", c.ReadyFile, "write the bound addresses as JSON to this file once listening")
+	fs.Int64Var(&c.Colate.MaxBytes, "colate-max-bytes", c.Colate.MaxBytes, "storage budget of the COLATE vectors of all probes (the oldest go first)")
+	fs.DurationVar(&c.Colate.Retention, "colate-retention", c.Colate.Retention, "drop COLATE vectors older than this (0: budget only)")
 	c.Params.BindFlags(fs)
 }
 

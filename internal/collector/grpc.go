@@ -70,6 +70,21 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		case *owlv1.ProbeMessage_Clock:
 			c.clockUpdate(h.GetProbeId(), a.Clock)
 			continue
+		case *owlv1.ProbeMessage_Colate:
+			if err := c.colateVector(h.GetProbeId(), a.Colate); errors.As(err, &rej) {
+				c.log.Warn("COLATE vector rejected", "probe", h.GetProbeId(), "epoch", a.Colate.GetEpoch(), "reason", rej.reason)
+				if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Reason: "colate: " + rej.reason, Path: "colate"}}}); err != nil {
+					return err
+				}
+			} else if err != nil {
+				c.log.Error("handling COLATE vector", "probe", h.GetProbeId(), "epoch", a.Colate.GetEpoch(), "err", err)
+				return status.Error(codes.Unavailable, err.Error())
+			}
+			ack := &owlv1.Ack{Seq: a.Colate.GetSeq(), Epoch: a.Colate.GetEpoch()}
+			if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Ack{Ack: ack}}); err != nil {
+				return err
+			}
+			continue
 		}
 		r := m.GetReport()
 		if r == nil {
@@ -284,4 +299,12 @@ func (s queryService) TopFlows(ctx context.Context, req *owlv1.TopFlowsRequest) 
 		out = out[:limit]
 	}
 	return &owlv1.TopFlowsResponse{Flows: out}, nil
+}
+
+func (q queryService) GetFlowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+	return q.c.flowLatencyHistoric(ctx, req)
+}
+
+func (q queryService) ListColateVectors(_ context.Context, req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
+	return q.c.listColateVectors(req)
 }

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,11 +26,18 @@ var (
 	bucketBoundary = []byte("boundary")
 	bucketFlows    = []byte("flows")
 	bucketLDS      = []byte("lds")
+	// COLATE vectors by probe and epoch, and an index by epoch and probe
+	// (value: the record's size) for retention.
+	bucketColate     = []byte("colate")
+	bucketColateTime = []byte("colate-time")
 )
 
 // Store is the collector's database. Safe for concurrent use.
 type Store struct {
 	db *bolt.DB
+
+	colateMu    sync.Mutex
+	colateBytes int64 // size of the stored COLATE records
 }
 
 // Open opens (creating if needed) the database in dir.
@@ -43,7 +51,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS} {
+		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS, bucketColate, bucketColateTime} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -54,7 +62,20 @@ func Open(dir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("initialising %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	st := &Store{db: db}
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketColateTime).ForEach(func(_, v []byte) error {
+			if len(v) == 8 {
+				st.colateBytes += int64(binary.BigEndian.Uint64(v))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return st, nil
 }
 
 // Close closes the database.
@@ -413,4 +434,149 @@ func (s *Store) PruneFlows(path string, epoch int64) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// colateTimeKey orders COLATE records by epoch, then probe.
+func colateTimeKey(probe string, epoch int64) []byte {
+	k := binary.BigEndian.AppendUint64(nil, uint64(epoch)^(1<<63))
+	return append(k, probe...)
+}
+
+// PutColate stores a probe's COLATE vector of an epoch (replacing one
+// stored before), then deletes the oldest records, of any probe, until the
+// stored total is at most maxBytes and none is older than epoch minEpoch.
+// It returns how many records went.
+func (s *Store) PutColate(probe string, v *owlv1.ColateVector, maxBytes int64, minEpoch int64) (int, error) {
+	b, err := proto.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	s.colateMu.Lock()
+	defer s.colateMu.Unlock()
+	total := s.colateBytes
+	pruned := 0
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		data, idx := tx.Bucket(bucketColate), tx.Bucket(bucketColateTime)
+		key, tkey := epochKey(probe, v.GetEpoch()), colateTimeKey(probe, v.GetEpoch())
+		if old := idx.Get(tkey); len(old) == 8 {
+			total -= int64(binary.BigEndian.Uint64(old))
+		}
+		size := int64(len(b) + len(key) + len(tkey) + 8)
+		if err := data.Put(key, b); err != nil {
+			return err
+		}
+		if err := idx.Put(tkey, binary.BigEndian.AppendUint64(nil, uint64(size))); err != nil {
+			return err
+		}
+		total += size
+		c := idx.Cursor()
+		for k, sz := c.First(); k != nil && len(k) >= 8; k, sz = c.First() {
+			e := int64(binary.BigEndian.Uint64(k[:8]) ^ (1 << 63))
+			if total <= maxBytes && e >= minEpoch {
+				break
+			}
+			if bytes.Equal(k, tkey) {
+				break // never the record just stored
+			}
+			if err := data.Delete(epochKey(string(k[8:]), e)); err != nil {
+				return err
+			}
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			if len(sz) == 8 {
+				total -= int64(binary.BigEndian.Uint64(sz))
+			}
+			pruned++
+		}
+		return nil
+	})
+	if err == nil {
+		s.colateBytes = total
+	}
+	return pruned, err
+}
+
+// ColateBytes is the size of every stored COLATE record.
+func (s *Store) ColateBytes() int64 {
+	s.colateMu.Lock()
+	defer s.colateMu.Unlock()
+	return s.colateBytes
+}
+
+// ColatePairs walks the epochs in [from, to] for which probe a or probe b
+// has a stored COLATE vector, oldest first, calling fn with both (nil for
+// a probe without one) until fn returns false or an error. The vectors
+// are only valid during the call.
+func (s *Store) ColatePairs(a, b string, from, to int64, fn func(epoch int64, va, vb *owlv1.ColateVector) (bool, error)) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketColate)
+		ca, cb := bk.Cursor(), bk.Cursor()
+		endA, endB := epochKey(a, to), epochKey(b, to)
+		ka, xa := ca.Seek(epochKey(a, from))
+		kb, xb := cb.Seek(epochKey(b, from))
+		decode := func(k, v []byte) (int64, *owlv1.ColateVector, error) {
+			m := &owlv1.ColateVector{}
+			if err := proto.Unmarshal(v, m); err != nil {
+				return 0, nil, fmt.Errorf("colate record %x: %w", k, err)
+			}
+			return int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ (1 << 63)), m, nil
+		}
+		for {
+			okA := ka != nil && bytes.Compare(ka, endA) <= 0
+			okB := kb != nil && bytes.Compare(kb, endB) <= 0
+			if !okA && !okB {
+				return nil
+			}
+			var ea, eb int64
+			var va, vb *owlv1.ColateVector
+			var err error
+			if okA {
+				if ea, va, err = decode(ka, xa); err != nil {
+					return err
+				}
+			}
+			if okB {
+				if eb, vb, err = decode(kb, xb); err != nil {
+					return err
+				}
+			}
+			e := ea
+			switch {
+			case okA && okB && ea == eb:
+				ka, xa = ca.Next()
+				kb, xb = cb.Next()
+			case okA && (!okB || ea < eb):
+				vb = nil
+				ka, xa = ca.Next()
+			default:
+				e, va = eb, nil
+				kb, xb = cb.Next()
+			}
+			more, err := fn(e, va, vb)
+			if err != nil || !more {
+				return err
+			}
+		}
+	})
+}
+
+// ColateVectors calls fn for a probe's stored COLATE vectors of epochs in
+// [from, to], oldest first, with each record's size, until it returns
+// false.
+func (s *Store) ColateVectors(probe string, from, to int64, fn func(epoch int64, v *owlv1.ColateVector, size int) bool) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketColate).Cursor()
+		end := epochKey(probe, to)
+		for k, x := c.Seek(epochKey(probe, from)); k != nil && bytes.Compare(k, end) <= 0; k, x = c.Next() {
+			m := &owlv1.ColateVector{}
+			if err := proto.Unmarshal(x, m); err != nil {
+				return fmt.Errorf("colate record %x: %w", k, err)
+			}
+			if !fn(int64(binary.BigEndian.Uint64(k[len(k)-8:])^(1<<63)), m, len(x)) {
+				return nil
+			}
+		}
+		return nil
+	})
 }

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +76,74 @@ func TestPending(t *testing.T) {
 	}
 	if got, bad, _ := s.AllPending(); len(got) != 0 || len(bad) != 0 {
 		t.Errorf("final result left pending %v %v", got, bad)
+	}
+}
+
+func TestColatePairsAndRetention(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 1 << 30
+	put := func(probe string, e int64, size int) {
+		t.Helper()
+		if _, err := s.PutColate(probe, &owlv1.ColateVector{Epoch: e, Packets: uint64(e), Vector: make([]byte, size)}, budget, -1<<62); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range []int64{1, 2, 4} {
+		put("a", e, 100)
+	}
+	for _, e := range []int64{2, 3, 4, 5} {
+		put("b", e, 100)
+	}
+	put("ab", 3, 100) // a probe whose name extends another's
+	var walk []string
+	err = s.ColatePairs("a", "b", 2, 4, func(e int64, va, vb *owlv1.ColateVector) (bool, error) {
+		walk = append(walk, fmt.Sprintf("%d:%v/%v", e, va != nil, vb != nil))
+		if va != nil && va.GetPackets() != uint64(e) || vb != nil && vb.GetPackets() != uint64(e) {
+			t.Errorf("epoch %d got the vectors of epochs %d/%d", e, va.GetPackets(), vb.GetPackets())
+		}
+		return true, nil
+	})
+	if err != nil || strings.Join(walk, " ") != "2:true/true 3:false/true 4:true/true" {
+		t.Errorf("walk %v, err %v", walk, err)
+	}
+	total := s.ColateBytes()
+	if total < 8*100 {
+		t.Fatalf("stored bytes %d", total)
+	}
+	put("a", 4, 100) // replacing a record does not count it twice
+	if s.ColateBytes() != total {
+		t.Errorf("replacing changed the total from %d to %d", total, s.ColateBytes())
+	}
+	s.Close()
+	if s, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.ColateBytes() != total {
+		t.Errorf("after reopening: %d bytes, want %d", s.ColateBytes(), total)
+	}
+	// A budget of about four records keeps the newest four.
+	per := total / 8
+	n, err := s.PutColate("c", &owlv1.ColateVector{Epoch: 6, Vector: make([]byte, 100)}, 4*per+per/2, -1<<62)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, p := range []string{"a", "ab", "b", "c"} {
+		_ = s.ColateVectors(p, -100, 100, func(e int64, _ *owlv1.ColateVector, _ int) bool {
+			left = append(left, fmt.Sprintf("%s%d", p, e))
+			return true
+		})
+	}
+	if n != 5 || strings.Join(left, " ") != "a4 b4 b5 c6" {
+		t.Errorf("pruned %d, left %v", n, left)
+	}
+	// An age limit drops what is older whatever the budget.
+	if n, _ := s.PutColate("c", &owlv1.ColateVector{Epoch: 7}, budget, 5); n != 2 {
+		t.Errorf("age limit pruned %d records, want 2 (a4, b4)", n)
 	}
 }

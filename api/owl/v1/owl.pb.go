@@ -3879,6 +3879,11 @@ type GetFlowLatencyHistoricResponse struct {
 	Note string `protobuf:"bytes,13,opt,name=note,proto3" json:"note,omitempty"`
 	// bits_per_packet is the storage the vectors used cost per packet.
 	BitsPerPacket float64 `protobuf:"fixed64,14,opt,name=bits_per_packet,json=bitsPerPacket,proto3" json:"bits_per_packet,omitempty"`
+	// mean_square_ns2 is the estimate of E[D²] behind stddev_ns
+	// (stddev² = mean_square − mean², reported 0 when that is negative:
+	// the virtual repetitions are noisy where the spread is small next to
+	// the mean).
+	MeanSquareNs2 float64 `protobuf:"fixed64,15,opt,name=mean_square_ns2,json=meanSquareNs2,proto3" json:"mean_square_ns2,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4007,6 +4012,13 @@ func (x *GetFlowLatencyHistoricResponse) GetNote() string {
 func (x *GetFlowLatencyHistoricResponse) GetBitsPerPacket() float64 {
 	if x != nil {
 		return x.BitsPerPacket
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetMeanSquareNs2() float64 {
+	if x != nil {
+		return x.MeanSquareNs2
 	}
 	return 0
 }
@@ -4531,7 +4543,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
 	"\x05gamma\x18\x06 \x01(\rR\x05gamma\x12\x12\n" +
-	"\x04beta\x18\a \x01(\x01R\x04beta\"\xfa\x03\n" +
+	"\x04beta\x18\a \x01(\x01R\x04beta\"\xa2\x04\n" +
 	"\x1eGetFlowLatencyHistoricResponse\x12\x17\n" +
 	"\amean_ns\x18\x01 \x01(\x01R\x06meanNs\x12\x1b\n" +
 	"\tstddev_ns\x18\x02 \x01(\x01R\bstddevNs\x12\x18\n" +
@@ -4547,7 +4559,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x05first\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05first\x12.\n" +
 	"\x04last\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x04last\x12\x12\n" +
 	"\x04note\x18\r \x01(\tR\x04note\x12&\n" +
-	"\x0fbits_per_packet\x18\x0e \x01(\x01R\rbitsPerPacket\"\xa7\x01\n" +
+	"\x0fbits_per_packet\x18\x0e \x01(\x01R\rbitsPerPacket\x12&\n" +
+	"\x0fmean_square_ns2\x18\x0f \x01(\x01R\rmeanSquareNs2\"\xa7\x01\n" +
 	"\x18ListColateVectorsRequest\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +

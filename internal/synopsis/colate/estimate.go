@@ -262,6 +262,9 @@ func (q *Query) repetitions(s, r *Vector) float64 {
 	return acc / float64(q.gamma)
 }
 
+// Vectors is how many epochs added so far held the flow.
+func (q *Query) Vectors() int { return q.vectors }
+
 // Estimate returns what the vectors added so far say of the flow.
 func (q *Query) Estimate() (FlowEstimate, error) {
 	out := FlowEstimate{Packets: q.ps, DownPackets: q.pr, Vectors: q.vectors, StddevEpochs: q.sqEpochs, Overflow: q.overflow}

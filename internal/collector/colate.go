@@ -1,0 +1,214 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/synopsis/colate"
+)
+
+// packetCountSource names where GetFlowLatencyHistoric's p_f comes from.
+const packetCountSource = "probe flow table: exact per-vector packet counts of every flow"
+
+// colateVector checks and stores a probe's COLATE vector.
+func (c *Collector) colateVector(probe string, v *owlv1.ColateVector) error {
+	if !c.cfg.Params.Colate.Enabled {
+		c.m.rejected.WithLabelValues("colate_off").Inc()
+		return &rejection{"the collector does not take COLATE vectors (params.colate.enabled is false)"}
+	}
+	cfg := c.cfg.Params.ColateConfig()
+	vec, err := colate.Unmarshal(v.GetVector(), cfg)
+	if err != nil {
+		c.m.rejected.WithLabelValues("colate_malformed").Inc()
+		return &rejection{fmt.Sprintf("COLATE vector of epoch %d: %v", v.GetEpoch(), err)}
+	}
+	if start := c.cfg.Params.Epoch.StartNS(v.GetEpoch()); vec.StartNS() != start {
+		c.m.rejected.WithLabelValues("colate_malformed").Inc()
+		return &rejection{fmt.Sprintf("COLATE vector of epoch %d starts at %d, the epoch at %d", v.GetEpoch(), vec.StartNS(), start)}
+	}
+	kept := &owlv1.ColateVector{Epoch: v.GetEpoch(), FirstUnixNs: v.GetFirstUnixNs(), LastUnixNs: v.GetLastUnixNs(),
+		Packets: vec.Packets(), Vector: v.GetVector(), Clock: v.GetClock()}
+	minEpoch := int64(math.MinInt64)
+	if r := c.cfg.Colate.Retention; r > 0 {
+		minEpoch, _ = c.cfg.Params.Epoch.Of(c.now().Add(-r).UnixNano())
+	}
+	pruned, err := c.store.PutColate(probe, kept, c.cfg.Colate.MaxBytes, minEpoch)
+	if err != nil {
+		return fmt.Errorf("storing COLATE vector: %w", err)
+	}
+	c.m.colateVectors.WithLabelValues(probe).Inc()
+	c.m.colatePackets.WithLabelValues(probe).Add(float64(vec.Packets()))
+	c.m.colateBytesIn.WithLabelValues(probe).Add(float64(len(v.GetVector())))
+	c.m.colatePruned.Add(float64(pruned))
+	c.m.colateStored.Set(float64(c.store.ColateBytes()))
+	if vec.Overflowed() {
+		c.m.colateOverflow.WithLabelValues(probe).Inc()
+	}
+	return nil
+}
+
+// epochRange turns a request's from/to into epochs (unbounded when unset).
+func (c *Collector) epochRange(from, to *timestamppb.Timestamp) (int64, int64) {
+	lo, hi := int64(math.MinInt64/2), int64(math.MaxInt64/2)
+	if from != nil {
+		lo, _ = c.cfg.Params.Epoch.Of(from.AsTime().UnixNano())
+	}
+	if to != nil {
+		hi, _ = c.cfg.Params.Epoch.Of(to.AsTime().UnixNano())
+	}
+	return lo, hi
+}
+
+// flowLatencyHistoric answers GetFlowLatencyHistoric from the stored
+// vectors of the two points, one epoch's pair at a time.
+func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+	if !c.cfg.Params.Colate.Enabled {
+		return nil, status.Error(codes.FailedPrecondition, "COLATE is off: set params.colate.enabled (and -colate on the probes)")
+	}
+	if req.GetUpstream() == "" || req.GetDownstream() == "" || req.GetUpstream() == req.GetDownstream() {
+		return nil, status.Error(codes.InvalidArgument, "upstream and downstream must name two different probes")
+	}
+	key, err := netpath.FlowFromProto(req.GetFlow())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "flow: %v", err)
+	}
+	gamma := int(req.GetGamma())
+	if gamma == 0 {
+		gamma = c.cfg.Colate.Gamma
+	}
+	if gamma > 1_000_000 {
+		return nil, status.Errorf(codes.InvalidArgument, "gamma %d exceeds 1000000", gamma)
+	}
+	beta := req.GetBeta()
+	if beta == 0 {
+		beta = c.cfg.Colate.Beta
+	}
+	if beta < 0 || beta > 1 {
+		return nil, status.Errorf(codes.InvalidArgument, "beta %v out of range (0, 1]", beta)
+	}
+	from, to := c.epochRange(req.GetFrom(), req.GetTo())
+	fh := c.flowHash(key)
+	cfg := c.cfg.Params.ColateConfig()
+	q := colate.NewQuery(fh, gamma, rand.New(rand.NewPCG(fh, 1)))
+	out := &owlv1.GetFlowLatencyHistoricResponse{Beta: beta, PacketCountSource: packetCountSource}
+	var storedBits, storedPackets float64
+	var first, last int64
+	err = c.store.ColatePairs(req.GetUpstream(), req.GetDownstream(), from, to, func(e int64, va, vb *owlv1.ColateVector) (bool, error) {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		var s, r *colate.Vector
+		var err error
+		if va != nil {
+			if s, err = colate.Unmarshal(va.GetVector(), cfg); err != nil {
+				return false, fmt.Errorf("%s epoch %d: %w", req.GetUpstream(), e, err)
+			}
+		}
+		if vb != nil {
+			if r, err = colate.Unmarshal(vb.GetVector(), cfg); err != nil {
+				return false, fmt.Errorf("%s epoch %d: %w", req.GetDownstream(), e, err)
+			}
+		}
+		before := q.Vectors()
+		if err := q.Add(s, r); err != nil {
+			return false, err
+		}
+		if q.Vectors() > before {
+			if first == 0 {
+				first = c.cfg.Params.Epoch.StartNS(e)
+			}
+			last = c.cfg.Params.Epoch.EndNS(e)
+			for _, v := range []*owlv1.ColateVector{va, vb} {
+				if v != nil {
+					storedBits += 8 * float64(len(v.GetVector()))
+					storedPackets += float64(v.GetPackets())
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return nil, status.Errorf(codes.Internal, "reading COLATE vectors: %v", err)
+	}
+	est, err := q.Estimate()
+	out.Packets, out.DownstreamPackets, out.Vectors = est.Packets, est.DownPackets, uint32(est.Vectors)
+	if storedPackets > 0 {
+		out.BitsPerPacket = storedBits / storedPackets
+	}
+	if first != 0 {
+		out.First, out.Last = timestamppb.New(time.Unix(0, first)), timestamppb.New(time.Unix(0, last))
+	}
+	if errors.Is(err, colate.ErrNoPackets) {
+		out.Note = fmt.Sprintf("the flow has no packets in the stored vectors of %s and %s in this range", req.GetUpstream(), req.GetDownstream())
+		return out, nil
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	out.MeanNs, out.StddevNs, out.StddevEpochs, out.MeanSquareNs2 = est.MeanNS, est.StddevNS, uint32(est.StddevEpochs), est.SecondMomentNS2
+	out.Alpha = colate.Reliability(est.MeanNS, est.MeanErrNS, beta)
+	out.HalfWidthNs = colate.HalfWidth(est.MeanErrNS, c.cfg.Colate.Alpha)
+	var notes []string
+	if est.Packets != est.DownPackets {
+		notes = append(notes, fmt.Sprintf("%d packets upstream, %d downstream: lost packets (or a range that cuts the flow) bias the mean", est.Packets, est.DownPackets))
+	}
+	if est.Overflow {
+		notes = append(notes, "a vector's counter outgrew its bits: raise colate bits")
+	}
+	if est.StddevEpochs == 0 {
+		notes = append(notes, "no epoch with the same packet count at both points: no standard deviation")
+	}
+	for i, n := range notes {
+		if i > 0 {
+			out.Note += "; "
+		}
+		out.Note += n
+	}
+	return out, nil
+}
+
+// listColateVectors answers ListColateVectors.
+func (c *Collector) listColateVectors(req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
+	if req.GetProbeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "probe_id is required")
+	}
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 100
+	}
+	from, to := c.epochRange(req.GetFrom(), req.GetTo())
+	cfg := c.cfg.Params.ColateConfig()
+	out := &owlv1.ListColateVectorsResponse{StoredBytes: uint64(c.store.ColateBytes())}
+	err := c.store.ColateVectors(req.GetProbeId(), from, to, func(e int64, v *owlv1.ColateVector, size int) bool {
+		info := &owlv1.ColateVectorInfo{ProbeId: req.GetProbeId(), Epoch: e, Start: timestamppb.New(time.Unix(0, c.cfg.Params.Epoch.StartNS(e))),
+			Packets: v.GetPackets(), Bytes: uint64(size)}
+		if v.GetPackets() > 0 {
+			info.BitsPerPacket = 8 * float64(len(v.GetVector())) / float64(v.GetPackets())
+		}
+		if vec, err := colate.Unmarshal(v.GetVector(), cfg); err == nil {
+			info.Flows, info.Overflowed = uint32(vec.Flows()), vec.Overflowed()
+		}
+		out.Vectors = append(out.Vectors, info)
+		if len(out.Vectors) > limit {
+			out.Vectors = out.Vectors[1:]
+		}
+		return true
+	})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading COLATE vectors: %v", err)
+	}
+	return out, nil
+}
