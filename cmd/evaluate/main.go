@@ -55,6 +55,7 @@ func main() {
 	fs.Float64Var(&colCfg.RAMBits, "colate-ram-bits", colCfg.RAMBits, "RAM per point in bits (-colate-triangle)")
 	fs.Float64Var(&colCfg.LinkRate, "colate-link-rate", colCfg.LinkRate, "packets/s per link (-colate-triangle)")
 	fs.DurationVar(&colCfg.Span, "colate-span", colCfg.Span, "vector span (-colate-triangle)")
+	fs.Var(cli.IntPairs{P: &colCfg.Shapes}, "colate-shapes", "also evaluate these vector shapes N:M,... (counters n, subvector m), whatever the solver says (-colate-triangle)")
 	cfg.Identity.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 

@@ -100,3 +100,33 @@ func (l Uint8List) Set(s string) error {
 	*l.P = out
 	return nil
 }
+
+// IntPairs is a flag holding comma-separated pairs A:B of integers.
+type IntPairs struct{ P *[][2]int }
+
+func (l IntPairs) String() string {
+	if l.P == nil {
+		return ""
+	}
+	s := make([]string, len(*l.P))
+	for i, v := range *l.P {
+		s[i] = fmt.Sprintf("%d:%d", v[0], v[1])
+	}
+	return strings.Join(s, ",")
+}
+
+// Set parses a comma-separated list of A:B.
+func (l IntPairs) Set(s string) error {
+	var out [][2]int
+	for _, f := range strings.Split(s, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(f), ":")
+		x, err1 := strconv.Atoi(a)
+		y, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("%q is not a list of N:M pairs", s)
+		}
+		out = append(out, [2]int{x, y})
+	}
+	*l.P = out
+	return nil
+}

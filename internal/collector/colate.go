@@ -100,7 +100,17 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 	fh := c.flowHash(key)
 	cfg := c.cfg.Params.ColateConfig()
 	q := colate.NewQuery(fh, gamma, rand.New(rand.NewPCG(fh, 1)))
-	out := &owlv1.GetFlowLatencyHistoricResponse{Beta: beta, PacketCountSource: packetCountSource}
+	switch req.GetEstimator() {
+	case "", "robust":
+		q.Robust()
+	case "paper":
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "estimator %q: want robust or paper", req.GetEstimator())
+	}
+	out := &owlv1.GetFlowLatencyHistoricResponse{Beta: beta, PacketCountSource: packetCountSource, Estimator: "paper"}
+	if req.GetEstimator() != "paper" {
+		out.Estimator = "robust"
+	}
 	var storedBits, storedPackets float64
 	var first, last int64
 	err = c.store.ColatePairs(req.GetUpstream(), req.GetDownstream(), from, to, func(e int64, va, vb *owlv1.ColateVector) (bool, error) {
@@ -145,6 +155,7 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 	}
 	est, err := q.Estimate()
 	out.Packets, out.DownstreamPackets, out.Vectors = est.Packets, est.DownPackets, uint32(est.Vectors)
+	out.LeftOutCounters, out.UnpairedEpochs = uint32(est.LeftOut), uint32(est.Unpaired)
 	if storedPackets > 0 {
 		out.BitsPerPacket = storedBits / storedPackets
 	}

@@ -28,6 +28,8 @@ type ColateConfig struct {
 	RAMBits float64
 	// Requirements to solve for, one row each.
 	Requirements [][2]float64 // (α, β)
+	// Shapes are (n, m) to evaluate as well, whatever the solver says.
+	Shapes [][2]int
 	// MinPackets is the smallest flow (packets per vector) the guarantee
 	// is asked for: t_min is the timestamp sum of such a flow.
 	MinPackets int
@@ -44,13 +46,17 @@ func DefaultColateConfig() ColateConfig {
 
 // ColateRow is one requirement's outcome.
 type ColateRow struct {
-	Alpha, Beta  float64
-	Params       colate.Parameters
-	Err          error
-	Flows        int     // qualifying flow-vector pairs
-	Within       float64 // fraction within β of the true mean
-	BitsPerPkt   float64 // counters only
-	FlowBitsPerP float64 // the per-vector flow counts on top
+	Alpha, Beta float64
+	Params      colate.Parameters
+	Err         error
+	Flows       int     // qualifying flow-vector pairs
+	Within      float64 // fraction within β of the true mean (paper's Eq. 4)
+	// WithinRobust is the fraction within β with the robust estimate
+	// (see colate/robust.go), Within1 within 1% with it.
+	WithinRobust, Within1 float64
+	Fixed                 bool    // Params given, not solved
+	BitsPerPkt            float64 // counters only
+	FlowBitsPerP          float64 // the per-vector flow counts on top
 }
 
 type colFlow struct {
@@ -125,9 +131,28 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 	tMin := float64(cfg.MinPackets) * float64(spanNS) / 2
 	rho := rhos[len(rhos)/2]
 	var rows []ColateRow
+	type job struct {
+		req   [2]float64
+		shape [2]int
+	}
+	var jobs []job
 	for _, req := range cfg.Requirements {
+		jobs = append(jobs, job{req: req})
+	}
+	for _, sh := range cfg.Shapes {
+		jobs = append(jobs, job{req: [2]float64{0.95, 0.05}, shape: sh})
+	}
+	for _, jb := range jobs {
+		req := jb.req
 		row := ColateRow{Alpha: req[0], Beta: req[1]}
-		p, err := colate.Solve(colate.Requirement{RAMBits: cfg.RAMBits, Alpha: req[0], Beta: req[1], TMin: tMin, TMax: tMax, Rho: rho})
+		var p colate.Parameters
+		var err error
+		if jb.shape[0] > 0 {
+			p = colate.Parameters{Counters: jb.shape[0], Subvector: jb.shape[1], Bits: 64}
+			row.Fixed = true
+		} else {
+			p, err = colate.Solve(colate.Requirement{RAMBits: cfg.RAMBits, Alpha: req[0], Beta: req[1], TMin: tMin, TMax: tMax, Rho: rho})
+		}
 		row.Params, row.Err = p, err
 		if err != nil {
 			rows = append(rows, row)
@@ -152,7 +177,8 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 				flowEntries += float64(v.Flows())
 			}
 		}
-		within := 0
+		row.FlowBitsPerP = flowEntries * (64 + 8) / packets // hash and a varint count, as on the wire
+		within, withinR, within1 := 0, 0, 0
 		for fh, f := range flows {
 			if f.n < cfg.MinPackets {
 				continue
@@ -161,32 +187,61 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 			if err != nil {
 				continue
 			}
+			q := colate.NewQuery(fh, 0, nil).Robust()
+			for e := f.vector; e <= f.vector+1; e++ {
+				if err := q.Add(vecs[f.src][e], vecs[f.dst][e]); err != nil {
+					return nil, err
+				}
+			}
+			rob, err := q.Estimate()
+			if err != nil {
+				continue
+			}
 			row.Flows++
 			mu := f.sumNS / float64(f.n)
 			if math.Abs(est.MeanNS-mu) <= req[1]*mu {
 				within++
 			}
+			if math.Abs(rob.MeanNS-mu) <= req[1]*mu {
+				withinR++
+			}
+			if math.Abs(rob.MeanNS-mu) <= 0.01*mu {
+				within1++
+			}
 		}
 		if row.Flows > 0 {
 			row.Within = float64(within) / float64(row.Flows)
+			row.WithinRobust = float64(withinR) / float64(row.Flows)
+			row.Within1 = float64(within1) / float64(row.Flows)
 		}
-		vectors := float64(3 * (nSpans + 1))
-		row.BitsPerPkt = vectors * float64(p.Counters*p.Bits) / packets
-		row.FlowBitsPerP = flowEntries * (64 + 32) / packets
+		// Stored as the wire form does: each vector's counters at the
+		// width its largest needs.
+		var bits float64
+		for x := range 3 {
+			for _, v := range vecs[x] {
+				b, _ := v.MarshalBinary()
+				bits += 8 * float64(len(b))
+			}
+		}
+		row.BitsPerPkt = bits/packets - row.FlowBitsPerP
 		rows = append(rows, row)
 	}
 	if cfg.Output != nil {
 		fmt.Fprintf(cfg.Output, "COLATE triangle: 3 points, 6 links × %.0f packets/s, %v, %v vectors, M = %.0f bits; measured t_min %.3g (flows of %d packets), t_max %.3g, ρ %.3g\n",
 			cfg.LinkRate, cfg.Duration, cfg.Span, cfg.RAMBits, tMin, cfg.MinPackets, tMax, rho)
 		w := tabwriter.NewWriter(cfg.Output, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(w, "α\tβ\tn\tm\tb\tT\tflows\twithin β\tmet\tbits/packet (counters)\t(+ flow counts)\t")
+		fmt.Fprintln(w, "α\tβ\tn\tm\tb\tT\tflows\twithin β (paper)\twithin β (robust)\twithin 1% (robust)\tbits/packet (counters)\t(+ flow counts)\t")
 		for _, r := range rows {
 			if r.Err != nil {
-				fmt.Fprintf(w, "%.2f\t%.2f\t%v\t\t\t\t\t\t\t\t\t\n", r.Alpha, r.Beta, r.Err)
+				fmt.Fprintf(w, "%.2f\t%.2f\t%v\t\t\t\t\t\t\t\t\t\t\n", r.Alpha, r.Beta, r.Err)
 				continue
 			}
-			fmt.Fprintf(w, "%.2f\t%.2f\t%d\t%d\t%d\t%.3g\t%d\t%.1f%%\t%t\t%.2f\t%.2f\t\n", r.Alpha, r.Beta, r.Params.Counters, r.Params.Subvector,
-				r.Params.Bits, r.Params.Threshold, r.Flows, 100*r.Within, r.Within >= r.Alpha, r.BitsPerPkt, r.FlowBitsPerP)
+			a, b := fmt.Sprintf("%.2f", r.Alpha), fmt.Sprintf("%.2f", r.Beta)
+			if r.Fixed {
+				a, b = "given", "n, m"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.3g\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f\t%.2f\t\n", a, b, r.Params.Counters, r.Params.Subvector,
+				r.Params.Bits, r.Params.Threshold, r.Flows, 100*r.Within, 100*r.WithinRobust, 100*r.Within1, r.BitsPerPkt, r.FlowBitsPerP)
 		}
 		w.Flush()
 	}

@@ -3765,7 +3765,11 @@ type GetFlowLatencyHistoricRequest struct {
 	Gamma uint32 `protobuf:"varint,6,opt,name=gamma,proto3" json:"gamma,omitempty"`
 	// beta is the confidence interval to report the achieved reliability
 	// for; 0 means the collector's default.
-	Beta          float64 `protobuf:"fixed64,7,opt,name=beta,proto3" json:"beta,omitempty"`
+	Beta float64 `protobuf:"fixed64,7,opt,name=beta,proto3" json:"beta,omitempty"`
+	// estimator is "robust" (the default: the flow's counters that hold a
+	// packet seen at one point only are left out, see README) or "paper"
+	// (COLATE's Theorem 2 as published).
+	Estimator     string `protobuf:"bytes,8,opt,name=estimator,proto3" json:"estimator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3849,6 +3853,13 @@ func (x *GetFlowLatencyHistoricRequest) GetBeta() float64 {
 	return 0
 }
 
+func (x *GetFlowLatencyHistoricRequest) GetEstimator() string {
+	if x != nil {
+		return x.Estimator
+	}
+	return ""
+}
+
 type GetFlowLatencyHistoricResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// mean and standard deviation of the flow's one-way delay, in ns.
@@ -3884,8 +3895,15 @@ type GetFlowLatencyHistoricResponse struct {
 	// the virtual repetitions are noisy where the spread is small next to
 	// the mean).
 	MeanSquareNs2 float64 `protobuf:"fixed64,15,opt,name=mean_square_ns2,json=meanSquareNs2,proto3" json:"mean_square_ns2,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// estimator is the estimator used; left_out_counters counts the flow's
+	// counters (over all epochs) the robust estimator left out, and
+	// unpaired_epochs the epochs it could not use (the flow in one point's
+	// vector only: a range end, a lost packet, a probe without a vector).
+	Estimator       string `protobuf:"bytes,16,opt,name=estimator,proto3" json:"estimator,omitempty"`
+	LeftOutCounters uint32 `protobuf:"varint,17,opt,name=left_out_counters,json=leftOutCounters,proto3" json:"left_out_counters,omitempty"`
+	UnpairedEpochs  uint32 `protobuf:"varint,18,opt,name=unpaired_epochs,json=unpairedEpochs,proto3" json:"unpaired_epochs,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
@@ -4019,6 +4037,27 @@ func (x *GetFlowLatencyHistoricResponse) GetBitsPerPacket() float64 {
 func (x *GetFlowLatencyHistoricResponse) GetMeanSquareNs2() float64 {
 	if x != nil {
 		return x.MeanSquareNs2
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetEstimator() string {
+	if x != nil {
+		return x.Estimator
+	}
+	return ""
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetLeftOutCounters() uint32 {
+	if x != nil {
+		return x.LeftOutCounters
+	}
+	return 0
+}
+
+func (x *GetFlowLatencyHistoricResponse) GetUnpairedEpochs() uint32 {
+	if x != nil {
+		return x.UnpairedEpochs
 	}
 	return 0
 }
@@ -4533,7 +4572,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
 	"ORDER_LOSS\x10\x02\";\n" +
 	"\x10TopFlowsResponse\x12'\n" +
-	"\x05flows\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05flows\"\x86\x02\n" +
+	"\x05flows\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05flows\"\xa4\x02\n" +
 	"\x1dGetFlowLatencyHistoricRequest\x12#\n" +
 	"\x04flow\x18\x01 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12\x1e\n" +
@@ -4543,7 +4582,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
 	"\x05gamma\x18\x06 \x01(\rR\x05gamma\x12\x12\n" +
-	"\x04beta\x18\a \x01(\x01R\x04beta\"\xa2\x04\n" +
+	"\x04beta\x18\a \x01(\x01R\x04beta\x12\x1c\n" +
+	"\testimator\x18\b \x01(\tR\testimator\"\x95\x05\n" +
 	"\x1eGetFlowLatencyHistoricResponse\x12\x17\n" +
 	"\amean_ns\x18\x01 \x01(\x01R\x06meanNs\x12\x1b\n" +
 	"\tstddev_ns\x18\x02 \x01(\x01R\bstddevNs\x12\x18\n" +
@@ -4560,7 +4600,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04last\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x04last\x12\x12\n" +
 	"\x04note\x18\r \x01(\tR\x04note\x12&\n" +
 	"\x0fbits_per_packet\x18\x0e \x01(\x01R\rbitsPerPacket\x12&\n" +
-	"\x0fmean_square_ns2\x18\x0f \x01(\x01R\rmeanSquareNs2\"\xa7\x01\n" +
+	"\x0fmean_square_ns2\x18\x0f \x01(\x01R\rmeanSquareNs2\x12\x1c\n" +
+	"\testimator\x18\x10 \x01(\tR\testimator\x12*\n" +
+	"\x11left_out_counters\x18\x11 \x01(\rR\x0fleftOutCounters\x12'\n" +
+	"\x0funpaired_epochs\x18\x12 \x01(\rR\x0eunpairedEpochs\"\xa7\x01\n" +
 	"\x18ListColateVectorsRequest\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +

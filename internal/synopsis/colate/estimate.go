@@ -32,6 +32,11 @@ type FlowEstimate struct {
 	StddevEpochs int
 	// Overflow is true when a vector used had a counter outgrow its bits.
 	Overflow bool
+	// LeftOut counts the flow's counters (over all epochs) the robust
+	// estimate left out as holding a one-sided packet; Unpaired the
+	// epochs it could not use (the flow in one point's vector only, or a
+	// point without a vector).
+	LeftOut, Unpaired int
 }
 
 // Mean estimates a flow's mean delay from the vectors of the upstream (s)
@@ -140,6 +145,21 @@ type Query struct {
 	sqPackets  uint64
 	sqEpochs   int
 	overflow   bool
+
+	// robust mode (see robust.go): sums over epochs with both vectors.
+	robust      bool
+	robSum      float64 // ns
+	robPackets  float64
+	robNoise    float64 // ns²
+	robLeft     int     // counters left out
+	robUnpaired int     // epochs of the flow without a vector pair
+}
+
+// Robust makes the query use the robust estimate of robust.go instead of
+// the paper's Eq. 4: only epochs with a vector of each point count.
+func (q *Query) Robust() *Query {
+	q.robust = true
+	return q
 }
 
 // NewQuery starts a query for one flow; gamma virtual repetitions per
@@ -209,8 +229,29 @@ func (q *Query) Add(s, r *Vector) error {
 			q.noise += scale * spread(r.counters, nil)
 		}
 	}
+	var left []bool
+	if q.robust {
+		if s == nil || r == nil || s.startNS != r.startNS || ps == 0 || pr == 0 {
+			q.robUnpaired++
+		} else {
+			sum, l, noise := robustPair(s, r, q.flow)
+			left = l
+			k := m - float64(countTrue(l))
+			q.robSum += sum * unit
+			q.robPackets += float64(ps+pr) / 2
+			q.robLeft += countTrue(l)
+			if k > 0 {
+				// k counters of noise, scaled up to m; and the
+				// packets of the m − k counters left out, estimated
+				// from the others' (a binomial share of p).
+				pe := float64(ps+pr) / 2
+				mu := sum * unit / pe
+				q.robNoise += (m / k) * (m / k) * (k*noise*unit*unit + (m-k)*(pe/m)*(1-1/m)*mu*mu)
+			}
+		}
+	}
 	if paired && ps == pr && q.gamma > 0 {
-		q.sq += q.repetitions(s, r)
+		q.sq += q.repetitions(s, r, left)
 		q.sqPackets += uint64(ps)
 		q.sqEpochs++
 	}
@@ -239,14 +280,22 @@ func spread(a, b []uint64) float64 {
 }
 
 // repetitions averages Σ_l (v_R[l] − v_S[l])² over gamma random pairings
-// of the denoised counters (Theorem 4), in ns².
-func (q *Query) repetitions(s, r *Vector) float64 {
+// of the denoised counters (Theorem 4), in ns². Counters in left are left
+// out (and one more when that leaves an odd number), the result scaled
+// back to all m.
+func (q *Query) repetitions(s, r *Vector, left []bool) float64 {
 	ws, wr := s.Denoise(q.flow), r.Denoise(q.flow)
 	unit := float64(q.cfg.Unit)
-	m := len(ws)
-	perm := make([]int, m)
-	for i := range perm {
-		perm[i] = i
+	var perm []int
+	for i := range ws {
+		if left == nil || !left[i] {
+			perm = append(perm, i)
+		}
+	}
+	perm = perm[:len(perm)&^1]
+	m := len(perm)
+	if m == 0 {
+		return 0
 	}
 	var acc float64
 	for range q.gamma {
@@ -259,7 +308,7 @@ func (q *Query) repetitions(s, r *Vector) float64 {
 		}
 		acc += sq
 	}
-	return acc / float64(q.gamma)
+	return acc / float64(q.gamma) * float64(len(ws)) / float64(m)
 }
 
 // Vectors is how many epochs added so far held the flow.
@@ -273,6 +322,14 @@ func (q *Query) Estimate() (FlowEstimate, error) {
 	}
 	out.MeanNS = (q.sumR - q.sumS) / float64(q.ps)
 	out.MeanErrNS = math.Sqrt(q.noise) / float64(q.ps)
+	if q.robust {
+		out.LeftOut, out.Unpaired = q.robLeft, q.robUnpaired
+		if q.robPackets == 0 {
+			return out, ErrNoPackets
+		}
+		out.MeanNS = q.robSum / q.robPackets
+		out.MeanErrNS = math.Sqrt(q.robNoise) / q.robPackets
+	}
 	if q.sqPackets > 0 {
 		out.SecondMomentNS2 = q.sq / float64(q.sqPackets)
 		out.StddevNS = math.Sqrt(math.Max(out.SecondMomentNS2-out.MeanNS*out.MeanNS, 0))

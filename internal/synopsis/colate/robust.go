@@ -1,0 +1,223 @@
+package colate
+
+import (
+	"math"
+	"slices"
+)
+
+// The paper's estimate (Theorem 2) takes the other flows' part of a flow's
+// counters to be their average share, m/n of the vector's sum. Its error
+// is heavy-tailed: a packet seen at one point only (traffic to or from a
+// third point, or a packet that crossed an epoch boundary on its way)
+// adds its whole timestamp, up to the epoch's length, to one counter. Most
+// flows get none of these packets in their m counters and are then pushed
+// off by the m/n share of them that Eq. 4 takes out; the few that do get
+// one are off by far more. On the pair difference D = R − S of two
+// vectors with one start, such counters stand out: a counter holding only
+// packets that crossed both points holds the sum of their delays, a few
+// microseconds to milliseconds, against up to a second for a one-sided
+// packet. The robust estimate leaves them out, both from the other flows'
+// share and from the flow's own counters, and scales the flow's remaining
+// counters up to all m.
+
+// outlierFactor is how many robust scales from the flow's line a counter
+// may lie before it is taken for holding a one-sided packet.
+const outlierFactor = 8
+
+// massFactor is how many robust scales above the flow's median upstream
+// counter a counter may hold before it is taken for one shared with
+// another flow.
+const massFactor = 5
+
+// massMinPackets is the fewest packets per counter (p/m) a flow needs for
+// the mass test.
+const massMinPackets = 8
+
+// lightFactor times the typical non-zero counter difference bounds the
+// counters that make the other flows' share.
+const lightFactor = 8
+
+// shareCut is the largest |R − S| of a counter, as a share of the epoch,
+// that counts towards the other flows' share: a counter holding only
+// packets that crossed both points holds the sum of their delays, far
+// below it; one-sided packets mostly lie above.
+const shareCut = 1.0 / 64
+
+// robustSample bounds the counters typicalDiff looks at.
+const robustSample = 4096
+
+// medMAD returns the median and the median absolute deviation of x
+// (which it reorders).
+func medMAD(x []float64) (med, mad float64) {
+	slices.Sort(x)
+	med = median(x)
+	for i := range x {
+		x[i] = math.Abs(x[i] - med)
+	}
+	slices.Sort(x)
+	return med, median(x)
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// robustPair estimates the sum of a flow's delays in one epoch from the
+// flow's counters of two vectors with one start, in units; it says which of
+// the flow's m counters it left out, and the variance of a counter's
+// difference from the other flows (the noise of one counter).
+//
+// A counter j of the flow holds, upstream, S_j ≈ N_j·t̄ (N_j of the flow's
+// packets, at t̄ on average into the epoch) and, as the difference,
+// D_j = R_j − S_j ≈ N_j·μ: D_j ≈ ρ·S_j with one ratio ρ = μ/t̄ for all j,
+// whatever N_j. A one-sided packet at t moves S_j or R_j by t and D_j by
+// ∓t, far off that line. Counters more than outlierFactor robust scales
+// off the line (ρ the median ratio) are left out; the others' sum, less
+// the other flows' share, is scaled up to all m counters.
+func robustPair(s, r *Vector, flowHash uint64) (sum float64, left []bool, noise float64) {
+	m := s.cfg.Subvector
+	span := float64(s.cfg.Span) / float64(s.cfg.Unit)
+	cut := min(shareCut*span, lightFactor*typicalDiff(s.counters, r.counters))
+	// The other flows' share: the mean difference of counters below the
+	// cut, that is of counters holding a few packets that crossed both
+	// points (counters of heavy flows are left to the mass test below).
+	var total, total2 float64
+	for i := range s.counters {
+		if d := float64(r.counters[i]) - float64(s.counters[i]); math.Abs(d) <= cut {
+			total += d
+			total2 += d * d
+		}
+	}
+	count := len(s.counters)
+	up := make([]float64, m)
+	own := make([]float64, m)
+	var ratios []float64
+	for j := range own {
+		i := s.index(flowHash, uint64(j))
+		up[j] = float64(s.counters[i])
+		own[j] = float64(r.counters[i]) - up[j]
+		if up[j] > 0 {
+			ratios = append(ratios, own[j]/up[j])
+		}
+	}
+	slices.Sort(ratios)
+	rho := median(ratios)
+	off := make([]float64, m)
+	abs := make([]float64, m)
+	for j := range own {
+		off[j] = own[j] - rho*up[j]
+		abs[j] = math.Abs(own[j])
+	}
+	oMed, oMAD := medMAD(slices.Clone(off))
+	slices.Sort(abs)
+	scale := max(oMAD, 0.05*median(abs), cut/outlierFactor/8)
+	// A counter the flow shares with another flow's subvector holds that
+	// flow's share of packets too: its mass stands out from the flow's
+	// other counters (N_j ≈ p/m each) while its ratio does not.
+	// With N_j ~ Binomial(p, 1/m) of the flow's p packets in counter j,
+	// a counter whose mass lies massFactor standard deviations above
+	// the median's holds another flow's too.
+	uMed := median(sortedCopy(up))
+	perCounter := float64(s.FlowPackets(flowHash)) / float64(m)
+	massCut := math.Inf(1)
+	// Below massMinPackets per counter, a counter's mass says more about
+	// when its packets came than about how many there were: no test.
+	if perCounter >= massMinPackets && uMed > 0 {
+		massCut = uMed * (1 + massFactor/math.Sqrt(perCounter))
+	}
+	left = make([]bool, m)
+	var kept float64
+	k := 0
+	offLine := make([]bool, m)
+	recovered := 0
+	var sumD, sumS float64
+	for j := range own {
+		offLine[j] = math.Abs(off[j]-oMed) > outlierFactor*scale
+		left[j] = offLine[j] || up[j] > massCut
+		if !left[j] {
+			sumD += own[j]
+			sumS += up[j]
+		}
+	}
+	if sumS > 0 {
+		// The ratio of the counters kept, a steadier ρ than the median
+		// of single counters' ratios.
+		rho = sumD / sumS
+	}
+	for j, d := range own {
+		switch {
+		case up[j] > massCut:
+			// Another flow's packets on both sides: left out.
+			continue
+		case offLine[j]:
+			recovered++
+			// A one-sided packet on one side: the flow's part comes
+			// from the other side through the ratio, D ≈ ρ·S and
+			// R ≈ (1 + ρ)·S. Below the line, S got the packet; above
+			// it, R did.
+			if off[j] < oMed {
+				d = rho * (up[j] + own[j]) / (1 + rho)
+			} else {
+				d = rho * up[j]
+			}
+		}
+		kept += d
+		k++
+		if math.Abs(d) <= cut {
+			// The flow's own counters are not the others' share.
+			total -= d
+			total2 -= d * d
+			count--
+		}
+	}
+	if k == 0 || count <= 0 {
+		return 0, left, 0
+	}
+	share := total / float64(count)
+	// A counter's noise: the other flows' part (the spread of the light
+	// counters), and for the counters recovered through the ratio, the
+	// spread of the kept ones around the line (MAD × 1.4826 as σ).
+	noise = max(total2/float64(count)-share*share, 0)
+	if k > 0 {
+		sd := 1.4826 * oMAD
+		noise += float64(recovered) * sd * sd / float64(k)
+	}
+	return (kept - float64(k)*share) * float64(m) / float64(k), left, noise
+}
+
+// typicalDiff is the median |R − S| of the non-zero counter differences,
+// from an even sample of at most robustSample counters.
+func typicalDiff(s, r []uint64) float64 {
+	step := max(1, len(s)/robustSample)
+	d := make([]float64, 0, robustSample+1)
+	for i := 0; i < len(s); i += step {
+		if x := math.Abs(float64(r[i]) - float64(s[i])); x != 0 {
+			d = append(d, x)
+		}
+	}
+	slices.Sort(d)
+	return median(d)
+}
+
+func sortedCopy(x []float64) []float64 {
+	y := slices.Clone(x)
+	slices.Sort(y)
+	return y
+}
+
+func countTrue(b []bool) int {
+	c := 0
+	for _, x := range b {
+		if x {
+			c++
+		}
+	}
+	return c
+}
