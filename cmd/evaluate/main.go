@@ -55,6 +55,8 @@ func main() {
 	fs.Float64Var(&colCfg.RAMBits, "colate-ram-bits", colCfg.RAMBits, "RAM per point in bits (-colate-triangle)")
 	fs.Float64Var(&colCfg.LinkRate, "colate-link-rate", colCfg.LinkRate, "packets/s per link (-colate-triangle)")
 	fs.DurationVar(&colCfg.Span, "colate-span", colCfg.Span, "vector span (-colate-triangle)")
+	fs.DurationVar(&colCfg.Duration, "colate-duration", colCfg.Duration, "traffic duration (-colate-triangle)")
+	fs.BoolVar(&colCfg.PaperThreshold, "colate-paper-threshold", false, "solve as the paper does, for vectors dumped at a sum of T (-colate-triangle)")
 	fs.Var(cli.IntPairs{P: &colCfg.Shapes}, "colate-shapes", "also evaluate these vector shapes N:M,... (counters n, subvector m), whatever the solver says (-colate-triangle)")
 	cfg.Identity.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -24,7 +25,9 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/sim"
 )
 
@@ -82,8 +85,11 @@ func run(dir string, keep bool) error {
 		fmt.Print(tg.Log())
 		fmt.Fprintf(&paths, "  - {name: %s, upstream: up-%s, downstream: down-%s}\n", l.name, l.name, l.name)
 	}
-	cfg := fmt.Sprintf("grpc_listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\ndata_dir: %s\npair_timeout: 5s\npaths:\n%s",
-		filepath.Join(dir, "data"), paths.String())
+	// COLATE on as well: every probe keeps one vector of all its packets
+	// per epoch, so that any flow between any two of them can be asked
+	// for afterwards.
+	cfg := fmt.Sprintf("grpc_listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\ndata_dir: %s\npair_timeout: 5s\nparams:\n  colate: {enabled: true, counters: %d}\npaths:\n%s",
+		filepath.Join(dir, "data"), colateCounters, paths.String())
 	coll, addrs, err := env.StartCollector("collector", cfg)
 	if err != nil {
 		return err
@@ -93,7 +99,7 @@ func run(dir string, keep bool) error {
 	for _, l := range losses {
 		for _, side := range []string{"up", "down"} {
 			p, err := env.Start(side+"-"+l.name, "probe", "-id", side+"-"+l.name, "-collector", addrs.GRPC,
-				"-file", filepath.Join(dir, l.name+"-"+side+".pcap"))
+				"-file", filepath.Join(dir, l.name+"-"+side+".pcap"), "-colate", "-colate-counters", fmt.Sprint(colateCounters))
 			if err != nil {
 				return err
 			}
@@ -125,8 +131,12 @@ func run(dir string, keep bool) error {
 		fmt.Printf("\n=== path %s: GetPathStats over gRPC vs ground truth (loss %s %s; 1 s epochs)\n", l.name, l.loss, strings.Join(l.args, " "))
 		printTable(stats, truths)
 	}
+	if err := colateTable(ctx, q, root, filepath.Join(dir, losses[0].name+"-truth.csv"), losses[0].name); err != nil {
+		return err
+	}
 	fmt.Printf("\nlogs, captures and data in %s\n", dir)
 	fmt.Printf("try: grpcurl -plaintext -d '{\"path\":\"loss-1pct\",\"limit\":2}' %s owl.v1.QueryService/GetPathStats\n", addrs.GRPC)
+	fmt.Printf("     grpcurl -plaintext -d '{\"flow\":{\"src\":\"10.99.0.2\",\"dst\":\"10.99.0.1\",\"srcPort\":8080,\"dstPort\":44368,\"protocol\":6},\"upstream\":\"up-loss-0\",\"downstream\":\"down-loss-0\"}' %s owl.v1.QueryService/GetFlowLatencyHistoric\n", addrs.GRPC)
 	if keep {
 		fmt.Println("collector kept running; Ctrl-C to stop")
 		sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -134,6 +144,69 @@ func run(dir string, keep bool) error {
 		<-sig.Done()
 	}
 	return coll.Stop(10 * time.Second)
+}
+
+// colateCounters is the demo's COLATE vector size (n).
+const colateCounters = 16384
+
+// colateTable asks GetFlowLatencyHistoric for the trace's five heaviest
+// flows between the two points of a lossless path, and prints the answers
+// beside each flow's true mean over the whole run.
+func colateTable(ctx context.Context, q owlv1.QueryServiceClient, root, truthPath, path string) error {
+	f, err := os.Open(truthPath)
+	if err != nil {
+		return err
+	}
+	truth, err := sim.ReadTruth(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	link, frames, err := sim.ReadCapture(filepath.Join(root, "testdata", "trace.pcap"))
+	if err != nil {
+		return err
+	}
+	dec, err := capture.NewDecoder(link, capture.DefaultIdentityConfig())
+	if err != nil {
+		return err
+	}
+	type sums struct{ n, sum float64 }
+	flows := map[capture.FlowKey]*sums{}
+	for _, r := range truth {
+		var p capture.Packet
+		if r.Lost || dec.Decode(frames[r.Frame-1].Data, 0, &p) != nil {
+			continue
+		}
+		x := flows[p.Flow]
+		if x == nil {
+			x = &sums{}
+			flows[p.Flow] = x
+		}
+		x.n++
+		x.sum += float64(r.DownNS - r.UpNS)
+	}
+	keys := make([]capture.FlowKey, 0, len(flows))
+	for k := range flows {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b capture.FlowKey) int { return int(flows[b].n - flows[a].n) })
+	fmt.Printf("\n=== COLATE: GetFlowLatencyHistoric between up-%s and down-%s (no path needed) vs ground truth, the five heaviest flows\n", path, path)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "flow\tpackets\ttrue mean µs\towl mean µs\terr\t± µs (95%)\tpaper's estimator µs\tbits/packet\t")
+	for _, k := range keys[:min(5, len(keys))] {
+		res, err := q.GetFlowLatencyHistoric(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(k), Upstream: "up-" + path, Downstream: "down-" + path})
+		if err != nil {
+			return fmt.Errorf("GetFlowLatencyHistoric: %w", err)
+		}
+		paper, err := q.GetFlowLatencyHistoric(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(k), Upstream: "up-" + path, Downstream: "down-" + path, Estimator: "paper"})
+		if err != nil {
+			return fmt.Errorf("GetFlowLatencyHistoric: %w", err)
+		}
+		mean := flows[k].sum / flows[k].n
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.2f%%\t%.3f\t%.3f\t%.0f\t\n", k, res.GetPackets(), mean/1e3, res.GetMeanNs()/1e3,
+			100*rel(res.GetMeanNs(), mean), res.GetHalfWidthNs()/1e3, paper.GetMeanNs()/1e3, res.GetBitsPerPacket())
+	}
+	return tw.Flush()
 }
 
 func epochTruths(path string) ([]sim.EpochTruth, error) {

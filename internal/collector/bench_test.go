@@ -3,8 +3,9 @@ package collector
 import (
 	"context"
 	"encoding/json"
-	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +16,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/synopsis/colate"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
 // BenchmarkEpochCloseToResult measures, on loopback TCP with the store on
@@ -186,4 +191,51 @@ func BenchmarkRepairRoundTrip(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(res.GetExchangedBytes()), "bytes_exchanged")
+}
+
+// BenchmarkColateQuery is GetFlowLatencyHistoric for one flow over stored
+// vectors (2^16 counters, 20 per flow) of two points: the time per query
+// grows with the epochs in the range (each pair is read, decoded and
+// scanned once).
+func BenchmarkColateQuery(b *testing.B) {
+	for _, epochs := range []int{10, 60} {
+		b.Run(fmt.Sprintf("epochs=%d", epochs), func(b *testing.B) {
+			cfg := testConfig(b)
+			cfg.Params.Colate.Enabled = true
+			cfg.Params.Colate.Counters = 1 << 16
+			c := newTest(b, cfg)
+			vc := cfg.Params.ColateConfig()
+			rng := rand.New(rand.NewPCG(1, 2))
+			key := capture.FlowKey{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 1, DstPort: 2, Proto: 17}
+			fh := c.flowHash(key)
+			for e := range int64(epochs) {
+				start := cfg.Params.Epoch.StartNS(e)
+				s, _ := colate.New(vc, start)
+				r, _ := colate.New(vc, start)
+				for i := range 20_000 {
+					f := rng.Uint64()
+					if i%10 == 0 {
+						f = fh
+					}
+					id, ts := rng.Uint64(), start+rng.Int64N(int64(cfg.Params.Epoch.Length)-1e6)
+					s.Insert(f, id, ts)
+					r.Insert(f, id, ts+100_000)
+				}
+				for probe, v := range map[string]*colate.Vector{"a": s, "b": r} {
+					raw, _ := v.MarshalBinary()
+					if err := c.colateVector(probe, &owlv1.ColateVector{Epoch: e, Vector: raw}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			req := &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(key), Upstream: "a", Downstream: "b"}
+			b.ResetTimer()
+			for b.Loop() {
+				res, err := c.flowLatencyHistoric(context.Background(), req)
+				if err != nil || res.GetVectors() != uint32(epochs) {
+					b.Fatalf("%v %v", res, err)
+				}
+			}
+		})
+	}
 }

@@ -30,18 +30,25 @@ type ColateConfig struct {
 	Requirements [][2]float64 // (α, β)
 	// Shapes are (n, m) to evaluate as well, whatever the solver says.
 	Shapes [][2]int
+	// PaperThreshold solves as the paper does (vectors dumped at a sum of
+	// T); by default the solver takes the vectors' measured sum t_X, as
+	// owl closes one vector per epoch.
+	PaperThreshold bool
 	// MinPackets is the smallest flow (packets per vector) the guarantee
 	// is asked for: t_min is the timestamp sum of such a flow.
 	MinPackets int
-	Seed       uint64
-	Output     io.Writer
+	// Gamma is the virtual repetitions per flow for the standard
+	// deviation (0: none).
+	Gamma  int
+	Seed   uint64
+	Output io.Writer
 }
 
 // DefaultColateConfig is 2,000 packets/s per link for 10 s, 1 s vectors,
 // 1 MB of counters per point, the paper's medium and high requirements.
 func DefaultColateConfig() ColateConfig {
 	return ColateConfig{LinkRate: 2000, Duration: 10 * time.Second, Span: time.Second, RAMBits: 8 << 20,
-		Requirements: [][2]float64{{0.95, 0.05}, {0.99, 0.01}}, MinPackets: 100, Seed: 1}
+		Requirements: [][2]float64{{0.95, 0.05}, {0.99, 0.01}}, MinPackets: 100, Gamma: 1000, Seed: 1}
 }
 
 // ColateRow is one requirement's outcome.
@@ -54,14 +61,19 @@ type ColateRow struct {
 	// WithinRobust is the fraction within β with the robust estimate
 	// (see colate/robust.go), Within1 within 1% with it.
 	WithinRobust, Within1 float64
-	Fixed                 bool    // Params given, not solved
-	BitsPerPkt            float64 // counters only
-	FlowBitsPerP          float64 // the per-vector flow counts on top
+	// StddevWithin5 is the fraction of flows whose standard deviation
+	// (Gamma virtual repetitions) is within 5% of the truth; StddevMedian
+	// the median relative error.
+	StddevWithin5, StddevMedian float64
+	Fixed                       bool    // Params given, not solved
+	BitsPerPkt                  float64 // counters only
+	FlowBitsPerP                float64 // the per-vector flow counts on top
 }
 
 type colFlow struct {
 	src, dst int
 	sumNS    float64 // of delays
+	sqNS2    float64 // of squared delays
 	n        int
 	vector   int64 // the grid span it lives in (flows stay in one)
 }
@@ -103,6 +115,7 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 						at[a] = append(at[a], pkt{fh, id, ts})
 						at[b] = append(at[b], pkt{fh, id, ts + d})
 						f.sumNS += float64(d)
+						f.sqNS2 += float64(d) * float64(d)
 						f.n++
 					}
 				}
@@ -127,6 +140,19 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 	}
 	slices.Sort(sums)
 	slices.Sort(rhos)
+	// t_X: the mean sum of a vector's relative timestamps, over points
+	// and spans.
+	var tX float64
+	for x := range 3 {
+		for _, p := range at[x] {
+			tX += float64(p.ts % spanNS)
+		}
+	}
+	tX /= float64(3 * nSpans)
+	vectorSum := tX
+	if cfg.PaperThreshold {
+		vectorSum = 0
+	}
 	tMax := sums[len(sums)-1]
 	tMin := float64(cfg.MinPackets) * float64(spanNS) / 2
 	rho := rhos[len(rhos)/2]
@@ -151,7 +177,7 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 			p = colate.Parameters{Counters: jb.shape[0], Subvector: jb.shape[1], Bits: 64}
 			row.Fixed = true
 		} else {
-			p, err = colate.Solve(colate.Requirement{RAMBits: cfg.RAMBits, Alpha: req[0], Beta: req[1], TMin: tMin, TMax: tMax, Rho: rho})
+			p, err = colate.Solve(colate.Requirement{RAMBits: cfg.RAMBits, Alpha: req[0], Beta: req[1], TMin: tMin, TMax: tMax, Rho: rho, VectorSum: vectorSum})
 		}
 		row.Params, row.Err = p, err
 		if err != nil {
@@ -179,6 +205,7 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 		}
 		row.FlowBitsPerP = flowEntries * (64 + 8) / packets // hash and a varint count, as on the wire
 		within, withinR, within1 := 0, 0, 0
+		var sdErrs []float64
 		for fh, f := range flows {
 			if f.n < cfg.MinPackets {
 				continue
@@ -187,7 +214,7 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 			if err != nil {
 				continue
 			}
-			q := colate.NewQuery(fh, 0, nil).Robust()
+			q := colate.NewQuery(fh, cfg.Gamma, nil).Robust()
 			for e := f.vector; e <= f.vector+1; e++ {
 				if err := q.Add(vecs[f.src][e], vecs[f.dst][e]); err != nil {
 					return nil, err
@@ -208,11 +235,26 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 			if math.Abs(rob.MeanNS-mu) <= 0.01*mu {
 				within1++
 			}
+			if cfg.Gamma > 0 {
+				sd := math.Sqrt(math.Max(f.sqNS2/float64(f.n)-mu*mu, 0))
+				sdErrs = append(sdErrs, math.Abs(rob.StddevNS-sd)/sd)
+			}
 		}
 		if row.Flows > 0 {
 			row.Within = float64(within) / float64(row.Flows)
 			row.WithinRobust = float64(withinR) / float64(row.Flows)
 			row.Within1 = float64(within1) / float64(row.Flows)
+		}
+		if len(sdErrs) > 0 {
+			slices.Sort(sdErrs)
+			row.StddevMedian = sdErrs[len(sdErrs)/2]
+			n := 0
+			for _, e := range sdErrs {
+				if e <= 0.05 {
+					n++
+				}
+			}
+			row.StddevWithin5 = float64(n) / float64(len(sdErrs))
 		}
 		// Stored as the wire form does: each vector's counters at the
 		// width its largest needs.
@@ -227,21 +269,25 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 		rows = append(rows, row)
 	}
 	if cfg.Output != nil {
-		fmt.Fprintf(cfg.Output, "COLATE triangle: 3 points, 6 links × %.0f packets/s, %v, %v vectors, M = %.0f bits; measured t_min %.3g (flows of %d packets), t_max %.3g, ρ %.3g\n",
-			cfg.LinkRate, cfg.Duration, cfg.Span, cfg.RAMBits, tMin, cfg.MinPackets, tMax, rho)
+		mode := "solver with the vectors' sum t_X (one vector per span)"
+		if cfg.PaperThreshold {
+			mode = "the paper's solver (vectors dumped at T)"
+		}
+		fmt.Fprintf(cfg.Output, "COLATE triangle: 3 points, 6 links × %.0f packets/s, %v, %v vectors, M = %.0f bits; measured t_min %.3g (flows of %d packets), t_max %.3g, ρ %.3g, t_X %.3g; %s\n",
+			cfg.LinkRate, cfg.Duration, cfg.Span, cfg.RAMBits, tMin, cfg.MinPackets, tMax, rho, tX, mode)
 		w := tabwriter.NewWriter(cfg.Output, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(w, "α\tβ\tn\tm\tb\tT\tflows\twithin β (paper)\twithin β (robust)\twithin 1% (robust)\tbits/packet (counters)\t(+ flow counts)\t")
+		fmt.Fprintln(w, "α\tβ\tn\tm\tb\tT\tflows\twithin β (paper)\twithin β (robust)\twithin 1% (robust)\tσ within 5%\tσ median error\tbits/packet (counters)\t(+ flow counts)\t")
 		for _, r := range rows {
 			if r.Err != nil {
-				fmt.Fprintf(w, "%.2f\t%.2f\t%v\t\t\t\t\t\t\t\t\t\t\n", r.Alpha, r.Beta, r.Err)
+				fmt.Fprintf(w, "%.2f\t%.2f\t%v\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Alpha, r.Beta, r.Err)
 				continue
 			}
 			a, b := fmt.Sprintf("%.2f", r.Alpha), fmt.Sprintf("%.2f", r.Beta)
 			if r.Fixed {
 				a, b = "given", "n, m"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.3g\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f\t%.2f\t\n", a, b, r.Params.Counters, r.Params.Subvector,
-				r.Params.Bits, r.Params.Threshold, r.Flows, 100*r.Within, 100*r.WithinRobust, 100*r.Within1, r.BitsPerPkt, r.FlowBitsPerP)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.3g\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f\t%.2f\t%.2f\t\n", a, b, r.Params.Counters, r.Params.Subvector,
+				r.Params.Bits, r.Params.Threshold, r.Flows, 100*r.Within, 100*r.WithinRobust, 100*r.Within1, 100*r.StddevWithin5, r.StddevMedian, r.BitsPerPkt, r.FlowBitsPerP)
 		}
 		w.Flush()
 	}

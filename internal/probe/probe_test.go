@@ -2,6 +2,7 @@ package probe
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -259,25 +260,34 @@ func BenchmarkPipeline(b *testing.B) {
 		times = append(times, f.TimeNS)
 	}
 	src.Close()
-	p := params.Default()
-	var stats counters
-	// Epochs are handed to a sink that drops them: reporting is per epoch,
-	// not per packet.
-	pl, _ := newPipeline(p, 1<<22, 20, func(closedEpoch) {}, &stats)
-	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
-		{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"}, Role: owlv1.Role_ROLE_UPSTREAM}}})
-	pl.setPaths(set)
-	_ = pl.setLink(layers.LinkTypeEthernet)
-	base := times[0]
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		// Time moves as on a link at 5 M packets/s: an epoch per 5 M
-		// packets, its synopses made once per epoch, as live.
-		pl.frame(frames[i%len(frames)], base+int64(i)*200)
+	for _, colateCounters := range []int{0, 1 << 16, 1 << 20} {
+		name := "colate=off"
+		if colateCounters > 0 {
+			name = fmt.Sprintf("colate=%d", colateCounters)
+		}
+		b.Run(name, func(b *testing.B) {
+			p := params.Default()
+			p.Colate.Enabled, p.Colate.Counters = colateCounters > 0, max(colateCounters, 4)
+			var stats counters
+			// Epochs are handed to a sink that drops them: reporting is
+			// per epoch, not per packet.
+			pl, _ := newPipeline(p, 1<<22, 20, func(closedEpoch) {}, &stats)
+			set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
+				{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"}, Role: owlv1.Role_ROLE_UPSTREAM}}})
+			pl.setPaths(set)
+			_ = pl.setLink(layers.LinkTypeEthernet)
+			base := times[0]
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				// Time moves as on a link at 5 M packets/s: an epoch per
+				// 5 M packets, its synopses made once per epoch, as live.
+				pl.frame(frames[i%len(frames)], base+int64(i)*200)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+		})
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "packets/s")
 }
 
 func TestCacheRepeated(t *testing.T) {

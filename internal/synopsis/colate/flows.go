@@ -96,3 +96,14 @@ func (t *flowTable) reset() {
 	clear(t.counts)
 	t.used, t.zero = 0, 0
 }
+
+// reserve makes room for n flows without growing.
+func (t *flowTable) reserve(n int) {
+	size := 1024
+	for 3*size < 4*(n+1) {
+		size *= 2
+	}
+	if size > len(t.keys) && t.used == 0 {
+		t.keys, t.counts = make([]uint64, size), make([]uint32, size)
+	}
+}

@@ -23,6 +23,12 @@ type Requirement struct {
 	// Rho is (t_R − t_S)/(t_R + t_S) as measured on the network; the
 	// individual interval is B = β·ρ (Eq. 12).
 	Rho float64
+	// VectorSum, when set, is t_X, the sum of one vector's timestamps.
+	// owl closes a vector every epoch rather than when its sum reaches
+	// T, so the other flows' noise in Eq. 22 comes from this sum, not
+	// from T = n·2^(b−1); the solver then takes the most counters whose
+	// width still holds a flow's counter (Eq. 15 with t_X for T).
+	VectorSum float64
 }
 
 // Validate reports an unusable requirement.
@@ -38,25 +44,27 @@ func (q Requirement) Validate() error {
 		return fmt.Errorf("colate t_min %v and t_max %v: want 0 < t_min ≤ t_max", q.TMin, q.TMax)
 	case q.Rho <= 0 || q.Rho > 1:
 		return fmt.Errorf("colate ρ %v out of range (0, 1]", q.Rho)
+	case q.VectorSum < 0:
+		return fmt.Errorf("colate vector sum %v is negative", q.VectorSum)
 	}
 	return nil
 }
 
-// ParseRequirement reads RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO (the form of
-// the probe's -colate-solve flag and the colate-params command).
+// ParseRequirement reads RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO[,VECTOR_SUM]
+// (the form of the probe's -colate-solve flag).
 func ParseRequirement(s string) (Requirement, error) {
 	f := strings.Split(s, ",")
-	if len(f) != 6 {
-		return Requirement{}, fmt.Errorf("want RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO, got %q", s)
+	if len(f) != 6 && len(f) != 7 {
+		return Requirement{}, fmt.Errorf("want RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO[,VECTOR_SUM], got %q", s)
 	}
-	var x [6]float64
+	var x [7]float64
 	for i := range f {
 		var err error
 		if x[i], err = strconv.ParseFloat(strings.TrimSpace(f[i]), 64); err != nil {
-			return Requirement{}, fmt.Errorf("want RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO numbers: %w", err)
+			return Requirement{}, fmt.Errorf("want RAM_BITS,ALPHA,BETA,TMIN,TMAX,RHO[,VECTOR_SUM] numbers: %w", err)
 		}
 	}
-	q := Requirement{RAMBits: x[0], Alpha: x[1], Beta: x[2], TMin: x[3], TMax: x[4], Rho: x[5]}
+	q := Requirement{RAMBits: x[0], Alpha: x[1], Beta: x[2], TMin: x[3], TMax: x[4], Rho: x[5], VectorSum: x[6]}
 	return q, q.Validate()
 }
 
@@ -92,6 +100,9 @@ func Solve(q Requirement) (Parameters, error) {
 	}
 	a := (1 + q.Alpha) / 2
 	p := Parameters{A: a, B: q.Beta * q.Rho, K: math.Sqrt2 * math.Erfinv(a)}
+	if q.VectorSum > 0 {
+		return solveEpoch(q, p)
+	}
 	shape := func(n float64) (b, t, m float64) {
 		b = q.RAMBits / n
 		half := math.Exp2(b - 1)
@@ -105,7 +116,7 @@ func Solve(q Requirement) (Parameters, error) {
 		if m < 2 || m >= n || t <= q.TMin {
 			return math.Inf(1)
 		}
-		rhs := p.K * p.K * n * n * m / ((n - m) * (n - m)) * (q.TMin/m*(1-1/m) + (t-q.TMin)/n*(1-1/n))
+		rhs := p.K * p.K * variance(n, m, t, q.TMin)
 		return rhs - p.B*p.B*q.TMin*q.TMin
 	}
 	// n from M/64 (64-bit counters) to M/8 (8-bit ones). Where Eq. 22
@@ -153,12 +164,55 @@ func Solve(q Requirement) (Parameters, error) {
 	return p, nil
 }
 
+// variance is Eq. 22's right side over k²: the variance of a flow's
+// estimated timestamp sum t̃ with n counters, m per flow and a vector sum t.
+func variance(n, m, t, tMin float64) float64 {
+	return n * n * m / ((n - m) * (n - m)) * (tMin/m*(1-1/m) + (t-tMin)/n*(1-1/n))
+}
+
+// solveEpoch solves for vectors closed every epoch with a sum of
+// q.VectorSum: for each whole width b, n = ⌊M/b⌋, and m the smallest even
+// count that keeps a flow's counter (t_max/m plus the others' t_X/n)
+// within half of b bits; the answer is the width that meets Eq. 22 with
+// the smallest variance.
+func solveEpoch(q Requirement, p Parameters) (Parameters, error) {
+	found, best := false, 0.0
+	for b := 8; b <= 64; b++ {
+		n := math.Floor(q.RAMBits / float64(b))
+		if n < 4 || n > MaxCounters {
+			continue
+		}
+		room := math.Exp2(float64(b-1)) - q.VectorSum/n
+		if room <= 0 {
+			continue
+		}
+		m := math.Max(2, 2*math.Ceil(q.TMax/room/2))
+		if m >= n || q.VectorSum <= q.TMin {
+			continue
+		}
+		v := variance(n, m, q.VectorSum, q.TMin)
+		if p.K*p.K*v > p.B*p.B*q.TMin*q.TMin {
+			continue
+		}
+		if !found || v < best {
+			p.Counters, p.Subvector, p.Bits, found, best = int(n), int(m), b, true, v
+			p.Threshold = n * math.Exp2(float64(b-1))
+		}
+	}
+	if !found {
+		return p, ErrInfeasible
+	}
+	return p, nil
+}
+
 // Check evaluates Eq. 22 at given parameters: the achieved reliability A
 // for flows with t_min, assuming the binomial noise of Theorem 1 (as the
 // paper does), and the interval B it holds.
 func Check(p Parameters, q Requirement) (achievedA float64) {
 	n, m, t := float64(p.Counters), float64(p.Subvector), p.Threshold
-	variance := n * n * m / ((n - m) * (n - m)) * (q.TMin/m*(1-1/m) + (t-q.TMin)/n*(1-1/n))
-	k := p.B * q.TMin / math.Sqrt(variance)
+	if q.VectorSum > 0 {
+		t = q.VectorSum
+	}
+	k := p.B * q.TMin / math.Sqrt(variance(n, m, t, q.TMin))
 	return math.Erf(k / math.Sqrt2)
 }

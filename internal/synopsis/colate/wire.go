@@ -163,6 +163,7 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 	if d.err == nil && k > uint64(len(d.b))/9 {
 		return nil, fmt.Errorf("%w: %d flows in %d bytes", ErrWire, k, len(d.b))
 	}
+	v.flows.reserve(int(k))
 	for range k {
 		h, c := d.u64(), d.uvarint()
 		if d.err != nil {
@@ -192,24 +193,39 @@ func unpackBits(b []byte, n, w int) []uint64 {
 	if w == 0 {
 		return out
 	}
-	var acc uint64
-	var have int
-	i := 0
+	var acc uint64 // pending bits, low first
+	have, i := 0, 0
+	m := mask(w)
 	for j := range out {
-		var x uint64
-		got := 0
-		for got < w {
-			if have == 0 {
-				acc, have = uint64(b[i]), 8
-				i++
-			}
-			take := min(w-got, have)
-			x |= (acc & mask(take)) << got
-			acc >>= take
-			have -= take
-			got += take
+		if have >= w {
+			out[j] = acc & m
+			acc >>= w
+			have -= w
+			continue
 		}
-		out[j] = x
+		// Take whole bytes until w bits are there (at most 8 + have ≤ 64
+		// bits pending for w ≤ 56; wider counters take two steps).
+		x, got := acc, have
+		for got < w {
+			if got > 56 {
+				// acc cannot take another byte: finish with the byte's
+				// low bits.
+				need := w - got
+				x |= (uint64(b[i]) & mask(need)) << got
+				acc, have = uint64(b[i])>>need, 8-need
+				i++
+				got = w
+				break
+			}
+			x |= uint64(b[i]) << got
+			i++
+			got += 8
+			acc, have = 0, 0
+		}
+		if got > w {
+			acc, have = x>>w, got-w
+		}
+		out[j] = x & m
 	}
 	return out
 }

@@ -132,3 +132,17 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+func TestPackWidths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for w := 1; w <= 64; w++ {
+		vals := make([]uint64, 37)
+		for i := range vals {
+			vals[i] = rng.Uint64() & mask(w)
+		}
+		got := unpackBits(packBits(nil, vals, w), len(vals), w)
+		if !slices.Equal(got, vals) {
+			t.Fatalf("width %d: %x, want %x", w, got, vals)
+		}
+	}
+}
