@@ -301,10 +301,10 @@ func (s queryService) TopFlows(ctx context.Context, req *owlv1.TopFlowsRequest) 
 	return &owlv1.TopFlowsResponse{Flows: out}, nil
 }
 
-func (q queryService) GetFlowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
-	return q.c.flowLatencyHistoric(ctx, req)
+func (s queryService) GetFlowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+	return s.c.flowLatencyHistoric(ctx, req)
 }
 
-func (q queryService) ListColateVectors(_ context.Context, req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
-	return q.c.listColateVectors(req)
+func (s queryService) ListColateVectors(_ context.Context, req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
+	return s.c.listColateVectors(req)
 }

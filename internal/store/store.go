@@ -470,7 +470,7 @@ func (s *Store) PutColate(probe string, v *owlv1.ColateVector, maxBytes int64, m
 		}
 		total += size
 		c := idx.Cursor()
-		for k, sz := c.First(); k != nil && len(k) >= 8; k, sz = c.First() {
+		for k, sz := c.First(); len(k) >= 8; k, sz = c.First() {
 			e := int64(binary.BigEndian.Uint64(k[:8]) ^ (1 << 63))
 			if total <= maxBytes && e >= minEpoch {
 				break
