@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
-	"github.com/owl-latency/owl/e2e/harness"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/sim"
@@ -27,54 +25,16 @@ func TestColateHistoric(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test")
 	}
-	dir := t.TempDir()
-	env, err := harness.NewEnv(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if raced := env.Close(); len(raced) > 0 {
-			t.Errorf("data races in %v (see their logs in %s)", raced, dir)
-		}
-	})
+	env := newEnv(t)
+	dir := env.Dir
 	// Flows take different routes (a per-flow delay of 50 or 400 µs) plus
 	// Weibull queueing; nothing is lost, as COLATE assumes.
 	m := sim.Impairment{Delay: sim.Weibull{Shape: 0.65, Scale: 50 * time.Microsecond, Base: 20 * time.Microsecond},
 		FlowDelay: sim.Bimodal{P: 0.5, Low: 50 * time.Microsecond, High: 400 * time.Microsecond}, Seed: 9}
-	out := sim.OutputsFor(filepath.Join(dir, "trace"))
-	if _, err := sim.GenerateFiles("../testdata/trace.pcap", out, capture.DefaultIdentityConfig(), m); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(out.Truth)
+	out, truth := makeTrace(t, env, m)
+	flows, err := sim.FlowDelays(truth, "../testdata/trace.pcap", capture.DefaultIdentityConfig())
 	if err != nil {
 		t.Fatal(err)
-	}
-	truth, err := sim.ReadTruth(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	link, frames, err := sim.ReadCapture("../testdata/trace.pcap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, _ := capture.NewDecoder(link, capture.DefaultIdentityConfig())
-	type moments struct{ n, sum, sq float64 }
-	flows := map[capture.FlowKey]*moments{}
-	for _, r := range truth {
-		var p capture.Packet
-		if r.Lost || dec.Decode(frames[r.Frame-1].Data, 0, &p) != nil {
-			continue
-		}
-		x := flows[p.Flow]
-		if x == nil {
-			x = &moments{}
-			flows[p.Flow] = x
-		}
-		d := float64(r.DownNS - r.UpNS)
-		x.n++
-		x.sum += d
-		x.sq += d * d
 	}
 
 	const counters = "16384"
@@ -112,7 +72,7 @@ func TestColateHistoric(t *testing.T) {
 	}
 	var rows []row
 	for k, x := range flows {
-		if x.n < 100 {
+		if x.Packets < 100 {
 			continue
 		}
 		res, err := q.GetFlowLatencyHistoric(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(k), Upstream: "op-a", Downstream: "op-b", Gamma: 1000})
@@ -123,12 +83,11 @@ func TestColateHistoric(t *testing.T) {
 		if err != nil {
 			t.Fatalf("flow %v: %v", k, err)
 		}
-		mean := x.sum / x.n
-		sd := math.Sqrt(max(x.sq/x.n-mean*mean, 0))
-		if res.GetPackets() != uint64(x.n) || res.GetDownstreamPackets() != uint64(x.n) {
-			t.Errorf("flow %v: p_f %d upstream, %d downstream, truth %.0f", k, res.GetPackets(), res.GetDownstreamPackets(), x.n)
+		mean, sd := x.MeanNS(), x.StddevNS()
+		if res.GetPackets() != uint64(x.Packets) || res.GetDownstreamPackets() != uint64(x.Packets) {
+			t.Errorf("flow %v: p_f %d upstream, %d downstream, truth %d", k, res.GetPackets(), res.GetDownstreamPackets(), x.Packets)
 		}
-		rows = append(rows, row{k, x.n, mean, sd, res.GetMeanNs(), res.GetStddevNs(), res.GetAlpha(), res.GetHalfWidthNs(), paper.GetMeanNs(), res.GetLeftOutCounters()})
+		rows = append(rows, row{k, float64(x.Packets), mean, sd, res.GetMeanNs(), res.GetStddevNs(), res.GetAlpha(), res.GetHalfWidthNs(), paper.GetMeanNs(), res.GetLeftOutCounters()})
 	}
 	if len(rows) < 10 {
 		t.Fatalf("only %d flows of 100 packets or more", len(rows))

@@ -47,16 +47,8 @@ func sh(t *testing.T, name string, args ...string) {
 // packets as tcpdump at the receiving end.
 func TestLiveProbes(t *testing.T) {
 	needRoot(t, "ip", "tcpreplay", "tcpdump")
-	dir := t.TempDir()
-	env, err := harness.NewEnv(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if raced := env.Close(); len(raced) > 0 {
-			t.Errorf("data races in %v", raced)
-		}
-	})
+	env := newEnv(t)
+	dir := env.Dir
 	a, b := "owllivea", "owlliveb"
 	exec.Command("ip", "link", "del", a).Run()
 	sh(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)

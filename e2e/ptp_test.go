@@ -36,16 +36,8 @@ import (
 // header fields.
 func TestPTPCorrection(t *testing.T) {
 	needRoot(t, "ip", "tshark")
-	dir := t.TempDir()
-	env, err := harness.NewEnv(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if raced := env.Close(); len(raced) > 0 {
-			t.Errorf("data races in %v", raced)
-		}
-	})
+	env := newEnv(t)
+	dir := env.Dir
 	const fault = 300 * time.Microsecond
 
 	// Namespaces: gm (grandmaster), pa and pb (the two observation

@@ -45,16 +45,8 @@ func TestRealLink(t *testing.T) {
 	if *long {
 		dur = 4 * time.Minute
 	}
-	dir := t.TempDir()
-	env, err := harness.NewEnv(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if raced := env.Close(); len(raced) > 0 {
-			t.Errorf("data races in %v", raced)
-		}
-	})
+	env := newEnv(t)
+	dir := env.Dir
 
 	// Topology: cl0 (10.77.0.1) — rin [router, relay] rout — sv0 (10.77.0.2);
 	// mgA (10.250.77.1, here) — mgB (10.250.77.2, router) for the probes'

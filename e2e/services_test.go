@@ -49,29 +49,8 @@ func setupFlows(t *testing.T, m sim.Impairment) (*harness.Env, sim.Outputs, []si
 	if testing.Short() {
 		t.Skip("end-to-end test")
 	}
-	dir := t.TempDir()
-	env, err := harness.NewEnv(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if raced := env.Close(); len(raced) > 0 {
-			t.Errorf("data races in %v (see their logs in %s)", raced, dir)
-		}
-	})
-	out := sim.OutputsFor(filepath.Join(dir, "trace"))
-	if _, err := sim.GenerateFiles("../testdata/trace.pcap", out, capture.DefaultIdentityConfig(), m); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(out.Truth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	truth, err := sim.ReadTruth(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := newEnv(t)
+	out, truth := makeTrace(t, env, m)
 	// The truth file has no flow keys: take them from the input capture.
 	link, frames, err := sim.ReadCapture("../testdata/trace.pcap")
 	if err != nil {
@@ -85,6 +64,43 @@ func setupFlows(t *testing.T, m sim.Impairment) (*harness.Env, sim.Outputs, []si
 		}
 	}
 	return env, out, sim.EpochTruths(truth, epoch.DefaultConfig(), 0), sim.FlowTruths(truth, epoch.DefaultConfig(), 0)
+}
+
+// makeTrace makes the two captures of the bundled trace across an
+// impaired path, in env's directory, and reads their ground truth.
+func makeTrace(t *testing.T, env *harness.Env, m sim.Impairment) (sim.Outputs, []sim.Record) {
+	t.Helper()
+	out := sim.OutputsFor(filepath.Join(env.Dir, "trace"))
+	if _, err := sim.GenerateFiles("../testdata/trace.pcap", out, capture.DefaultIdentityConfig(), m); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(out.Truth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	truth, err := sim.ReadTruth(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, truth
+}
+
+// newEnv builds the binaries into a fresh directory; the test fails if a
+// race-built process reported a data race.
+func newEnv(t *testing.T) *harness.Env {
+	t.Helper()
+	dir := t.TempDir()
+	env, err := harness.NewEnv(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if raced := env.Close(); len(raced) > 0 {
+			t.Errorf("data races in %v (see their logs in %s)", raced, dir)
+		}
+	})
+	return env
 }
 
 func collectorYAML(dataDir, grpc string, paths string) string {

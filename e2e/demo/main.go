@@ -162,34 +162,15 @@ func colateTable(ctx context.Context, q owlv1.QueryServiceClient, root, truthPat
 	if err != nil {
 		return err
 	}
-	link, frames, err := sim.ReadCapture(filepath.Join(root, "testdata", "trace.pcap"))
+	flows, err := sim.FlowDelays(truth, filepath.Join(root, "testdata", "trace.pcap"), capture.DefaultIdentityConfig())
 	if err != nil {
 		return err
-	}
-	dec, err := capture.NewDecoder(link, capture.DefaultIdentityConfig())
-	if err != nil {
-		return err
-	}
-	type sums struct{ n, sum float64 }
-	flows := map[capture.FlowKey]*sums{}
-	for _, r := range truth {
-		var p capture.Packet
-		if r.Lost || dec.Decode(frames[r.Frame-1].Data, 0, &p) != nil {
-			continue
-		}
-		x := flows[p.Flow]
-		if x == nil {
-			x = &sums{}
-			flows[p.Flow] = x
-		}
-		x.n++
-		x.sum += float64(r.DownNS - r.UpNS)
 	}
 	keys := make([]capture.FlowKey, 0, len(flows))
 	for k := range flows {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b capture.FlowKey) int { return int(flows[b].n - flows[a].n) })
+	slices.SortFunc(keys, func(a, b capture.FlowKey) int { return flows[b].Packets - flows[a].Packets })
 	fmt.Printf("\n=== COLATE: GetFlowLatencyHistoric between up-%s and down-%s (no path needed) vs ground truth, the five heaviest flows\n", path, path)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "flow\tpackets\ttrue mean µs\towl mean µs\terr\t± µs (95%)\tpaper's estimator µs\tbits/packet\t")
@@ -202,7 +183,7 @@ func colateTable(ctx context.Context, q owlv1.QueryServiceClient, root, truthPat
 		if err != nil {
 			return fmt.Errorf("GetFlowLatencyHistoric: %w", err)
 		}
-		mean := flows[k].sum / flows[k].n
+		mean := flows[k].MeanNS()
 		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.2f%%\t%.3f\t%.3f\t%.0f\t\n", k, res.GetPackets(), mean/1e3, res.GetMeanNs()/1e3,
 			100*rel(res.GetMeanNs(), mean), res.GetHalfWidthNs()/1e3, paper.GetMeanNs()/1e3, res.GetBitsPerPacket())
 	}

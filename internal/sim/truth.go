@@ -233,3 +233,49 @@ func FlowTruths(truth []Record, cfg epoch.Config, downOffsetNS int64) map[int64]
 	}
 	return out
 }
+
+// FlowDelay is one flow's delivered packets and the sums of their delays
+// over a whole run.
+type FlowDelay struct {
+	Packets         int
+	SumNS, SumSqNS2 float64
+}
+
+// MeanNS is the flow's mean delay.
+func (f *FlowDelay) MeanNS() float64 { return f.SumNS / float64(f.Packets) }
+
+// StddevNS is the flow's delay standard deviation.
+func (f *FlowDelay) StddevNS() float64 {
+	m := f.MeanNS()
+	return math.Sqrt(max(f.SumSqNS2/float64(f.Packets)-m*m, 0))
+}
+
+// FlowDelays sums the delays of the delivered packets of each flow of the
+// capture the truth was made from (its flow keys come from decoding it).
+func FlowDelays(truth []Record, capturePath string, id capture.IdentityConfig) (map[capture.FlowKey]*FlowDelay, error) {
+	link, frames, err := ReadCapture(capturePath)
+	if err != nil {
+		return nil, err
+	}
+	dec, err := capture.NewDecoder(link, id)
+	if err != nil {
+		return nil, err
+	}
+	out := map[capture.FlowKey]*FlowDelay{}
+	for _, r := range truth {
+		var p capture.Packet
+		if r.Lost || r.Frame < 1 || r.Frame > len(frames) || dec.Decode(frames[r.Frame-1].Data, 0, &p) != nil {
+			continue
+		}
+		f := out[p.Flow]
+		if f == nil {
+			f = &FlowDelay{}
+			out[p.Flow] = f
+		}
+		d := float64(r.DownNS - r.UpNS)
+		f.Packets++
+		f.SumNS += d
+		f.SumSqNS2 += d * d
+	}
+	return out, nil
+}

@@ -213,22 +213,21 @@ func (q *Query) Add(s, r *Vector) error {
 	if paired {
 		q.noise += scale * spread(s.counters, r.counters)
 	}
-	if s != nil && ps > 0 {
-		q.overflow = q.overflow || s.overflow
-		q.ps += uint64(ps)
-		q.sumS += s.FlowSum(q.flow)*unit + float64(ps)*float64(s.startNS-q.ref)
+	// Each side's absolute timestamp sum: Theorem 2's relative one plus
+	// p_f times the vector's start.
+	side := func(v *Vector, p uint32, packets *uint64, sum *float64) {
+		if v == nil || p == 0 {
+			return
+		}
+		q.overflow = q.overflow || v.overflow
+		*packets += uint64(p)
+		*sum += v.FlowSum(q.flow)*unit + float64(p)*float64(v.startNS-q.ref)
 		if !paired {
-			q.noise += scale * spread(s.counters, nil)
+			q.noise += scale * spread(v.counters, nil)
 		}
 	}
-	if r != nil && pr > 0 {
-		q.overflow = q.overflow || r.overflow
-		q.pr += uint64(pr)
-		q.sumR += r.FlowSum(q.flow)*unit + float64(pr)*float64(r.startNS-q.ref)
-		if !paired {
-			q.noise += scale * spread(r.counters, nil)
-		}
-	}
+	side(s, ps, &q.ps, &q.sumS)
+	side(r, pr, &q.pr, &q.sumR)
 	var left []bool
 	if q.robust {
 		if s == nil || r == nil || s.startNS != r.startNS || ps == 0 || pr == 0 {
