@@ -28,6 +28,9 @@ func (c *Collector) colateVector(probe string, v *owlv1.ColateVector) error {
 	}
 	cfg := c.cfg.Params.ColateConfig()
 	vec, err := colate.Unmarshal(v.GetVector(), cfg)
+	if err == nil {
+		err = vec.Check()
+	}
 	if err != nil {
 		c.m.rejected.WithLabelValues("colate_malformed").Inc()
 		return &rejection{fmt.Sprintf("COLATE vector of epoch %d: %v", v.GetEpoch(), err)}
@@ -55,6 +58,29 @@ func (c *Collector) colateVector(probe string, v *owlv1.ColateVector) error {
 		c.m.colateOverflow.WithLabelValues(probe).Inc()
 	}
 	return nil
+}
+
+// pairKey names two probes' vectors of one epoch.
+type pairKey struct {
+	up, down string
+	epoch    int64
+}
+
+// pairStatsCache is how many pairs' statistics are kept between queries
+// (about 50 bytes each).
+const pairStatsCache = 1 << 18
+
+// pairStats returns the statistics of two stored vectors, computed once
+// (reading both whole) and then kept: the next flow asked for over the
+// same range reads only its own counters.
+func (c *Collector) pairStats(up, down string, epoch int64, s, r *colate.Vector) *colate.PairStats {
+	k := pairKey{up, down, epoch}
+	if st, ok := c.colatePairs.Get(k); ok {
+		return st
+	}
+	st := colate.NewPairStats(s, r)
+	c.colatePairs.Add(k, st)
+	return st
 }
 
 // epochRange turns a request's from/to into epochs (unbounded when unset).
@@ -130,7 +156,11 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 			}
 		}
 		before := q.Vectors()
-		if err := q.Add(s, r); err != nil {
+		var st *colate.PairStats
+		if s != nil && r != nil && s.FlowPackets(fh) > 0 && r.FlowPackets(fh) > 0 {
+			st = c.pairStats(req.GetUpstream(), req.GetDownstream(), e, s, r)
+		}
+		if err := q.AddPair(s, r, st); err != nil {
 			return false, err
 		}
 		if q.Vectors() > before {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -14,6 +15,7 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/store"
+	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
@@ -39,6 +41,8 @@ type Collector struct {
 
 	wmu      sync.Mutex
 	watchers map[chan *owlv1.PathStats]string // channel → path filter
+
+	colatePairs *lru.Cache[pairKey, *colate.PairStats]
 }
 
 // pathState is everything the collector keeps for one path.
@@ -101,6 +105,7 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		watchers: map[chan *owlv1.PathStats]string{},
 	}
 	c.m = newMetrics()
+	c.colatePairs, _ = lru.New[pairKey, *colate.PairStats](pairStatsCache) // size > 0: no error
 	if c.weightOf, err = cfg.Params.WeightOf(); err != nil {
 		st.Close()
 		return nil, err

@@ -68,7 +68,8 @@ type ColateConfig struct {
 	MaxBytes int64 `yaml:"max_bytes"`
 	// Retention drops vectors older than this (0: only max_bytes applies).
 	Retention time.Duration `yaml:"retention"`
-	// Gamma is the default number of virtual repetitions (COLATE §4.2.2).
+	// Gamma is the default number of virtual repetitions (COLATE §4.2.2);
+	// 0 takes their exact expectation (the limit of many).
 	Gamma int `yaml:"gamma"`
 	// Beta is the default confidence interval β whose reliability a
 	// query reports; Alpha the level of the reported half-width.
@@ -122,7 +123,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 64 << 20,
 		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 20, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
-		Colate:          ColateConfig{MaxBytes: 10 << 30, Gamma: 1000, Beta: 0.05, Alpha: 0.95},
+		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 
 		ClockUncertaintyShare: 0.1,
 	}
@@ -164,8 +165,8 @@ func (c Config) Validate() error {
 	if c.ClockUncertaintyShare <= 0 || c.ClockUncertaintyShare > 100 {
 		return fmt.Errorf("clock_uncertainty_share %v out of range (0, 100]", c.ClockUncertaintyShare)
 	}
-	if c.Colate.MaxBytes < 1<<20 || c.Colate.Retention < 0 || c.Colate.Gamma < 1 || c.Colate.Gamma > 1_000_000 {
-		return fmt.Errorf("colate: max_bytes %d must be at least 1 MiB, retention %v not negative, gamma %d in [1, 10^6]", c.Colate.MaxBytes, c.Colate.Retention, c.Colate.Gamma)
+	if c.Colate.MaxBytes < 1<<20 || c.Colate.Retention < 0 || c.Colate.Gamma < 0 || c.Colate.Gamma > 1_000_000 {
+		return fmt.Errorf("colate: max_bytes %d must be at least 1 MiB, retention %v not negative, gamma %d in [0, 10^6]", c.Colate.MaxBytes, c.Colate.Retention, c.Colate.Gamma)
 	}
 	if c.Colate.Beta <= 0 || c.Colate.Beta > 1 || c.Colate.Alpha <= 0 || c.Colate.Alpha >= 1 {
 		return fmt.Errorf("colate: beta %v must be in (0, 1] and alpha %v in (0, 1)", c.Colate.Beta, c.Colate.Alpha)

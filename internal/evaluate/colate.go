@@ -38,7 +38,7 @@ type ColateConfig struct {
 	// is asked for: t_min is the timestamp sum of such a flow.
 	MinPackets int
 	// Gamma is the virtual repetitions per flow for the standard
-	// deviation (0: none).
+	// deviation.
 	Gamma  int
 	Seed   uint64
 	Output io.Writer
@@ -63,8 +63,9 @@ type ColateRow struct {
 	WithinRobust, Within1 float64
 	// StddevWithin5 is the fraction of flows whose standard deviation
 	// (Gamma virtual repetitions) is within 5% of the truth; StddevMedian
-	// the median relative error.
-	StddevWithin5, StddevMedian float64
+	// the median relative error. ExactWithin5 and ExactMedian are the
+	// same with the exact expectation over pairings.
+	StddevWithin5, StddevMedian, ExactWithin5, ExactMedian float64
 	Fixed                       bool    // Params given, not solved
 	BitsPerPkt                  float64 // counters only
 	FlowBitsPerP                float64 // the per-vector flow counts on top
@@ -203,9 +204,9 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 				flowEntries += float64(v.Flows())
 			}
 		}
-		row.FlowBitsPerP = flowEntries * (64 + 8) / packets // hash and a varint count, as on the wire
+		row.FlowBitsPerP = flowEntries * 96 / packets // a hash and a count per flow, as on the wire
 		within, withinR, within1 := 0, 0, 0
-		var sdErrs []float64
+		var sdErrs, sdExact []float64
 		for fh, f := range flows {
 			if f.n < cfg.MinPackets {
 				continue
@@ -224,6 +225,14 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 			if err != nil {
 				continue
 			}
+			// The same with the exact expectation over pairings.
+			qx := colate.NewQuery(fh, 0, nil).Robust()
+			for e := f.vector; e <= f.vector+1; e++ {
+				if err := qx.Add(vecs[f.src][e], vecs[f.dst][e]); err != nil {
+					return nil, err
+				}
+			}
+			exact, _ := qx.Estimate()
 			row.Flows++
 			mu := f.sumNS / float64(f.n)
 			if math.Abs(est.MeanNS-mu) <= req[1]*mu {
@@ -235,27 +244,17 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 			if math.Abs(rob.MeanNS-mu) <= 0.01*mu {
 				within1++
 			}
-			if cfg.Gamma > 0 {
-				sd := math.Sqrt(math.Max(f.sqNS2/float64(f.n)-mu*mu, 0))
-				sdErrs = append(sdErrs, math.Abs(rob.StddevNS-sd)/sd)
-			}
+			sd := math.Sqrt(math.Max(f.sqNS2/float64(f.n)-mu*mu, 0))
+			sdErrs = append(sdErrs, math.Abs(rob.StddevNS-sd)/sd)
+			sdExact = append(sdExact, math.Abs(exact.StddevNS-sd)/sd)
 		}
 		if row.Flows > 0 {
 			row.Within = float64(within) / float64(row.Flows)
 			row.WithinRobust = float64(withinR) / float64(row.Flows)
 			row.Within1 = float64(within1) / float64(row.Flows)
 		}
-		if len(sdErrs) > 0 {
-			slices.Sort(sdErrs)
-			row.StddevMedian = sdErrs[len(sdErrs)/2]
-			n := 0
-			for _, e := range sdErrs {
-				if e <= 0.05 {
-					n++
-				}
-			}
-			row.StddevWithin5 = float64(n) / float64(len(sdErrs))
-		}
+		row.StddevWithin5, row.StddevMedian = within5(sdErrs)
+		row.ExactWithin5, row.ExactMedian = within5(sdExact)
 		// Stored as the wire form does: each vector's counters at the
 		// width its largest needs.
 		var bits float64
@@ -276,7 +275,7 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 		fmt.Fprintf(cfg.Output, "COLATE triangle: 3 points, 6 links × %.0f packets/s, %v, %v vectors, M = %.0f bits; measured t_min %.3g (flows of %d packets), t_max %.3g, ρ %.3g, t_X %.3g; %s\n",
 			cfg.LinkRate, cfg.Duration, cfg.Span, cfg.RAMBits, tMin, cfg.MinPackets, tMax, rho, tX, mode)
 		w := tabwriter.NewWriter(cfg.Output, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(w, "α\tβ\tn\tm\tb\tT\tflows\twithin β (paper)\twithin β (robust)\twithin 1% (robust)\tσ within 5%\tσ median error\tbits/packet (counters)\t(+ flow counts)\t")
+		fmt.Fprintln(w, "α\tβ\tn\tm\tb\tT\tflows\twithin β (paper)\twithin β (robust)\twithin 1% (robust)\tσ within 5% (γ, exact)\tσ median error (γ, exact)\tbits/packet (counters)\t(+ flow counts)\t")
 		for _, r := range rows {
 			if r.Err != nil {
 				fmt.Fprintf(w, "%.2f\t%.2f\t%v\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Alpha, r.Beta, r.Err)
@@ -286,10 +285,26 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 			if r.Fixed {
 				a, b = "given", "n, m"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.3g\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%\t%.2f\t%.2f\t%.2f\t\n", a, b, r.Params.Counters, r.Params.Subvector,
-				r.Params.Bits, r.Params.Threshold, r.Flows, 100*r.Within, 100*r.WithinRobust, 100*r.Within1, 100*r.StddevWithin5, r.StddevMedian, r.BitsPerPkt, r.FlowBitsPerP)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.3g\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%, %.1f%%\t%.2f, %.2f\t%.2f\t%.2f\t\n", a, b, r.Params.Counters, r.Params.Subvector,
+				r.Params.Bits, r.Params.Threshold, r.Flows, 100*r.Within, 100*r.WithinRobust, 100*r.Within1, 100*r.StddevWithin5, 100*r.ExactWithin5,
+				r.StddevMedian, r.ExactMedian, r.BitsPerPkt, r.FlowBitsPerP)
 		}
 		w.Flush()
 	}
 	return rows, nil
+}
+
+// within5 returns the share of relative errors at most 5% and their median.
+func within5(errs []float64) (share, median float64) {
+	if len(errs) == 0 {
+		return 0, 0
+	}
+	slices.Sort(errs)
+	n := 0
+	for _, e := range errs {
+		if e <= 0.05 {
+			n++
+		}
+	}
+	return float64(n) / float64(len(errs)), errs[len(errs)/2]
 }

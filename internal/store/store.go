@@ -436,6 +436,35 @@ func (s *Store) PruneFlows(path string, epoch int64) (int, error) {
 	return n, err
 }
 
+// A COLATE record is the vector's message without its vector, length
+// first, then the vector's bytes: reading one hands out the vector without
+// copying it (it lives in the database's memory map for the transaction).
+func encodeColate(v *owlv1.ColateVector) ([]byte, error) {
+	meta := proto.CloneOf(v)
+	meta.Vector = nil
+	mb, err := proto.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	out := binary.AppendUvarint(make([]byte, 0, len(mb)+len(v.GetVector())+10), uint64(len(mb)))
+	out = append(out, mb...)
+	return append(out, v.GetVector()...), nil
+}
+
+// decodeColate reads a record; the vector aliases b.
+func decodeColate(k, b []byte) (*owlv1.ColateVector, error) {
+	n, used := binary.Uvarint(b)
+	if used <= 0 || uint64(len(b)-used) < n {
+		return nil, fmt.Errorf("colate record %x is malformed", k)
+	}
+	m := &owlv1.ColateVector{}
+	if err := proto.Unmarshal(b[used:used+int(n)], m); err != nil {
+		return nil, fmt.Errorf("colate record %x: %w", k, err)
+	}
+	m.Vector = b[used+int(n):]
+	return m, nil
+}
+
 // colateTimeKey orders COLATE records by epoch, then probe.
 func colateTimeKey(probe string, epoch int64) []byte {
 	k := binary.BigEndian.AppendUint64(nil, uint64(epoch)^(1<<63))
@@ -447,7 +476,7 @@ func colateTimeKey(probe string, epoch int64) []byte {
 // stored total is at most maxBytes and none is older than epoch minEpoch.
 // It returns how many records went.
 func (s *Store) PutColate(probe string, v *owlv1.ColateVector, maxBytes int64, minEpoch int64) (int, error) {
-	b, err := proto.Marshal(v)
+	b, err := encodeColate(v)
 	if err != nil {
 		return 0, err
 	}
@@ -506,8 +535,9 @@ func (s *Store) ColateBytes() int64 {
 
 // ColatePairs walks the epochs in [from, to] for which probe a or probe b
 // has a stored COLATE vector, oldest first, calling fn with both (nil for
-// a probe without one) until fn returns false or an error. The vectors
-// are only valid during the call.
+// a probe without one) until fn returns false or an error. The vectors'
+// bytes are the database's own: valid only during the call, not to be
+// changed.
 func (s *Store) ColatePairs(a, b string, from, to int64, fn func(epoch int64, va, vb *owlv1.ColateVector) (bool, error)) error {
 	return s.db.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketColate)
@@ -516,9 +546,9 @@ func (s *Store) ColatePairs(a, b string, from, to int64, fn func(epoch int64, va
 		ka, xa := ca.Seek(epochKey(a, from))
 		kb, xb := cb.Seek(epochKey(b, from))
 		decode := func(k, v []byte) (int64, *owlv1.ColateVector, error) {
-			m := &owlv1.ColateVector{}
-			if err := proto.Unmarshal(v, m); err != nil {
-				return 0, nil, fmt.Errorf("colate record %x: %w", k, err)
+			m, err := decodeColate(k, v)
+			if err != nil {
+				return 0, nil, err
 			}
 			return int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ (1 << 63)), m, nil
 		}
@@ -563,15 +593,15 @@ func (s *Store) ColatePairs(a, b string, from, to int64, fn func(epoch int64, va
 
 // ColateVectors calls fn for a probe's stored COLATE vectors of epochs in
 // [from, to], oldest first, with each record's size, until it returns
-// false.
+// false. As with ColatePairs, the vectors are valid only during the call.
 func (s *Store) ColateVectors(probe string, from, to int64, fn func(epoch int64, v *owlv1.ColateVector, size int) bool) error {
 	return s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketColate).Cursor()
 		end := epochKey(probe, to)
 		for k, x := c.Seek(epochKey(probe, from)); k != nil && bytes.Compare(k, end) <= 0; k, x = c.Next() {
-			m := &owlv1.ColateVector{}
-			if err := proto.Unmarshal(x, m); err != nil {
-				return fmt.Errorf("colate record %x: %w", k, err)
+			m, err := decodeColate(k, x)
+			if err != nil {
+				return err
 			}
 			if !fn(int64(binary.BigEndian.Uint64(k[len(k)-8:])^(1<<63)), m, len(x)) {
 				return nil

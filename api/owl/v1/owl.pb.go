@@ -3761,7 +3761,8 @@ type GetFlowLatencyHistoricRequest struct {
 	From *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
 	To   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
 	// gamma is the number of virtual repetitions for the standard
-	// deviation (COLATE §4.2.2); 0 means the collector's default.
+	// deviation (COLATE §4.2.2); 0 means the collector's default (itself 0
+	// by default: the exact expectation over all pairings, their limit).
 	Gamma uint32 `protobuf:"varint,6,opt,name=gamma,proto3" json:"gamma,omitempty"`
 	// beta is the confidence interval to report the achieved reliability
 	// for; 0 means the collector's default.

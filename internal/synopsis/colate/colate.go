@@ -92,6 +92,11 @@ type Vector struct {
 	packets                  uint64
 	flows                    flowTable
 	overflow                 bool
+	// A decoded vector reads counters and flow counts from its wire
+	// form until it has to change (materialize).
+	packed   []byte
+	width    int
+	rawFlows []byte
 }
 
 // New returns an empty vector whose timestamps count from startNS.
@@ -105,6 +110,10 @@ func New(cfg Config, startNS int64) (*Vector, error) {
 // Reset empties the vector for timestamps counting from startNS, keeping
 // its memory.
 func (v *Vector) Reset(startNS int64) {
+	if v.packed != nil {
+		v.counters, v.packed = make([]uint64, v.cfg.Counters), nil
+	}
+	v.rawFlows = nil
 	clear(v.counters)
 	v.flows.reset()
 	v.startNS, v.firstNS, v.lastNS = startNS, 0, 0
@@ -127,7 +136,12 @@ func (v *Vector) Packets() uint64 { return v.packets }
 func (v *Vector) Sum() uint64 { return v.sum }
 
 // Flows is the number of flows the vector counted.
-func (v *Vector) Flows() int { return v.flows.len() }
+func (v *Vector) Flows() int {
+	if v.rawFlows != nil {
+		return len(v.rawFlows) / flowEntry
+	}
+	return v.flows.len()
+}
 
 // index is H(f, j): the j-th counter of a flow, by one multiply-xorshift
 // hash and a multiply-shift onto [0, n).
@@ -145,6 +159,9 @@ func (v *Vector) index(flowHash uint64, j uint64) int {
 // reached the threshold, its span is over, or a counter reached its width
 // (then Overflowed is true and the vector should not be used).
 func (v *Vector) Insert(flowHash, pktHash uint64, tsNS int64) bool {
+	if v.counters == nil {
+		v.materialize()
+	}
 	rel := tsNS - v.startNS
 	if v.cfg.Unit != time.Nanosecond {
 		rel /= int64(v.cfg.Unit)
@@ -174,13 +191,18 @@ func (v *Vector) Insert(flowHash, pktHash uint64, tsNS int64) bool {
 func (v *Vector) Overflowed() bool { return v.overflow }
 
 // FlowPackets is p_f in this vector: the packets of a flow it counted.
-func (v *Vector) FlowPackets(flowHash uint64) uint32 { return v.flows.get(flowHash) }
+func (v *Vector) FlowPackets(flowHash uint64) uint32 {
+	if v.rawFlows != nil {
+		return v.flowCount(flowHash)
+	}
+	return v.flows.get(flowHash)
+}
 
 // subvector returns the flow's m counters.
 func (v *Vector) subvector(flowHash uint64) []float64 {
 	s := make([]float64, v.cfg.Subvector)
 	for j := range s {
-		s[j] = float64(v.counters[v.index(flowHash, uint64(j))])
+		s[j] = float64(v.counter(v.index(flowHash, uint64(j))))
 	}
 	return s
 }

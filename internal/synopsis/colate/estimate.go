@@ -44,7 +44,7 @@ type FlowEstimate struct {
 // the flows' timestamp sums, each vector's estimate (Theorem 2) moved to
 // absolute time with the flow's packet count in that vector, over p_f.
 func Mean(s, r []*Vector, flowHash uint64) (FlowEstimate, error) {
-	q := NewQuery(flowHash, 0, nil)
+	q := NewQuery(flowHash, -1, nil)
 	for _, v := range s {
 		if err := q.Add(v, nil); err != nil {
 			return FlowEstimate{}, err
@@ -58,6 +58,9 @@ func Mean(s, r []*Vector, flowHash uint64) (FlowEstimate, error) {
 	return q.Estimate()
 }
 
+// asymptotic is where Denoise solves Eq. 7 in closed form.
+const asymptotic = 1e4
+
 // Denoise estimates, for each of the flow's m counters, the part its own
 // packets put there (Theorem 3): the w that maximizes the likelihood of
 // the counter's value when the other flows' part is Binomial(τ, 1/n), with
@@ -70,7 +73,8 @@ func Mean(s, r []*Vector, flowHash uint64) (FlowEstimate, error) {
 func (v *Vector) Denoise(flowHash uint64) []float64 {
 	tf := max(v.FlowSum(flowHash), 0)
 	tau := float64(v.sum) - tf
-	target := math.Log(float64(v.cfg.Counters) - 1)
+	n := float64(v.cfg.Counters)
+	target := math.Log(n - 1)
 	s := v.subvector(flowHash)
 	w := make([]float64, len(s))
 	for j, c := range s {
@@ -84,6 +88,13 @@ func (v *Vector) Denoise(flowHash uint64) []float64 {
 			continue
 		case f(hi) >= 0:
 			w[j] = c - hi // the noise takes the whole counter
+			continue
+		}
+		// For large arguments ψ(x + 1) = ln(x + ½) + O(1/x²), and the
+		// root is ξ = (τ + 1 − n/2)/n, off by far less than a unit once
+		// ξ and τ − ξ pass asymptotic; bisection is for small counters.
+		if xi := (tau + 1 - n/2) / n; xi > asymptotic && tau-xi > asymptotic && xi < hi {
+			w[j] = c - xi
 			continue
 		}
 		for range 200 {
@@ -110,8 +121,8 @@ func (v *Vector) Denoise(flowHash uint64) []float64 {
 // v_X[l] = w̃_X[Q[2l]] − w̃_X[Q[2l−1]], an unbiased estimate of
 // Σ_z (u_R[z] − u_S[z])².
 func Stddev(s, r *Vector, flowHash uint64, gamma int, rng *rand.Rand) (FlowEstimate, error) {
-	if gamma < 1 {
-		return FlowEstimate{}, errors.New("colate: at least one virtual repetition")
+	if gamma < 0 {
+		return FlowEstimate{}, errors.New("colate: negative virtual repetitions")
 	}
 	if s.startNS != r.startNS {
 		// Counter j's absolute sum is its relative one plus its packet
@@ -162,8 +173,10 @@ func (q *Query) Robust() *Query {
 	return q
 }
 
-// NewQuery starts a query for one flow; gamma virtual repetitions per
-// epoch give the standard deviation (0: mean only).
+// NewQuery starts a query for one flow. The standard deviation comes from
+// gamma virtual repetitions per epoch (the paper's §4.2.2), or, with gamma
+// 0, from their exact expectation (the limit γ → ∞, at the cost of one);
+// gamma < 0 asks for the mean only.
 func NewQuery(flowHash uint64, gamma int, rng *rand.Rand) *Query {
 	if rng == nil {
 		rng = rand.New(rand.NewPCG(flowHash, 0x636f6c))
@@ -174,7 +187,11 @@ func NewQuery(flowHash uint64, gamma int, rng *rand.Rand) *Query {
 // Add takes one epoch's vectors of the upstream (s) and downstream (r)
 // points; either may be nil (no vector stored, or a vector of another
 // time). Vectors must share n, m, seed and unit.
-func (q *Query) Add(s, r *Vector) error {
+func (q *Query) Add(s, r *Vector) error { return q.AddPair(s, r, nil) }
+
+// AddPair is Add with the pair's statistics, when the caller keeps them
+// (nil: computed here when needed).
+func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 	for _, v := range []*Vector{s, r} {
 		if v == nil {
 			continue
@@ -210,8 +227,11 @@ func (q *Query) Add(s, r *Vector) error {
 	// not cancel between the two points is the spread of R − S.
 	scale := m * (n / (n - m)) * (n / (n - m)) * unit * unit
 	paired := s != nil && r != nil && s.startNS == r.startNS && ps > 0 && pr > 0
+	if paired && st == nil {
+		st = NewPairStats(s, r)
+	}
 	if paired {
-		q.noise += scale * spread(s.counters, r.counters)
+		q.noise += scale * st.Spread
 	}
 	// Each side's absolute timestamp sum: Theorem 2's relative one plus
 	// p_f times the vector's start.
@@ -223,6 +243,7 @@ func (q *Query) Add(s, r *Vector) error {
 		*packets += uint64(p)
 		*sum += v.FlowSum(q.flow)*unit + float64(p)*float64(v.startNS-q.ref)
 		if !paired {
+			v.materialize()
 			q.noise += scale * spread(v.counters, nil)
 		}
 	}
@@ -233,7 +254,7 @@ func (q *Query) Add(s, r *Vector) error {
 		if s == nil || r == nil || s.startNS != r.startNS || ps == 0 || pr == 0 {
 			q.robUnpaired++
 		} else {
-			sum, l, noise := robustPair(s, r, q.flow)
+			sum, l, noise := robustPair(s, r, q.flow, st)
 			left = l
 			k := m - float64(countTrue(l))
 			q.robSum += sum * unit
@@ -249,7 +270,7 @@ func (q *Query) Add(s, r *Vector) error {
 			}
 		}
 	}
-	if paired && ps == pr && q.gamma > 0 {
+	if paired && ps == pr && q.gamma >= 0 {
 		q.sq += q.repetitions(s, r, left)
 		q.sqPackets += uint64(ps)
 		q.sqEpochs++
@@ -295,6 +316,23 @@ func (q *Query) repetitions(s, r *Vector, left []bool) float64 {
 	m := len(perm)
 	if m == 0 {
 		return 0
+	}
+	if q.gamma == 0 {
+		// The limit of γ → ∞: over a uniform random pairing each of the
+		// k(k−1)/2 pairs {a, b} of kept counters is one of the k/2
+		// pairs with probability 1/(k − 1), so the expectation of
+		// Σ_l (x_a − x_b)², x = w̃_R − w̃_S, is
+		// Σ_{a<b} (x_a − x_b)²/(k − 1) = k/(k − 1)·Σ_j (x_j − x̄)².
+		var mean, ss float64
+		for _, j := range perm {
+			mean += wr[j] - ws[j]
+		}
+		mean /= float64(m)
+		for _, j := range perm {
+			d := wr[j] - ws[j] - mean
+			ss += d * d
+		}
+		return float64(m) / float64(m-1) * ss * unit * unit * float64(len(ws)) / float64(m)
 	}
 	var acc float64
 	for range q.gamma {

@@ -81,28 +81,16 @@ func median(sorted []float64) float64 {
 // ∓t, far off that line. Counters more than outlierFactor robust scales
 // off the line (ρ the median ratio) are left out; the others' sum, less
 // the other flows' share, is scaled up to all m counters.
-func robustPair(s, r *Vector, flowHash uint64) (sum float64, left []bool, noise float64) {
+func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left []bool, noise float64) {
 	m := s.cfg.Subvector
-	span := float64(s.cfg.Span) / float64(s.cfg.Unit)
-	cut := min(shareCut*span, lightFactor*typicalDiff(s.counters, r.counters))
-	// The other flows' share: the mean difference of counters below the
-	// cut, that is of counters holding a few packets that crossed both
-	// points (counters of heavy flows are left to the mass test below).
-	var total, total2 float64
-	for i := range s.counters {
-		if d := float64(r.counters[i]) - float64(s.counters[i]); math.Abs(d) <= cut {
-			total += d
-			total2 += d * d
-		}
-	}
-	count := len(s.counters)
+	cut, total, total2, count := st.Cut, st.LightSum, st.LightSum2, st.Counters
 	up := make([]float64, m)
 	own := make([]float64, m)
 	var ratios []float64
 	for j := range own {
 		i := s.index(flowHash, uint64(j))
-		up[j] = float64(s.counters[i])
-		own[j] = float64(r.counters[i]) - up[j]
+		up[j] = float64(s.counter(i))
+		own[j] = float64(r.counter(i)) - up[j]
 		if up[j] > 0 {
 			ratios = append(ratios, own[j]/up[j])
 		}
@@ -190,6 +178,37 @@ func robustPair(s, r *Vector, flowHash uint64) (sum float64, left []bool, noise 
 		noise += float64(recovered) * sd * sd / float64(k)
 	}
 	return (kept - float64(k)*share) * float64(m) / float64(k), left, noise
+}
+
+// PairStats are what a query needs of two vectors with one start beyond
+// one flow's counters: the same for every flow, worth keeping between
+// queries (computing them reads every counter of both).
+type PairStats struct {
+	// Cut bounds |R − S| of the light counters, those that make the
+	// other flows' share (robust estimate); LightSum and LightSum2 are
+	// the sums of their differences and squared differences, Counters n.
+	Cut, LightSum, LightSum2 float64
+	Counters                 int
+	// Spread is the variance of R − S over all counters (the paper's
+	// estimate's noise).
+	Spread float64
+}
+
+// NewPairStats reads two vectors with one start whole.
+func NewPairStats(s, r *Vector) *PairStats {
+	s.materialize()
+	r.materialize()
+	span := float64(s.cfg.Span) / float64(s.cfg.Unit)
+	st := &PairStats{Counters: len(s.counters)}
+	st.Cut = min(shareCut*span, lightFactor*typicalDiff(s.counters, r.counters))
+	for i := range s.counters {
+		if d := float64(r.counters[i]) - float64(s.counters[i]); math.Abs(d) <= st.Cut {
+			st.LightSum += d
+			st.LightSum2 += d * d
+		}
+	}
+	st.Spread = spread(s.counters, r.counters)
+	return st
 }
 
 // typicalDiff is the median |R − S| of the non-zero counter differences,

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"sort"
 	"time"
 )
 
 // Wire form, little endian:
 //
-//	version    1 byte (1)
+//	version    1 byte (2)
 //	counters   uvarint n
 //	subvector  uvarint m
 //	bits       uvarint b
@@ -21,21 +22,30 @@ import (
 //	first,last 8 bytes each
 //	overflow   1 byte
 //	width      1 byte w: the bits of the largest counter (0 when all are 0)
+//	sum        uvarint: t_X, the sum of the counters
+//	packets    uvarint: the sum of the flow counts
 //	counters   n·w bits, packed from the low bit of each byte
-//	flows      uvarint k, then k × (hash 8 bytes, count uvarint)
+//	flows      uvarint k, then k × (hash 8 bytes, count 4 bytes), by hash
 //
-// The counters travel at the width the largest one needs, not at b: a
-// quiet vector costs less to store than a busy one.
-const wireVersion = 1
+// The counters travel at the width the largest needs, not at b: a quiet
+// vector costs less to store than a busy one. Fixed-size flow entries in
+// hash order let a decoded vector find a flow's count by binary search
+// and a counter by its bit offset, without unpacking the rest (Unmarshal
+// is lazy; a query reads m counters and one count of each vector).
+const wireVersion = 2
+
+// flowEntry is the size of a flow count on the wire.
+const flowEntry = 12
 
 // MarshalBinary returns the vector's wire form.
 func (v *Vector) MarshalBinary() ([]byte, error) {
+	v.materialize()
 	var top uint64
 	for _, c := range v.counters {
 		top |= c
 	}
 	w := bits.Len64(top)
-	out := make([]byte, 0, 64+(len(v.counters)*w+7)/8+12*v.flows.len())
+	out := make([]byte, 0, 80+(len(v.counters)*w+7)/8+flowEntry*v.flows.len())
 	out = append(out, wireVersion)
 	out = binary.AppendUvarint(out, uint64(v.cfg.Counters))
 	out = binary.AppendUvarint(out, uint64(v.cfg.Subvector))
@@ -50,6 +60,8 @@ func (v *Vector) MarshalBinary() ([]byte, error) {
 		of = 1
 	}
 	out = append(out, of, byte(w))
+	out = binary.AppendUvarint(out, v.sum)
+	out = binary.AppendUvarint(out, v.packets)
 	out = packBits(out, v.counters, w)
 	type fc struct {
 		k uint64
@@ -69,7 +81,7 @@ func (v *Vector) MarshalBinary() ([]byte, error) {
 	out = binary.AppendUvarint(out, uint64(len(flows)))
 	for _, f := range flows {
 		out = binary.LittleEndian.AppendUint64(out, f.k)
-		out = binary.AppendUvarint(out, uint64(f.n))
+		out = binary.LittleEndian.AppendUint32(out, f.n)
 	}
 	return out, nil
 }
@@ -120,7 +132,10 @@ var ErrWire = errors.New("colate: bad wire form")
 
 // Unmarshal decodes a vector that must have been recorded with want's
 // counters, subvector, seed and unit (the deployment's): checking the shape
-// before allocating bounds the memory a hostile input can take.
+// before anything is allocated bounds the memory a hostile input can take.
+// The vector keeps data (which must not change while it is in use) and
+// reads counters and flow counts from it as asked; Check verifies what the
+// header claims against them.
 func Unmarshal(data []byte, want Config) (*Vector, error) {
 	if err := want.Validate(); err != nil {
 		return nil, err
@@ -144,6 +159,7 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 	v.startNS, v.firstNS, v.lastNS = int64(d.u64()), int64(d.u64()), int64(d.u64())
 	v.overflow = d.byte() != 0
 	w := int(d.byte())
+	v.sum, v.packets = d.uvarint(), d.uvarint()
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -154,34 +170,98 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 	if len(d.b) < need {
 		return nil, fmt.Errorf("%w: %d bytes of counters, want %d", ErrWire, len(d.b), need)
 	}
-	v.counters = unpackBits(d.b[:need], want.Counters, w)
+	v.packed, v.width = d.b[:need], w
 	d.b = d.b[need:]
-	for _, c := range v.counters {
-		v.sum += c
-	}
 	k := d.uvarint()
-	if d.err == nil && k > uint64(len(d.b))/9 {
-		return nil, fmt.Errorf("%w: %d flows in %d bytes", ErrWire, k, len(d.b))
-	}
-	v.flows.reserve(int(k))
-	for range k {
-		h, c := d.u64(), d.uvarint()
-		if d.err != nil {
-			break
-		}
-		if c == 0 || c > 1<<32-1 {
-			return nil, fmt.Errorf("%w: flow count %d", ErrWire, c)
-		}
-		v.flows.add(h, uint32(c))
-		v.packets += c
-	}
 	if d.err != nil {
 		return nil, d.err
 	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrWire, len(d.b))
+	if k > uint64(len(d.b))/flowEntry || uint64(len(d.b)) != k*flowEntry {
+		return nil, fmt.Errorf("%w: %d flows in %d bytes", ErrWire, k, len(d.b))
 	}
+	v.rawFlows = d.b
 	return v, nil
+}
+
+// Check verifies what a decoded vector's header claims: the counters add
+// up to its sum, the flow counts (positive, in hash order) to its packets.
+// A vector from outside should pass it before it is kept; a query trusts
+// a kept vector's header and reads only what it needs.
+func (v *Vector) Check() error {
+	var prev, packets uint64
+	for i := range len(v.rawFlows) / flowEntry {
+		e := v.rawFlows[i*flowEntry:]
+		h, c := binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint32(e[8:])
+		if c == 0 || i > 0 && h <= prev {
+			return fmt.Errorf("%w: flow entry %d (count %d, hashes out of order)", ErrWire, i, c)
+		}
+		prev = h
+		packets += uint64(c)
+	}
+	if v.rawFlows != nil && packets != v.packets {
+		return fmt.Errorf("%w: flow counts add up to %d, the header says %d", ErrWire, packets, v.packets)
+	}
+	v.materialize()
+	var sum uint64
+	for _, c := range v.counters {
+		sum += c
+	}
+	if sum != v.sum {
+		return fmt.Errorf("%w: counters add up to %d, the header says %d", ErrWire, sum, v.sum)
+	}
+	return nil
+}
+
+// counter is counter i, from the counters or, in a decoded vector, from
+// the packed bits.
+func (v *Vector) counter(i int) uint64 {
+	if v.packed == nil {
+		return v.counters[i]
+	}
+	w := v.width
+	if w == 0 {
+		return 0
+	}
+	bit := i * w
+	at, shift := bit/8, uint(bit%8)
+	span := (int(shift) + w + 7) / 8 // bytes the counter touches, ≤ 9
+	var x uint64
+	for j := 0; j < min(span, 8); j++ {
+		x |= uint64(v.packed[at+j]) << (8 * j)
+	}
+	x >>= shift
+	if span == 9 {
+		x |= uint64(v.packed[at+8]) << (64 - shift)
+	}
+	return x & mask(w)
+}
+
+// flowCount is a decoded vector's count of a flow, by binary search.
+func (v *Vector) flowCount(k uint64) uint32 {
+	n := len(v.rawFlows) / flowEntry
+	i := sort.Search(n, func(i int) bool { return binary.LittleEndian.Uint64(v.rawFlows[i*flowEntry:]) >= k })
+	if i < n && binary.LittleEndian.Uint64(v.rawFlows[i*flowEntry:]) == k {
+		return binary.LittleEndian.Uint32(v.rawFlows[i*flowEntry+8:])
+	}
+	return 0
+}
+
+// materialize unpacks a decoded vector's counters and flow counts, so
+// that it can be changed or scanned whole.
+func (v *Vector) materialize() {
+	if v.packed != nil {
+		v.counters = unpackBits(v.packed, v.cfg.Counters, v.width)
+		v.packed = nil
+	}
+	if v.rawFlows != nil {
+		n := len(v.rawFlows) / flowEntry
+		v.flows.reserve(n)
+		for i := range n {
+			e := v.rawFlows[i*flowEntry:]
+			v.flows.add(binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint32(e[8:]))
+		}
+		v.rawFlows = nil
+	}
 }
 
 // ErrMismatch says two vectors, or a vector and a configuration, differ
@@ -277,6 +357,8 @@ func (d *decoder) uvarint() uint64 {
 // Merge adds o's packets to v: the vectors of one point's capture workers,
 // which saw disjoint packets of the same epoch, become one.
 func (v *Vector) Merge(o *Vector) error {
+	v.materialize()
+	o.materialize()
 	a, b := v.cfg, o.cfg
 	if a.Counters != b.Counters || a.Subvector != b.Subvector || a.Seed != b.Seed || a.Unit != b.Unit || v.startNS != o.startNS {
 		return fmt.Errorf("%w: merging n %d/%d, m %d/%d, start %d/%d", ErrMismatch, a.Counters, b.Counters, a.Subvector, b.Subvector, v.startNS, o.startNS)
@@ -306,7 +388,9 @@ func (v *Vector) Merge(o *Vector) error {
 }
 
 // Bytes estimates the vector's in-memory size.
-func (v *Vector) Bytes() int { return 8*len(v.counters) + 12*len(v.flows.keys) }
+func (v *Vector) Bytes() int {
+	return 8*len(v.counters) + 12*len(v.flows.keys) + len(v.packed) + len(v.rawFlows)
+}
 
 // Unit is the timestamp unit of the counters.
 func (v *Vector) Unit() time.Duration { return v.cfg.Unit }

@@ -30,6 +30,8 @@ func filled(t testing.TB, cfg Config, start int64, packets int, seed uint64) *Ve
 
 func sameVector(t *testing.T, a, b *Vector) {
 	t.Helper()
+	a.materialize()
+	b.materialize()
 	if !slices.Equal(a.counters, b.counters) || a.sum != b.sum || a.packets != b.packets || a.startNS != b.startNS ||
 		a.firstNS != b.firstNS || a.lastNS != b.lastNS || a.overflow != b.overflow || a.Flows() != b.Flows() {
 		t.Fatalf("vectors differ: sum %d/%d packets %d/%d flows %d/%d", a.sum, b.sum, a.packets, b.packets, a.Flows(), b.Flows())
@@ -62,6 +64,51 @@ func TestWireRoundTrip(t *testing.T) {
 	b, _ := quiet.MarshalBinary()
 	if len(b) > 60+(cfg.Counters*2+7)/8+12 {
 		t.Errorf("a vector of one small counter takes %d bytes", len(b))
+	}
+}
+
+// TestLazyReads: a decoded vector answers counters and flow counts from
+// its wire form as its unpacked copy does.
+func TestLazyReads(t *testing.T) {
+	cfg := smallConfig()
+	v := filled(t, cfg, 0, 3000, 9)
+	b, _ := v.MarshalBinary()
+	lazy, err := Unmarshal(b, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lazy.packed == nil || lazy.rawFlows == nil {
+		t.Fatal("Unmarshal unpacked the vector")
+	}
+	for i := range cfg.Counters {
+		if lazy.counter(i) != v.counters[i] {
+			t.Fatalf("counter %d: %d, want %d", i, lazy.counter(i), v.counters[i])
+		}
+	}
+	for f := range uint64(60) {
+		if lazy.FlowPackets(f) != v.FlowPackets(f) {
+			t.Fatalf("flow %d: %d packets, want %d", f, lazy.FlowPackets(f), v.FlowPackets(f))
+		}
+	}
+	if lazy.Flows() != v.Flows() || lazy.Packets() != v.Packets() || lazy.Sum() != v.Sum() || lazy.Check() != nil {
+		t.Errorf("flows %d/%d packets %d/%d sum %d/%d check %v", lazy.Flows(), v.Flows(), lazy.Packets(), v.Packets(), lazy.Sum(), v.Sum(), lazy.Check())
+	}
+	// A header that lies about the sum or the packets fails Check.
+	bad, _ := Unmarshal(b, cfg)
+	bad.sum++
+	if bad.Check() == nil {
+		t.Error("Check accepted a wrong sum")
+	}
+	bad, _ = Unmarshal(b, cfg)
+	bad.packets++
+	if bad.Check() == nil {
+		t.Error("Check accepted a wrong packet count")
+	}
+	// Inserting into a decoded vector unpacks it first.
+	lazy2, _ := Unmarshal(b, cfg)
+	lazy2.Insert(1, 2, 3)
+	if lazy2.Packets() != v.Packets()+1 || lazy2.FlowPackets(1) != v.FlowPackets(1)+1 {
+		t.Errorf("insert into a decoded vector: %d packets", lazy2.Packets())
 	}
 }
 
@@ -119,6 +166,11 @@ func FuzzUnmarshal(f *testing.F) {
 		v, err := Unmarshal(data, cfg)
 		if err != nil {
 			return
+		}
+		c7, f3 := v.counter(7), v.FlowPackets(3)
+		_ = v.Check() // may fail: the header's sum is not checked by Unmarshal
+		if v.counter(7) != c7 || v.FlowPackets(3) != f3 {
+			t.Fatalf("lazy and unpacked reads differ: %d/%d, %d/%d", c7, v.counter(7), f3, v.FlowPackets(3))
 		}
 		// What decodes must encode to an equivalent vector.
 		b, _ := v.MarshalBinary()
