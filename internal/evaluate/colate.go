@@ -66,9 +66,9 @@ type ColateRow struct {
 	// the median relative error. ExactWithin5 and ExactMedian are the
 	// same with the exact expectation over pairings.
 	StddevWithin5, StddevMedian, ExactWithin5, ExactMedian float64
-	Fixed                       bool    // Params given, not solved
-	BitsPerPkt                  float64 // counters only
-	FlowBitsPerP                float64 // the per-vector flow counts on top
+	Fixed                                                  bool    // Params given, not solved
+	BitsPerPkt                                             float64 // counters only
+	FlowBitsPerP                                           float64 // the per-vector flow counts on top
 }
 
 type colFlow struct {
