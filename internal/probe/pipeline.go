@@ -71,6 +71,7 @@ type epochData struct {
 // counters are the probe's running totals, read by metrics.
 type counters struct {
 	frames, packets, outside, late atomic.Uint64
+	colateVectors, colateBytes     atomic.Uint64
 	decodeFailures                 [4]atomic.Uint64 // by capture.Reason
 }
 

@@ -51,7 +51,12 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{}),
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
 	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
-	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, grid: cfg.Params.Epoch, clock: p.clockOver, emit: p.spool.add, emitVector: p.spool.addVector}
+	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, grid: cfg.Params.Epoch, clock: p.clockOver, emit: p.spool.add,
+		emitVector: func(v *owlv1.ColateVector) {
+			p.stats.colateVectors.Add(1)
+			p.stats.colateBytes.Add(uint64(len(v.GetVector())))
+			p.spool.addVector(v)
+		}}
 	workers := 1
 	var correct func(int64) int64
 	if lc := cfg.Sources[0].Live; lc != nil {
@@ -354,7 +359,9 @@ func (p *Probe) metrics() *prometheus.Registry {
 	counter("owl_probe_packets_total", "IP packets decoded.", func() float64 { return float64(p.stats.packets.Load()) })
 	counter("owl_probe_late_packets_total", "Packets whose epoch had closed when they came.", func() float64 { return float64(p.stats.late.Load()) })
 	counter("owl_probe_outside_paths_packets_total", "Decoded packets that matched no path.", func() float64 { return float64(p.stats.outside.Load()) })
-	counter("owl_probe_spool_dropped_reports_total", "Epoch reports dropped because the spool was full.", func() float64 { return float64(p.spool.droppedTotal()) })
+	counter("owl_probe_spool_dropped_reports_total", "Epoch reports and COLATE vectors dropped because the spool was full.", func() float64 { return float64(p.spool.droppedTotal()) })
+	counter("owl_probe_colate_vectors_total", "COLATE vectors recorded (one per epoch with -colate).", func() float64 { return float64(p.stats.colateVectors.Load()) })
+	counter("owl_probe_colate_vector_bytes_total", "Bytes of the COLATE vectors sent.", func() float64 { return float64(p.stats.colateBytes.Load()) })
 	for _, r := range capture.Reasons {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "owl_probe_decode_failures_total", Help: "Frames that yielded no packet, by reason.",
@@ -385,7 +392,7 @@ func (p *Probe) metrics() *prometheus.Registry {
 		func(s ptp.Status) float64 { return float64(s.State) })
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_cache_bytes", Help: "Bytes of (packet ID, timestamp) caches kept for RDA repair."},
 		func() float64 { return float64(p.caches.size()) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_spool_reports", Help: "Epoch reports waiting for acknowledgement."},
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_spool_reports", Help: "Epoch reports and COLATE vectors waiting for acknowledgement."},
 		func() float64 { return float64(p.spool.len()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_collector_connected", Help: "1 when a stream to the collector is up."},
 		func() float64 {

@@ -92,6 +92,7 @@ type Vector struct {
 	packets                  uint64
 	flows                    flowTable
 	overflow                 bool
+	top                      uint64 // the largest value a counter may hold
 	// A decoded vector reads counters and flow counts from its wire
 	// form until it has to change (materialize).
 	packed   []byte
@@ -104,7 +105,7 @@ func New(cfg Config, startNS int64) (*Vector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Vector{cfg: cfg, counters: make([]uint64, cfg.Counters), startNS: startNS}, nil
+	return &Vector{cfg: cfg, counters: make([]uint64, cfg.Counters), startNS: startNS, top: cfg.maxCounter()}, nil
 }
 
 // Reset empties the vector for timestamps counting from startNS, keeping
@@ -176,8 +177,9 @@ func (v *Vector) Insert(flowHash, pktHash uint64, tsNS int64) bool {
 	// j uniform in [0, m) from the hash's high bits, by multiply-shift.
 	j, _ := bits.Mul64(pktHash, uint64(v.cfg.Subvector))
 	i := v.index(flowHash, j)
-	c := v.counters[i] + uint64(rel)
-	if c > v.cfg.maxCounter() || c < v.counters[i] {
+	old := v.counters[i]
+	c := old + uint64(rel)
+	if c > v.top || c < old {
 		v.overflow = true
 	}
 	v.counters[i] = c

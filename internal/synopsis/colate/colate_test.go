@@ -265,22 +265,26 @@ func TestOverflowCloses(t *testing.T) {
 // BenchmarkInsert: one hash onto the flow's counter, one add, and the
 // flow's packet count, for a vector in cache (2^16 counters, 512 KiB) and
 // one that is not (2^20, 8 MiB).
+// BenchmarkInsert: 4,096 flows, each packet of another flow (run=1) or in
+// runs of 8 packets of one flow, as on a link.
 func BenchmarkInsert(b *testing.B) {
 	for _, n := range []int{1 << 16, 1 << 20} {
-		b.Run(fmt.Sprintf("counters=%d", n), func(b *testing.B) {
-			cfg := DefaultConfig()
-			cfg.Counters = n
-			v, _ := New(cfg, 0)
-			rng := rand.New(rand.NewPCG(1, 2))
-			flows := make([]uint64, 4096)
-			for i := range flows {
-				flows[i] = rng.Uint64()
-			}
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				v.Insert(flows[i&4095], uint64(i)*0x9e3779b97f4a7c15, int64(i&(1<<29-1)))
-			}
-		})
+		for _, run := range []int{1, 8} {
+			b.Run(fmt.Sprintf("counters=%d/run=%d", n, run), func(b *testing.B) {
+				cfg := DefaultConfig()
+				cfg.Counters = n
+				v, _ := New(cfg, 0)
+				rng := rand.New(rand.NewPCG(1, 2))
+				flows := make([]uint64, 4096)
+				for i := range flows {
+					flows[i] = rng.Uint64()
+				}
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					v.Insert(flows[(i/run)&4095], uint64(i)*0x9e3779b97f4a7c15, int64(i&(1<<29-1)))
+				}
+			})
+		}
 	}
 }
 

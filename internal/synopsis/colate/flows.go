@@ -8,9 +8,18 @@ type flowTable struct {
 	counts []uint32
 	used   int
 	zero   uint32 // packets of flow hash 0, which cannot be a key
+	// last is the slot of the flow counted last: packets come in runs
+	// of one flow, and a run costs one probe.
+	last int
 }
 
-func (t *flowTable) inc(k uint64) { t.add(k, 1) }
+func (t *flowTable) inc(k uint64) {
+	if t.last < len(t.keys) && t.keys[t.last] == k && k != 0 {
+		t.counts[t.last]++
+		return
+	}
+	t.add(k, 1)
+}
 
 // add counts n packets of flow k.
 func (t *flowTable) add(k uint64, n uint32) {
@@ -26,10 +35,12 @@ func (t *flowTable) add(k uint64, n uint32) {
 		switch t.keys[i] {
 		case k:
 			t.counts[i] += n
+			t.last = int(i)
 			return
 		case 0:
 			t.keys[i], t.counts[i] = k, n
 			t.used++
+			t.last = int(i)
 			return
 		}
 	}

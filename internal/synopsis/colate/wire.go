@@ -155,7 +155,7 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 	if b >= 8 && b <= 64 {
 		cfg.Bits = int(b)
 	}
-	v := &Vector{cfg: cfg}
+	v := &Vector{cfg: cfg, top: cfg.maxCounter()}
 	v.startNS, v.firstNS, v.lastNS = int64(d.u64()), int64(d.u64()), int64(d.u64())
 	v.overflow = d.byte() != 0
 	w := int(d.byte())
@@ -366,7 +366,7 @@ func (v *Vector) Merge(o *Vector) error {
 	if o.packets == 0 {
 		return nil
 	}
-	top := v.cfg.maxCounter()
+	top := v.top
 	for i, c := range o.counters {
 		s := v.counters[i] + c
 		if s > top || s < c {
