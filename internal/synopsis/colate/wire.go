@@ -389,7 +389,7 @@ func (v *Vector) Merge(o *Vector) error {
 
 // Bytes estimates the vector's in-memory size.
 func (v *Vector) Bytes() int {
-	return 8*len(v.counters) + 12*len(v.flows.keys) + len(v.packed) + len(v.rawFlows)
+	return 8*len(v.counters) + 16*len(v.flows.slots) + len(v.packed) + len(v.rawFlows)
 }
 
 // Unit is the timestamp unit of the counters.
