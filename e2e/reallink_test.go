@@ -15,6 +15,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
 )
@@ -85,7 +86,7 @@ func TestRealLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	grpcAddr := "10.250.77.1:" + strings.Split(port, ":")[1]
-	cfg := collectorYAML(filepath.Join(dir, "data"), grpcAddr, `  - name: fwd
+	cfg := colateParams(collectorYAML(filepath.Join(dir, "data"), grpcAddr, `  - name: fwd
     upstream: probe-in
     downstream: probe-out
     selector: {dst_cidrs: [10.77.0.2/32]}
@@ -93,7 +94,7 @@ func TestRealLink(t *testing.T) {
     upstream: probe-out
     downstream: probe-in
     selector: {dst_cidrs: [10.77.0.1/32]}
-`)
+`))
 	coll, addrs, err := env.StartCollector("collector-1", cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -117,12 +118,12 @@ func TestRealLink(t *testing.T) {
 	// packets per socket), so the ground truth takes the probes' own
 	// timestamps; tcpdump's captures are compared by count.
 	probeIn, err := env.StartIn(rt, "probe-in", "probe", "-id", "probe-in", "-collector", grpcAddr, "-interface", "rin", "-capture-outgoing",
-		"-reconnect-max", "300ms", "-dump", filepath.Join(dir, "probe-rin.pcap"))
+		"-reconnect-max", "300ms", "-dump", filepath.Join(dir, "probe-rin.pcap"), "-colate", "-colate-counters", colateCounters)
 	if err != nil {
 		t.Fatal(err)
 	}
 	probeOut, err := env.StartIn(rt, "probe-out", "probe", "-id", "probe-out", "-collector", grpcAddr, "-interface", "rout", "-capture-outgoing",
-		"-workers", "2", "-reconnect-max", "300ms", "-dump", filepath.Join(dir, "probe-rout.pcap"))
+		"-workers", "2", "-reconnect-max", "300ms", "-dump", filepath.Join(dir, "probe-rout.pcap"), "-colate", "-colate-counters", colateCounters)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +215,65 @@ func TestRealLink(t *testing.T) {
 		checkRealLink(t, path, results[path], truths[path], first, last)
 	}
 	checkRealLinkFlows(t, q2, "rev", truths["rev"])
+	checkRealLinkColate(t, q2, map[string][2]string{"fwd": {"probe-in", "probe-out"}, "rev": {"probe-out", "probe-in"}}, truths)
+}
+
+// colateCounters is the COLATE vector size of the real-link run.
+const colateCounters = "65536"
+
+// colateParams adds COLATE to a collector configuration.
+func colateParams(yaml string) string {
+	return yaml + "params:\n  colate: {enabled: true, counters: " + colateCounters + "}\n"
+}
+
+// checkRealLinkColate asks GetFlowLatencyHistoric, over the whole run,
+// for every flow of ≥ 300 delivered packets, between the two probes in
+// the direction of each path, and compares with the flow's true mean
+// (packets delivered within their epoch; the relay's loss, reordering and
+// duplicates are there, which COLATE does not model).
+func checkRealLinkColate(t *testing.T, q owlv1.QueryServiceClient, points map[string][2]string, truths map[string]map[int64]*linkTruth) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var b strings.Builder
+	flows, within := 0, 0
+	for _, path := range []string{"fwd", "rev"} {
+		all := map[capture.FlowKey]*flowAcc{}
+		for _, lt := range truths[path] {
+			for k, fa := range lt.flows {
+				x := all[k]
+				if x == nil {
+					x = &flowAcc{}
+					all[k] = x
+				}
+				x.n += fa.n
+				x.sum += fa.sum
+				x.sentAll += fa.sentAll
+			}
+		}
+		for k, fa := range all {
+			if fa.n < 300 {
+				continue
+			}
+			res, err := q.GetFlowLatencyHistoric(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(k), Upstream: points[path][0], Downstream: points[path][1]})
+			if err != nil {
+				t.Fatalf("GetFlowLatencyHistoric %v: %v", k, err)
+			}
+			m := fa.sum / float64(fa.n)
+			rel := math.Abs(res.GetMeanNs()-m) / m
+			flows++
+			if rel <= 0.05 {
+				within++
+			}
+			fmt.Fprintf(&b, "%s %v: %d packets sent, %d/%d (owl) up/down; true %.1f µs, owl %.1f µs (%.2f%%, ± %.1f µs), %d counters left out, %.0f bits/packet\n",
+				path, k, fa.sentAll, res.GetPackets(), res.GetDownstreamPackets(), m/1e3, res.GetMeanNs()/1e3, 100*rel, res.GetHalfWidthNs()/1e3,
+				res.GetLeftOutCounters(), res.GetBitsPerPacket())
+		}
+	}
+	t.Logf("COLATE over the whole run (n = %s), %d of %d flows within 5%%:\n%s", colateCounters, within, flows, b.String())
+	if flows == 0 || float64(within) < 0.9*float64(flows) {
+		t.Errorf("COLATE: %d of %d flows within 5%% of their true mean", within, flows)
+	}
 }
 
 func tail(s string) string {

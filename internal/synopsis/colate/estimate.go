@@ -258,13 +258,16 @@ func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 			left = l
 			k := m - float64(countTrue(l))
 			q.robSum += sum * unit
-			q.robPackets += float64(ps+pr) / 2
+			// The sum is of the delays of the packets the downstream
+			// point saw (counters with a lost one are taken from their
+			// downstream side): the mean is over those.
+			q.robPackets += float64(pr)
 			q.robLeft += countTrue(l)
 			if k > 0 {
 				// k counters of noise, scaled up to m; and the
 				// packets of the m − k counters left out, estimated
 				// from the others' (a binomial share of p).
-				pe := float64(ps+pr) / 2
+				pe := float64(pr)
 				mu := sum * unit / pe
 				q.robNoise += (m / k) * (m / k) * (k*noise*unit*unit + (m-k)*(pe/m)*(1-1/m)*mu*mu)
 			}
