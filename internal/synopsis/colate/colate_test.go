@@ -295,6 +295,7 @@ func BenchmarkInsert(b *testing.B) {
 func TestRobustUnderOneSidedNoise(t *testing.T) {
 	tp := record(t, testConfig(), 300, 200, 20_000, 7)
 	var paper, robust []float64
+	st := NewPairStats(tp.s, tp.r)
 	for fh, tr := range tp.truth {
 		mu := tr[0] / float64(tp.counts[fh])
 		p, err := Mean([]*Vector{tp.s}, []*Vector{tp.r}, fh)
@@ -302,7 +303,7 @@ func TestRobustUnderOneSidedNoise(t *testing.T) {
 			t.Fatal(err)
 		}
 		q := NewQuery(fh, 0, nil).Robust()
-		if err := q.Add(tp.s, tp.r); err != nil {
+		if err := q.AddPair(tp.s, tp.r, st); err != nil {
 			t.Fatal(err)
 		}
 		r, err := q.Estimate()
