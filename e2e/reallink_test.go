@@ -265,14 +265,24 @@ func checkRealLinkColate(t *testing.T, q owlv1.QueryServiceClient, points map[st
 			if rel <= 0.05 {
 				within++
 			}
+			// The bar: 1% where nothing was lost, 10% across the lossy
+			// direction (COLATE assumes no loss; this checks that it
+			// degrades gently).
+			bar := 0.01
+			if res.GetPackets() != res.GetDownstreamPackets() {
+				bar = 0.10
+			}
+			if rel > bar {
+				t.Errorf("COLATE %s %v: owl %.1f µs, truth %.1f µs (%.2f%% > %.0f%%)", path, k, res.GetMeanNs()/1e3, m/1e3, 100*rel, 100*bar)
+			}
 			fmt.Fprintf(&b, "%s %v: %d packets sent, %d/%d (owl) up/down; true %.1f µs, owl %.1f µs (%.2f%%, ± %.1f µs), %d counters left out, %.0f bits/packet\n",
 				path, k, fa.sentAll, res.GetPackets(), res.GetDownstreamPackets(), m/1e3, res.GetMeanNs()/1e3, 100*rel, res.GetHalfWidthNs()/1e3,
 				res.GetLeftOutCounters(), res.GetBitsPerPacket())
 		}
 	}
 	t.Logf("COLATE over the whole run (n = %s), %d of %d flows within 5%%:\n%s", colateCounters, within, flows, b.String())
-	if flows == 0 || float64(within) < 0.9*float64(flows) {
-		t.Errorf("COLATE: %d of %d flows within 5%% of their true mean", within, flows)
+	if flows == 0 {
+		t.Error("COLATE: no flow of 300 packets to check")
 	}
 }
 

@@ -200,9 +200,15 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	out.MeanNs, out.StddevNs, out.StddevEpochs, out.MeanSquareNs2 = est.MeanNS, est.StddevNS, uint32(est.StddevEpochs), est.SecondMomentNS2
+	if est.Heavy {
+		out.Estimator = "paper"
+	}
 	out.Alpha = colate.Reliability(est.MeanNS, est.MeanErrNS, beta)
 	out.HalfWidthNs = colate.HalfWidth(est.MeanErrNS, c.cfg.Colate.Alpha)
 	var notes []string
+	if est.Heavy {
+		notes = append(notes, "the flow's counters each hold over half an epoch of delay: the paper's estimator was used")
+	}
 	if est.Packets != est.DownPackets {
 		notes = append(notes, fmt.Sprintf("%d packets upstream, %d downstream: lost packets (or a range that cuts the flow) bias the mean", est.Packets, est.DownPackets))
 	}

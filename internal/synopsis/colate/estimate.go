@@ -32,6 +32,9 @@ type FlowEstimate struct {
 	StddevEpochs int
 	// Overflow is true when a vector used had a counter outgrow its bits.
 	Overflow bool
+	// Heavy is true when a robust query gave the paper's estimate
+	// instead: the flow's counters each hold over half an epoch of delay.
+	Heavy bool
 	// LeftOut counts the flow's counters (over all epochs) the robust
 	// estimate left out as holding a one-sided packet; Unpaired the
 	// epochs it could not use (the flow in one point's vector only, or a
@@ -164,6 +167,7 @@ type Query struct {
 	robNoise    float64 // ns²
 	robLeft     int     // counters left out
 	robUnpaired int     // epochs of the flow without a vector pair
+	crossing    bool    // an epoch where the flow's counts differ between the points
 }
 
 // Robust makes the query use the robust estimate of robust.go instead of
@@ -218,6 +222,9 @@ func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 	}
 	if ps == 0 && pr == 0 {
 		return nil
+	}
+	if ps != pr {
+		q.crossing = true
 	}
 	q.vectors++
 	n, m := float64(q.cfg.Counters), float64(q.cfg.Subvector)
@@ -362,7 +369,22 @@ func (q *Query) Estimate() (FlowEstimate, error) {
 	}
 	out.MeanNS = (q.sumR - q.sumS) / float64(q.ps)
 	out.MeanErrNS = math.Sqrt(q.noise) / float64(q.ps)
-	if q.robust {
+	// The robust estimate reads each counter's delay sum against an
+	// epoch: a flow whose counters each hold more than half an epoch of
+	// delay (a heavy flow with long delays: many packets in flight, so
+	// every counter holds crossers) is past what it can unfold; the
+	// paper's, which moves each vector's sum to absolute time with the
+	// flow's counts, is exact for the flow's own crossers and has its
+	// noise small next to such a flow.
+	// Only where crossers are there to unfold (the flow's counts differ
+	// between the points in some epoch) and none was lost (they agree
+	// over the range: the paper's estimate has no answer to loss).
+	heavy := false
+	if q.robust && q.vectors > 0 && q.crossing && q.ps == q.pr {
+		perCounter := float64(q.pr) / float64(q.vectors) / float64(q.cfg.Subvector)
+		heavy = out.MeanNS*perCounter > float64(q.cfg.Span)/2
+	}
+	if q.robust && !heavy {
 		out.LeftOut, out.Unpaired = q.robLeft, q.robUnpaired
 		if q.robPackets == 0 {
 			return out, ErrNoPackets
@@ -370,6 +392,7 @@ func (q *Query) Estimate() (FlowEstimate, error) {
 		out.MeanNS = q.robSum / q.robPackets
 		out.MeanErrNS = math.Sqrt(q.robNoise) / q.robPackets
 	}
+	out.Heavy = heavy
 	if q.sqPackets > 0 {
 		out.SecondMomentNS2 = q.sq / float64(q.sqPackets)
 		out.StddevNS = math.Sqrt(math.Max(out.SecondMomentNS2-out.MeanNS*out.MeanNS, 0))

@@ -86,11 +86,39 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	cut, total, total2, count := st.Cut, st.LightSum, st.LightSum2, st.Counters
 	up := make([]float64, m)
 	own := make([]float64, m)
-	var ratios []float64
 	for j := range own {
 		i := s.index(flowHash, uint64(j))
 		up[j] = float64(s.counter(i))
 		own[j] = float64(r.counter(i)) - up[j]
+	}
+	// A packet that crossed the epoch's end on its way is in S_j of this
+	// epoch, near its end, and in R_j of the next one: D_j is short by
+	// about an epoch (the rest, its delay, is in the next epoch's D_j).
+	// With many packets in flight at the boundary most of a flow's
+	// counters may hold one. Each D_j is brought, by whole epochs, to
+	// within half an epoch of the flow's line, whose ratio is taken from
+	// the differences folded into [−δ/4, 3δ/4) (δ the epoch).
+	epoch := float64(s.cfg.Span) / float64(s.cfg.Unit)
+	var raw, folded []float64
+	for j := range own {
+		if up[j] > 0 {
+			raw = append(raw, own[j]/up[j])
+			f := own[j] - epoch*math.Floor((own[j]+epoch/4)/epoch)
+			folded = append(folded, f/up[j])
+		}
+	}
+	// Fold only where the folded ratios agree better than the raw ones
+	// (crossers, not one-sided packets, are what folding undoes), and
+	// only upwards: a crosser only ever takes an epoch away.
+	rMed, rMAD := medMAD(raw)
+	fMed, fMAD := medMAD(folded)
+	if len(folded) > 0 && fMAD*math.Abs(rMed) < rMAD*math.Abs(fMed) {
+		for j := range own {
+			own[j] += epoch * max(0, math.Round((fMed*up[j]-own[j])/epoch))
+		}
+	}
+	var ratios []float64
+	for j := range own {
 		if up[j] > 0 {
 			ratios = append(ratios, own[j]/up[j])
 		}
