@@ -57,6 +57,9 @@ func (c *Collector) colateVector(probe string, v *owlv1.ColateVector) error {
 	if vec.Overflowed() {
 		c.m.colateOverflow.WithLabelValues(probe).Inc()
 	}
+	if vec.FlowsFull() {
+		c.m.colateFullTables.WithLabelValues(probe).Inc()
+	}
 	return nil
 }
 
@@ -214,6 +217,9 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 	}
 	if est.Overflow {
 		notes = append(notes, "a vector's counter outgrew its bits: raise colate bits")
+	}
+	if est.FullTables > 0 {
+		notes = append(notes, fmt.Sprintf("%d vectors had a full flow table (over a million flows in an epoch): flows first seen after it filled have no count there and their estimate is off", est.FullTables))
 	}
 	if est.StddevEpochs == 0 {
 		notes = append(notes, "no epoch with the same packet count at both points: no standard deviation")

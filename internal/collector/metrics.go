@@ -50,12 +50,13 @@ type metrics struct {
 	probeSync     *prometheus.GaugeVec
 	probeState    *prometheus.GaugeVec
 
-	colateVectors  *prometheus.CounterVec
-	colatePackets  *prometheus.CounterVec
-	colateBytesIn  *prometheus.CounterVec
-	colateOverflow *prometheus.CounterVec
-	colatePruned   prometheus.Counter
-	colateStored   prometheus.Gauge
+	colateVectors    *prometheus.CounterVec
+	colatePackets    *prometheus.CounterVec
+	colateBytesIn    *prometheus.CounterVec
+	colateOverflow   *prometheus.CounterVec
+	colateFullTables *prometheus.CounterVec
+	colatePruned     prometheus.Counter
+	colateStored     prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -65,9 +66,10 @@ func newMetrics() *metrics {
 	m.colatePackets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_packets_total", Help: "Packets recorded in the stored COLATE vectors, by probe."}, []string{"probe"})
 	m.colateBytesIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_vector_bytes_total", Help: "Bytes of COLATE vectors received, by probe (divide by packets for the storage cost per packet)."}, []string{"probe"})
 	m.colateOverflow = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_overflowed_vectors_total", Help: "COLATE vectors with a counter that outgrew its bits, by probe."}, []string{"probe"})
+	m.colateFullTables = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_full_flow_tables_total", Help: "COLATE vectors whose flow table was full (flows past the bound have no count), by probe."}, []string{"probe"})
 	m.colatePruned = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_colate_pruned_vectors_total", Help: "COLATE vectors deleted by the storage budget or retention."})
 	m.colateStored = prometheus.NewGauge(prometheus.GaugeOpts{Name: "owl_collector_colate_stored_bytes", Help: "Size of the stored COLATE vectors of all probes."})
-	for _, x := range []prometheus.Collector{m.colateVectors, m.colatePackets, m.colateBytesIn, m.colateOverflow, m.colatePruned, m.colateStored} {
+	for _, x := range []prometheus.Collector{m.colateVectors, m.colatePackets, m.colateBytesIn, m.colateOverflow, m.colateFullTables, m.colatePruned, m.colateStored} {
 		f(x)
 	}
 	m.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_total", Help: "Epoch reports received, by probe."}, []string{"probe"})

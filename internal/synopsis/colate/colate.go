@@ -93,6 +93,9 @@ type Vector struct {
 	flows                    flowTable
 	overflow                 bool
 	top                      uint64 // the largest value a counter may hold
+	// flowsFull says the flow table reached maxFlows: some packets'
+	// flows were not counted.
+	flowsFull bool
 	// A decoded vector reads counters and flow counts from its wire
 	// form until it has to change (materialize).
 	packed   []byte
@@ -118,7 +121,7 @@ func (v *Vector) Reset(startNS int64) {
 	clear(v.counters)
 	v.flows.reset()
 	v.startNS, v.firstNS, v.lastNS = startNS, 0, 0
-	v.sum, v.packets, v.overflow = 0, 0, false
+	v.sum, v.packets, v.overflow, v.flowsFull = 0, 0, false, false
 }
 
 // Config returns the vector's configuration.
@@ -185,9 +188,15 @@ func (v *Vector) Insert(flowHash, pktHash uint64, tsNS int64) bool {
 	v.counters[i] = c
 	v.sum += uint64(rel)
 	v.packets++
-	v.flows.inc(flowHash)
+	if !v.flows.inc(flowHash) {
+		v.flowsFull = true
+	}
 	return v.overflow || (v.cfg.Threshold > 0 && v.sum >= v.cfg.Threshold) || tsNS-v.startNS >= int64(v.cfg.Span)
 }
+
+// FlowsFull reports whether the vector's flow table filled up (more than
+// its bound of flows): the flows first seen after that have no count.
+func (v *Vector) FlowsFull() bool { return v.flowsFull }
 
 // Overflowed reports whether a counter outgrew its width.
 func (v *Vector) Overflowed() bool { return v.overflow }

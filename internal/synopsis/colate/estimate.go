@@ -32,6 +32,9 @@ type FlowEstimate struct {
 	StddevEpochs int
 	// Overflow is true when a vector used had a counter outgrow its bits.
 	Overflow bool
+	// FullTables counts the vectors looked at whose flow table was full:
+	// a flow first seen after it filled has no count there.
+	FullTables int
 	// Heavy is true when a robust query gave the paper's estimate
 	// instead: the flow's counters each hold over half an epoch of delay.
 	Heavy bool
@@ -168,6 +171,7 @@ type Query struct {
 	robLeft     int     // counters left out
 	robUnpaired int     // epochs of the flow without a vector pair
 	crossing    bool    // an epoch where the flow's counts differ between the points
+	fullTables  int     // vectors whose flow table was full
 }
 
 // Robust makes the query use the robust estimate of robust.go instead of
@@ -199,6 +203,9 @@ func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 	for _, v := range []*Vector{s, r} {
 		if v == nil {
 			continue
+		}
+		if v.flowsFull {
+			q.fullTables++
 		}
 		if q.cfg == nil {
 			c := v.cfg
@@ -363,7 +370,7 @@ func (q *Query) Vectors() int { return q.vectors }
 
 // Estimate returns what the vectors added so far say of the flow.
 func (q *Query) Estimate() (FlowEstimate, error) {
-	out := FlowEstimate{Packets: q.ps, DownPackets: q.pr, Vectors: q.vectors, StddevEpochs: q.sqEpochs, Overflow: q.overflow}
+	out := FlowEstimate{Packets: q.ps, DownPackets: q.pr, Vectors: q.vectors, StddevEpochs: q.sqEpochs, Overflow: q.overflow, FullTables: q.fullTables}
 	if q.ps == 0 || q.pr == 0 {
 		return out, ErrNoPackets
 	}

@@ -18,21 +18,33 @@ type flowSlot struct {
 	count uint32
 }
 
-func (t *flowTable) inc(k uint64) {
+// maxFlows bounds the flows a table counts: past it (hostile traffic, a
+// scan with a new flow per packet), packets of new flows are not counted,
+// which bounds the table's memory and the vector's wire form.
+var maxFlows = 1 << 20
+
+// inc counts a packet of flow k; false when the table is full and k is
+// not in it.
+func (t *flowTable) inc(k uint64) bool {
 	if t.last < len(t.slots) && t.slots[t.last].key == k && k != 0 {
 		t.slots[t.last].count++
-		return
+		return true
 	}
-	t.add(k, 1)
+	return t.add(k, 1)
 }
 
-// add counts n packets of flow k.
-func (t *flowTable) add(k uint64, n uint32) {
+// add counts n packets of flow k; false when the table is full and k is
+// not in it.
+func (t *flowTable) add(k uint64, n uint32) bool {
 	if k == 0 {
 		t.zero += n
-		return
+		return true
 	}
-	if 4*(t.used+1) > 3*len(t.slots) {
+	if t.used >= maxFlows {
+		if t.get(k) == 0 {
+			return false
+		}
+	} else if 4*(t.used+1) > 3*len(t.slots) {
 		t.grow()
 	}
 	mask := uint64(len(t.slots) - 1)
@@ -42,12 +54,12 @@ func (t *flowTable) add(k uint64, n uint32) {
 		case k:
 			s.count += n
 			t.last = int(i)
-			return
+			return true
 		case 0:
 			s.key, s.count = k, n
 			t.used++
 			t.last = int(i)
-			return
+			return true
 		}
 	}
 }

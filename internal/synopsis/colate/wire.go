@@ -20,7 +20,7 @@ import (
 //	unit       uvarint (ns)
 //	start      8 bytes (ns, signed)
 //	first,last 8 bytes each
-//	overflow   1 byte
+//	flags      1 byte: 1 a counter overflowed, 2 the flow table was full
 //	width      1 byte w: the bits of the largest counter (0 when all are 0)
 //	sum        uvarint: t_X, the sum of the counters
 //	packets    uvarint: the sum of the flow counts
@@ -57,7 +57,10 @@ func (v *Vector) MarshalBinary() ([]byte, error) {
 	out = binary.LittleEndian.AppendUint64(out, uint64(v.lastNS))
 	var of byte
 	if v.overflow {
-		of = 1
+		of |= 1
+	}
+	if v.flowsFull {
+		of |= 2
 	}
 	out = append(out, of, byte(w))
 	out = binary.AppendUvarint(out, v.sum)
@@ -157,7 +160,11 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 	}
 	v := &Vector{cfg: cfg, top: cfg.maxCounter()}
 	v.startNS, v.firstNS, v.lastNS = int64(d.u64()), int64(d.u64()), int64(d.u64())
-	v.overflow = d.byte() != 0
+	flags := d.byte()
+	v.overflow, v.flowsFull = flags&1 != 0, flags&2 != 0
+	if flags > 3 {
+		return nil, fmt.Errorf("%w: flags %#x", ErrWire, flags)
+	}
 	w := int(d.byte())
 	v.sum, v.packets = d.uvarint(), d.uvarint()
 	if d.err != nil {
@@ -198,7 +205,7 @@ func (v *Vector) Check() error {
 		prev = h
 		packets += uint64(c)
 	}
-	if v.rawFlows != nil && packets != v.packets {
+	if v.rawFlows != nil && (packets != v.packets && !v.flowsFull || packets > v.packets) {
 		return fmt.Errorf("%w: flow counts add up to %d, the header says %d", ErrWire, packets, v.packets)
 	}
 	v.materialize()
@@ -383,7 +390,12 @@ func (v *Vector) Merge(o *Vector) error {
 	v.sum += o.sum
 	v.packets += o.packets
 	v.overflow = v.overflow || o.overflow
-	o.flows.each(func(k uint64, n uint32) { v.flows.add(k, n) })
+	v.flowsFull = v.flowsFull || o.flowsFull
+	o.flows.each(func(k uint64, n uint32) {
+		if !v.flows.add(k, n) {
+			v.flowsFull = true
+		}
+	})
 	return nil
 }
 

@@ -198,3 +198,33 @@ func TestPackWidths(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowTableBound: past maxFlows a vector stops counting new flows
+// (their packets still go into the counters), says so, and keeps saying
+// so through the wire form and merges.
+func TestFlowTableBound(t *testing.T) {
+	defer func(n int) { maxFlows = n }(maxFlows)
+	maxFlows = 100
+	cfg := smallConfig()
+	v, _ := New(cfg, 0)
+	for f := range uint64(150) {
+		v.Insert(f+1, f, 10)
+		v.Insert(f+1, f+1000, 20)
+	}
+	if !v.FlowsFull() || v.Flows() != 100 || v.Packets() != 300 || v.FlowPackets(1) != 2 || v.FlowPackets(150) != 0 {
+		t.Fatalf("full %v, %d flows, %d packets, flow 1: %d, flow 150: %d", v.FlowsFull(), v.Flows(), v.Packets(), v.FlowPackets(1), v.FlowPackets(150))
+	}
+	b, _ := v.MarshalBinary()
+	w, err := Unmarshal(b, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Check(); err != nil || !w.FlowsFull() || w.FlowPackets(1) != 2 {
+		t.Errorf("decoded: %v, full %v", err, w.FlowsFull())
+	}
+	other, _ := New(cfg, 0)
+	other.Insert(999, 1, 5)
+	if err := other.Merge(v); err != nil || !other.FlowsFull() || other.Flows() != 100 {
+		t.Errorf("merged: %v, full %v, %d flows", err, other.FlowsFull(), other.Flows())
+	}
+}
