@@ -338,6 +338,12 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	pr := ps.pending[r.GetEpoch()]
+	if pr != nil && (r.GetRole() == owlv1.Role_ROLE_UPSTREAM && pr.up != nil || r.GetRole() == owlv1.Role_ROLE_DOWNSTREAM && pr.down != nil) {
+		// This side is in already (sent again after a reconnect, maybe
+		// while its epoch is being stored).
+		c.m.dupReports.Inc()
+		return nil
+	}
 	if pr == nil {
 		// Already combined (a report sent again after a reconnect)?
 		if res, err := c.store.Result(r.GetPath(), r.GetEpoch()); err != nil {
