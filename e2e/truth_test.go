@@ -24,7 +24,7 @@ import (
 
 // seen is one IPv4 packet in a capture, as tshark reports it.
 type seen struct {
-	key  string // addresses, IP id, IP length, protocol, ports, TCP seq/ack, UDP checksum
+	key  string // addresses, IP id, IP length, protocol, ports, TCP seq/ack, UDP and TCP checksums
 	flow capture.FlowKey
 	tsNS int64
 }
@@ -38,7 +38,7 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 		"--disable-protocol", "http,dns,mdns", "-r", pcap, "-Y", "ip.dst == "+dst.String(), "-T", "fields", "-E", "separator=,", "-E", "occurrence=f",
 		"-e", "frame.time_epoch", "-e", "ip.src", "-e", "ip.dst", "-e", "ip.id", "-e", "ip.len", "-e", "ip.proto",
 		"-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.seq_raw", "-e", "tcp.ack_raw",
-		"-e", "udp.srcport", "-e", "udp.dstport", "-e", "udp.checksum").Output()
+		"-e", "udp.srcport", "-e", "udp.dstport", "-e", "udp.checksum", "-e", "tcp.checksum").Output()
 	if err != nil {
 		t.Fatalf("tshark on %s: %v", pcap, err)
 	}
@@ -46,7 +46,7 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), ",")
-		if len(f) != 13 {
+		if len(f) != 14 {
 			continue
 		}
 		ts, err := parseEpochNS(f[0])
@@ -68,7 +68,7 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 		spn, _ := strconv.Atoi(sp)
 		dpn, _ := strconv.Atoi(dp)
 		pkts = append(pkts, seen{
-			key:  strings.Join([]string{f[1], f[2], f[3], f[4], f[5], sp, dp, f[8], f[9], f[12]}, "|"),
+			key:  strings.Join([]string{f[1], f[2], f[3], f[4], f[5], sp, dp, f[8], f[9], f[12], f[13]}, "|"),
 			flow: capture.FlowKey{Src: src, Dst: d, SrcPort: uint16(spn), DstPort: uint16(dpn), Proto: uint8(proto)},
 			tsNS: ts,
 		})
