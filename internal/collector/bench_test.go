@@ -105,28 +105,14 @@ func rdaPair(cfg rda.Config, n, lost, extra int) (up, down []byte, upTS, downTS 
 }
 
 // answer plays a probe's side of the repair protocol on a stream: it
-// answers fetches from ts and passes acknowledgements to acks.
+// answers fetches from ts (one copy of each packet) and passes
+// acknowledgements to acks.
 func answer(st owlv1.ProbeService_ConnectClient, ts map[uint64]int64, acks chan<- *owlv1.Ack) {
-	for {
-		m, err := st.Recv()
-		if err != nil {
-			close(acks)
-			return
-		}
-		switch m := m.Msg.(type) {
-		case *owlv1.CollectorMessage_Ack:
-			acks <- m.Ack
-		case *owlv1.CollectorMessage_Fetch:
-			rep := &owlv1.FetchReply{RequestId: m.Fetch.GetRequestId()}
-			for _, id := range m.Fetch.GetPacketIds() {
-				if off, ok := ts[id]; ok {
-					rep.PacketIds = append(rep.PacketIds, id)
-					rep.OffsetsNs = append(rep.OffsetsNs, off)
-				}
-			}
-			_ = st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: rep}})
-		}
+	copies := make(map[uint64][]int64, len(ts))
+	for id, off := range ts {
+		copies[id] = []int64{off}
 	}
+	answerCaches(st, copies, acks)
 }
 
 // BenchmarkRepairRoundTrip measures a whole RDA reconciliation on loopback

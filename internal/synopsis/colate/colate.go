@@ -233,3 +233,41 @@ func (v *Vector) FlowSum(flowHash uint64) float64 {
 
 // ErrNoPackets says a flow has no packets in the vectors asked about.
 var ErrNoPackets = errors.New("flow has no packets in these vectors")
+
+// Merge adds o's packets to v: the vectors of one point's capture workers,
+// which saw disjoint packets of the same epoch, become one.
+func (v *Vector) Merge(o *Vector) error {
+	v.materialize()
+	o.materialize()
+	a, b := v.cfg, o.cfg
+	if a.Counters != b.Counters || a.Subvector != b.Subvector || a.Seed != b.Seed || a.Unit != b.Unit || v.startNS != o.startNS {
+		return fmt.Errorf("%w: merging n %d/%d, m %d/%d, start %d/%d", ErrMismatch, a.Counters, b.Counters, a.Subvector, b.Subvector, v.startNS, o.startNS)
+	}
+	if o.packets == 0 {
+		return nil
+	}
+	top := v.top
+	for i, c := range o.counters {
+		s := v.counters[i] + c
+		if s > top || s < c {
+			v.overflow = true
+		}
+		v.counters[i] = s
+	}
+	if v.packets == 0 || o.firstNS < v.firstNS {
+		v.firstNS = o.firstNS
+	}
+	if v.packets == 0 || o.lastNS > v.lastNS {
+		v.lastNS = o.lastNS
+	}
+	v.sum += o.sum
+	v.packets += o.packets
+	v.overflow = v.overflow || o.overflow
+	v.flowsFull = v.flowsFull || o.flowsFull
+	o.flows.each(func(k uint64, n uint32) {
+		if !v.flows.add(k, n) {
+			v.flowsFull = true
+		}
+	})
+	return nil
+}

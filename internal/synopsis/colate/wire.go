@@ -1,13 +1,13 @@
 package colate
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
 	"sort"
-	"time"
 )
 
 // Wire form, little endian:
@@ -72,15 +72,7 @@ func (v *Vector) MarshalBinary() ([]byte, error) {
 	}
 	flows := make([]fc, 0, v.flows.len())
 	v.flows.each(func(k uint64, n uint32) { flows = append(flows, fc{k, n}) })
-	slices.SortFunc(flows, func(a, b fc) int {
-		switch {
-		case a.k < b.k:
-			return -1
-		case a.k > b.k:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(flows, func(a, b fc) int { return cmp.Compare(a.k, b.k) })
 	out = binary.AppendUvarint(out, uint64(len(flows)))
 	for _, f := range flows {
 		out = binary.LittleEndian.AppendUint64(out, f.k)
@@ -360,49 +352,3 @@ func (d *decoder) uvarint() uint64 {
 	d.b = d.b[n:]
 	return x
 }
-
-// Merge adds o's packets to v: the vectors of one point's capture workers,
-// which saw disjoint packets of the same epoch, become one.
-func (v *Vector) Merge(o *Vector) error {
-	v.materialize()
-	o.materialize()
-	a, b := v.cfg, o.cfg
-	if a.Counters != b.Counters || a.Subvector != b.Subvector || a.Seed != b.Seed || a.Unit != b.Unit || v.startNS != o.startNS {
-		return fmt.Errorf("%w: merging n %d/%d, m %d/%d, start %d/%d", ErrMismatch, a.Counters, b.Counters, a.Subvector, b.Subvector, v.startNS, o.startNS)
-	}
-	if o.packets == 0 {
-		return nil
-	}
-	top := v.top
-	for i, c := range o.counters {
-		s := v.counters[i] + c
-		if s > top || s < c {
-			v.overflow = true
-		}
-		v.counters[i] = s
-	}
-	if v.packets == 0 || o.firstNS < v.firstNS {
-		v.firstNS = o.firstNS
-	}
-	if v.packets == 0 || o.lastNS > v.lastNS {
-		v.lastNS = o.lastNS
-	}
-	v.sum += o.sum
-	v.packets += o.packets
-	v.overflow = v.overflow || o.overflow
-	v.flowsFull = v.flowsFull || o.flowsFull
-	o.flows.each(func(k uint64, n uint32) {
-		if !v.flows.add(k, n) {
-			v.flowsFull = true
-		}
-	})
-	return nil
-}
-
-// Bytes estimates the vector's in-memory size.
-func (v *Vector) Bytes() int {
-	return 8*len(v.counters) + 16*len(v.flows.slots) + len(v.packed) + len(v.rawFlows)
-}
-
-// Unit is the timestamp unit of the counters.
-func (v *Vector) Unit() time.Duration { return v.cfg.Unit }
