@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"net/netip"
@@ -73,11 +74,22 @@ func tsharkPackets(t *testing.T, pcap string, dst netip.Addr) []seen {
 			tsNS: ts,
 		})
 	}
-	icmp := 0
-	for _, p := range pkts {
+	icmp, back, same := 0, 0, 0
+	keys := make(map[string]bool, len(pkts))
+	for i, p := range pkts {
 		if p.flow.Proto == 1 {
 			icmp++
 		}
+		if i > 0 && p.tsNS < pkts[i-1].tsNS {
+			back++
+		}
+		if keys[p.key] {
+			same++
+		}
+		keys[p.key] = true
+	}
+	if back > 0 || same > 0 {
+		t.Logf("%s: %d packets to %v stamped before the one written ahead of them, %d with the header of an earlier one", filepath.Base(pcap), back, dst, same)
 	}
 	if icmp > 0 {
 		t.Logf("%s: %d ICMP packets to %v", filepath.Base(pcap), icmp, dst)
@@ -123,12 +135,22 @@ func (l *linkTruth) std() float64 {
 // with the same header (a resent DNS query, a UDP datagram with IP ID 0).
 const truthHorizon = time.Second
 
-// matchTruth pairs each upstream packet with the earliest unused downstream
-// copy of the same header key seen at or after it and within truthHorizon
-// (packets are in capture order), and sums the truth per upstream epoch.
-// Downstream copies left unpaired count as duplicates in their own epoch
-// when the key was seen upstream.
+// matchTruth pairs each upstream packet, in time order, with the earliest
+// unused downstream copy of the same header key seen at or after it and
+// within truthHorizon, and sums the truth per upstream epoch. Downstream
+// copies left unpaired count as duplicates in their own epoch when the key
+// was seen upstream.
+//
+// A capture file is not in time order when a probe runs several workers:
+// each writes its frames as it takes them, and a flow moves to another
+// worker when the kernel changes its hash (a TCP retransmission timeout
+// does), so both sides are sorted by timestamp first; otherwise a later
+// packet with the same header as an earlier one takes the earlier one's
+// downstream copy, and the truth counts one loss and one duplicate.
 func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
+	byTime := func(a, b seen) int { return cmp.Compare(a.tsNS, b.tsNS) }
+	up = slices.Clone(up)
+	slices.SortStableFunc(up, byTime)
 	byKey := map[string][]int64{}
 	for _, p := range down {
 		byKey[p.key] = append(byKey[p.key], p.tsNS)
