@@ -188,7 +188,7 @@ func TestPTPCorrection(t *testing.T) {
 	results := map[string]map[int64]*owlv1.PathStats{}
 	for _, path := range []string{"fixed", "raw"} {
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		stats, err := harness.WaitStats(wctx, q, path, int(last-first+1))
+		stats, err := harness.WaitEpochs(wctx, q, path, first+1, last-1) // the full epochs (see below)
 		wcancel()
 		if err != nil {
 			t.Fatalf("%v\n%s", err, logs())

@@ -247,6 +247,37 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
+// WaitEpochs polls GetPathStats until the path has a result (of any
+// status) for every epoch from first to last, or ctx ends. It returns all
+// the path's results. Tests wait for the epochs their traffic filled: the
+// epoch in which a traffic client was seen to exit may have seen none of
+// its packets (a slow exit), and then has no result at all.
+func WaitEpochs(ctx context.Context, q owlv1.QueryServiceClient, path string, first, last int64) ([]*owlv1.PathStats, error) {
+	for {
+		resp, err := q.GetPathStats(ctx, &owlv1.GetPathStatsRequest{Path: path, Limit: 100000})
+		missing := int64(0)
+		if err == nil {
+			have := map[int64]bool{}
+			for _, s := range resp.GetStats() {
+				have[s.GetEpoch()] = true
+			}
+			for e := first; e <= last; e++ {
+				if !have[e] {
+					missing++
+				}
+			}
+			if missing == 0 {
+				return resp.GetStats(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("path %s: %d of the epochs %d to %d without a result after waiting (last error %v)", path, missing, first, last, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // WaitStats polls GetPathStats until the path has at least n results (of
 // any status) or ctx ends.
 func WaitStats(ctx context.Context, q owlv1.QueryServiceClient, path string, n int) ([]*owlv1.PathStats, error) {

@@ -2,6 +2,8 @@ package evaluate
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -47,5 +49,51 @@ func TestColateTriangle(t *testing.T) {
 	}
 	if len(rows) != 2 || !errors.Is(rows[1].Err, colate.ErrInfeasible) {
 		t.Errorf("the paper's solver for (0.99, 0.01) in 1 MB: %v", rows[1].Err)
+	}
+}
+
+// TestOracleStddev checks the bound's estimator: exact when every packet
+// is its own group, unbiased for σ² over random assignments, and refused
+// with fewer than two groups.
+func TestOracleStddev(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	delays := make([]int64, 50)
+	var sum, sq float64
+	for i := range delays {
+		delays[i] = int64(1000 + rng.ExpFloat64()*500)
+		sum += float64(delays[i])
+		sq += float64(delays[i]) * float64(delays[i])
+	}
+	p := float64(len(delays))
+	truth := sq/p - (sum/p)*(sum/p)
+	// Packet i to counter i: ids in the middle of each counter's share.
+	m := len(delays)
+	ids := make([]uint64, m)
+	for i := range ids {
+		share := math.MaxUint64 / uint64(m)
+		ids[i] = uint64(i)*share + share/2
+	}
+	got, ok := oracleStddev(delays, ids, m)
+	if !ok || math.Abs(got*got-truth) > 1e-6*truth {
+		t.Errorf("one packet per group: σ² %.1f, want %.1f (ok %t)", got*got, truth, ok)
+	}
+	// Random assignments to 4 groups: the mean of σ̂² is σ².
+	var mean float64
+	const trials = 20000
+	for range trials {
+		for i := range ids {
+			ids[i] = rng.Uint64()
+		}
+		s, ok := oracleStddev(delays, ids, 4)
+		if !ok {
+			t.Fatal("4 groups of 50 packets: fewer than two non-empty")
+		}
+		mean += s * s / trials
+	}
+	if math.Abs(mean-truth) > 0.03*truth {
+		t.Errorf("mean σ̂² over random assignments %.1f, want %.1f", mean, truth)
+	}
+	if _, ok := oracleStddev(delays, make([]uint64, m), 4); ok {
+		t.Error("one group: want no estimate")
 	}
 }
