@@ -73,9 +73,9 @@ type ColateRow struct {
 	// of its packets' delays and their number (no other flow's noise, no
 	// loss) and takes the unbiased estimate from those group sums.
 	OracleWithin5 float64
-	Fixed                                                  bool    // Params given, not solved
-	BitsPerPkt                                             float64 // counters only
-	FlowBitsPerP                                           float64 // the per-vector flow counts on top
+	Fixed         bool    // Params given, not solved
+	BitsPerPkt    float64 // counters only
+	FlowBitsPerP  float64 // the per-vector flow counts on top
 }
 
 type colFlow struct {
