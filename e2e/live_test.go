@@ -94,16 +94,17 @@ func TestLiveProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	start := time.Now()
 	sh(t, "tcpreplay", "-q", "-i", a, "--pps", "10000", "../testdata/trace.pcap")
-	end := time.Now()
 	time.Sleep(2500 * time.Millisecond) // the last epoch closes after 1 s + grace
 	td.Process.Signal(os.Interrupt)
 	td.Wait()
 
-	first, _ := epochOf(start)
-	last, _ := epochOf(end)
-	stats, err := harness.WaitStats(ctx, q, "a-to-b", int(last-first+1))
+	// Wait for the epochs the packets fell in, as the receiving end
+	// stamped them (the times tcpreplay started and ended are not).
+	frames, packets, firstNS, lastNS := pcapFrames(t, dump)
+	first, _ := epochOf(time.Unix(0, firstNS))
+	last, _ := epochOf(time.Unix(0, lastNS))
+	stats, err := harness.WaitEpochs(ctx, q, "a-to-b", first, last)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, coll.Log())
 	}
@@ -128,7 +129,6 @@ func TestLiveProbes(t *testing.T) {
 		}
 	}
 	t.Logf("live results:\n%s", b2.String())
-	frames, packets := pcapFrames(t, dump)
 	if up != down || int(down) != packets {
 		t.Errorf("upstream counted %d packets, downstream %d; tcpdump at the receiving end: %d frames, %d IP packets", up, down, frames, packets)
 	}
@@ -141,8 +141,9 @@ func TestLiveProbes(t *testing.T) {
 
 func epochOf(t time.Time) (int64, int64) { return epoch.DefaultConfig().Of(t.UnixNano()) }
 
-// pcapFrames counts the frames of a capture file and the IP packets in them.
-func pcapFrames(t *testing.T, path string) (frames, packets int) {
+// pcapFrames counts the frames of a capture file and the IP packets in
+// them, and returns the first and last of those packets' timestamps.
+func pcapFrames(t *testing.T, path string) (frames, packets int, firstNS, lastNS int64) {
 	t.Helper()
 	src, err := capture.OpenFile(path)
 	if err != nil {
@@ -153,11 +154,15 @@ func pcapFrames(t *testing.T, path string) (frames, packets int) {
 	for {
 		f, err := src.Next()
 		if err != nil {
-			return frames, packets
+			return frames, packets, firstNS, lastNS
 		}
 		frames++
 		var p capture.Packet
 		if d.Decode(f.Data, f.TimeNS, &p) == nil {
+			if packets == 0 || f.TimeNS < firstNS {
+				firstNS = f.TimeNS
+			}
+			lastNS = max(lastNS, f.TimeNS)
 			packets++
 		}
 	}
