@@ -348,6 +348,7 @@ func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, tr
 		}
 		if e != last && (r.GetLost() != float64(tr.lost) || r.GetBoundaryMatched() != uint64(tr.crossed)) {
 			t.Errorf("%s epoch %d: lost %.0f (truth %d), boundary matched %d (truth %d)", path, e, r.GetLost(), tr.lost, r.GetBoundaryMatched(), tr.crossed)
+			t.Logf("%s epoch %d, the truth's lost and duplicated packets:\n%s", path, e, strings.Join(tr.odd, "\n"))
 		}
 		// The path's first epoch with traffic may see packets sent before
 		// it began (no neighbour to match them with), and the last one
@@ -355,12 +356,17 @@ func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, tr
 		// out of the duplicate and reordering counts, as of the loss.
 		if e != last && e != firstSent && (r.GetDuplicates() != uint64(tr.dups) || r.GetReordered() != 0) {
 			t.Errorf("%s epoch %d: duplicates %d (truth %d), reordered extras %d", path, e, r.GetDuplicates(), tr.dups, r.GetReordered())
+			t.Logf("%s epoch %d, the truth's lost and duplicated packets:\n%s", path, e, strings.Join(tr.odd, "\n"))
 		}
 		if tr.n >= 1000 && stdRel > 0.10 {
 			t.Errorf("%s epoch %d: stddev %.1f ns, truth %.1f ns (%.1f%%)", path, e, r.GetStddevNs(), tr.std(), 100*stdRel)
 		}
 	}
-	t.Logf("\n%s%d of %d epochs exact", b.String(), exact, checked)
+	early := 0
+	for _, tr := range truth {
+		early += tr.early
+	}
+	t.Logf("\n%s%d of %d epochs exact; %d packets stamped downstream before upstream", b.String(), exact, checked, early)
 	if checked < 5 || exact < checked*9/10 {
 		t.Errorf("%s: %d epochs checked, %d exact", path, checked, exact)
 	}

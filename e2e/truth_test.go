@@ -112,9 +112,14 @@ func parseEpochNS(s string) (int64, error) {
 // linkTruth is what the captures say of one path and epoch.
 type linkTruth struct {
 	sent, lost, crossed, extraIn, dups int
+	early                              int     // copies stamped before their twin upstream (see truthSkew)
 	n                                  int     // delivered (anywhere)
 	sum, sq                            float64 // of their delays
 	flows                              map[capture.FlowKey]*flowAcc
+	// odd lists, for the failure message, the first lost and
+	// duplicated packets: their header key and where the copies of that
+	// key were seen.
+	odd []string
 }
 
 type flowAcc struct {
@@ -135,9 +140,18 @@ func (l *linkTruth) std() float64 {
 // with the same header (a resent DNS query, a UDP datagram with IP ID 0).
 const truthHorizon = time.Second
 
+// truthSkew is how much earlier than its upstream twin a downstream copy
+// may be stamped. Where the kernel stamps a packet per capture socket,
+// the upstream probe's socket may stamp it after the relay's socket got
+// it, and the relay may have sent it on (and the downstream socket
+// stamped it) in between: a negative delay of a few microseconds, which
+// owl measures as it is (about one packet in 250,000 in the 4-minute
+// real-link run).
+const truthSkew = time.Millisecond
+
 // matchTruth pairs each upstream packet, in time order, with the earliest
-// unused downstream copy of the same header key seen at or after it and
-// within truthHorizon, and sums the truth per upstream epoch. Downstream
+// unused downstream copy of the same header key seen at most truthSkew
+// before it and within truthHorizon after it, and sums the truth per upstream epoch. Downstream
 // copies left unpaired count as duplicates in their own epoch when the key
 // was seen upstream.
 //
@@ -183,12 +197,15 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		fa.sentAll++
 		ds := byKey[p.key]
 		k := next[p.key]
-		for k < len(ds) && ds[k] < p.tsNS {
+		for k < len(ds) && ds[k] < p.tsNS-int64(truthSkew) {
 			k++ // seen before this packet left: another packet's copy
 		}
 		if k >= len(ds) || ds[k]-p.tsNS > int64(truthHorizon) {
 			next[p.key] = k
 			lt.lost++
+			if len(lt.odd) < 6 {
+				lt.odd = append(lt.odd, fmt.Sprintf("lost %s sent at %d; that header upstream %d times, downstream at %v", p.key, p.tsNS, upCount[p.key], ds))
+			}
 			continue
 		}
 		next[p.key] = k + 1
@@ -197,6 +214,9 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		}
 		paired[p.key][k] = true
 		dNS := ds[k] - p.tsNS
+		if dNS < 0 {
+			lt.early++
+		}
 		lt.n++
 		lt.sum += float64(dNS)
 		lt.sq += float64(dNS) * float64(dNS)
@@ -217,7 +237,17 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		for i, ts := range ds {
 			if pk := paired[key]; pk == nil || !pk[i] {
 				e, _ := grid.Of(ts)
-				get(e).dups++
+				lt := get(e)
+				lt.dups++
+				if len(lt.odd) < 6 {
+					var ups []int64
+					for _, p := range up {
+						if p.key == key {
+							ups = append(ups, p.tsNS)
+						}
+					}
+					lt.odd = append(lt.odd, fmt.Sprintf("duplicate %s seen at %d; that header upstream at %v, downstream at %v", key, ts, ups, ds))
+				}
 			}
 		}
 	}

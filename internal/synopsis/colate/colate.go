@@ -101,6 +101,10 @@ type Vector struct {
 	packed   []byte
 	width    int
 	rawFlows []byte
+	// present marks the non-zero counters of a sparse wire form (nil
+	// when dense); rank[k] is how many are marked before counter 64·k.
+	present []byte
+	rank    []uint32
 }
 
 // New returns an empty vector whose timestamps count from startNS.
@@ -117,7 +121,7 @@ func (v *Vector) Reset(startNS int64) {
 	if v.packed != nil {
 		v.counters, v.packed = make([]uint64, v.cfg.Counters), nil
 	}
-	v.rawFlows = nil
+	v.rawFlows, v.present, v.rank = nil, nil, nil
 	clear(v.counters)
 	v.flows.reset()
 	v.startNS, v.firstNS, v.lastNS = startNS, 0, 0

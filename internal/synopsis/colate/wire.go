@@ -20,18 +20,27 @@ import (
 //	unit       uvarint (ns)
 //	start      8 bytes (ns, signed)
 //	first,last 8 bytes each
-//	flags      1 byte: 1 a counter overflowed, 2 the flow table was full
+//	flags      1 byte: 1 a counter overflowed, 2 the flow table was full,
+//	           4 the counters are sparse
 //	width      1 byte w: the bits of the largest counter (0 when all are 0)
 //	sum        uvarint: t_X, the sum of the counters
 //	packets    uvarint: the sum of the flow counts
-//	counters   n·w bits, packed from the low bit of each byte
+//	counters   dense: n·w bits, packed from the low bit of each byte;
+//	           sparse: n bits marking the non-zero counters (⌈n/8⌉ bytes,
+//	           counter i at bit i%8 of byte i/8), then the z marked
+//	           counters' values in order, z·w bits packed as above
 //	flows      uvarint k, then k × (hash 8 bytes, count 4 bytes), by hash
 //
 // The counters travel at the width the largest needs, not at b: a quiet
-// vector costs less to store than a busy one. Fixed-size flow entries in
-// hash order let a decoded vector find a flow's count by binary search
-// and a counter by its bit offset, without unpacking the rest (Unmarshal
-// is lazy; a query reads m counters and one count of each vector).
+// vector costs less to store than a busy one. A vector with many more
+// counters than packets (what a tight bound on the mean asks for) is
+// mostly zeros, and the sparse form stores each zero as one bit: it is
+// used whenever it is the smaller. Fixed-size flow entries in hash order
+// let a decoded vector find a flow's count by binary search and a counter
+// by its bit offset (in the sparse form, by the rank of its mark, from a
+// table of one count per 64 counters built when decoding), without
+// unpacking the rest (Unmarshal is lazy; a query reads m counters and one
+// count of each vector).
 const wireVersion = 2
 
 // flowEntry is the size of a flow count on the wire.
@@ -41,11 +50,17 @@ const flowEntry = 12
 func (v *Vector) MarshalBinary() ([]byte, error) {
 	v.materialize()
 	var top uint64
+	nonzero := 0
 	for _, c := range v.counters {
 		top |= c
+		if c != 0 {
+			nonzero++
+		}
 	}
 	w := bits.Len64(top)
-	out := make([]byte, 0, 80+(len(v.counters)*w+7)/8+flowEntry*v.flows.len())
+	n := len(v.counters)
+	sparse := (n+7)/8+(nonzero*w+7)/8 < (n*w+7)/8
+	out := make([]byte, 0, 80+(n*w+7)/8+flowEntry*v.flows.len())
 	out = append(out, wireVersion)
 	out = binary.AppendUvarint(out, uint64(v.cfg.Counters))
 	out = binary.AppendUvarint(out, uint64(v.cfg.Subvector))
@@ -62,10 +77,26 @@ func (v *Vector) MarshalBinary() ([]byte, error) {
 	if v.flowsFull {
 		of |= 2
 	}
+	if sparse {
+		of |= 4
+	}
 	out = append(out, of, byte(w))
 	out = binary.AppendUvarint(out, v.sum)
 	out = binary.AppendUvarint(out, v.packets)
-	out = packBits(out, v.counters, w)
+	if sparse {
+		marks := make([]byte, (n+7)/8)
+		vals := make([]uint64, 0, nonzero)
+		for i, c := range v.counters {
+			if c != 0 {
+				marks[i/8] |= 1 << (i % 8)
+				vals = append(vals, c)
+			}
+		}
+		out = append(out, marks...)
+		out = packBits(out, vals, w)
+	} else {
+		out = packBits(out, v.counters, w)
+	}
 	type fc struct {
 		k uint64
 		n uint32
@@ -154,7 +185,7 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 	v.startNS, v.firstNS, v.lastNS = int64(d.u64()), int64(d.u64()), int64(d.u64())
 	flags := d.byte()
 	v.overflow, v.flowsFull = flags&1 != 0, flags&2 != 0
-	if flags > 3 {
+	if flags > 7 {
 		return nil, fmt.Errorf("%w: flags %#x", ErrWire, flags)
 	}
 	w := int(d.byte())
@@ -165,11 +196,34 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 	if w > 64 {
 		return nil, fmt.Errorf("%w: counter width %d", ErrWire, w)
 	}
-	need := (want.Counters*w + 7) / 8
+	values := want.Counters
+	if flags&4 != 0 {
+		marks := (want.Counters + 7) / 8
+		if len(d.b) < marks {
+			return nil, fmt.Errorf("%w: %d bytes of counter marks, want %d", ErrWire, len(d.b), marks)
+		}
+		v.present, d.b = d.b[:marks], d.b[marks:]
+		if r := want.Counters % 8; r != 0 && v.present[marks-1]>>r != 0 {
+			return nil, fmt.Errorf("%w: marks past the last counter", ErrWire)
+		}
+		v.rank = make([]uint32, (want.Counters+63)/64)
+		values = 0
+		for k := range v.rank {
+			v.rank[k] = uint32(values)
+			values += bits.OnesCount64(markWord(v.present, k))
+		}
+		if w == 0 && values > 0 {
+			return nil, fmt.Errorf("%w: %d counters marked non-zero at width 0", ErrWire, values)
+		}
+	}
+	need := (values*w + 7) / 8
 	if len(d.b) < need {
 		return nil, fmt.Errorf("%w: %d bytes of counters, want %d", ErrWire, len(d.b), need)
 	}
-	v.packed, v.width = d.b[:need], w
+	v.packed, v.width = d.b[:need:need], w
+	if v.packed == nil {
+		v.packed = []byte{} // decoded: counters are read from here
+	}
 	d.b = d.b[need:]
 	k := d.uvarint()
 	if d.err != nil {
@@ -182,8 +236,16 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 	return v, nil
 }
 
+// markWord is the k-th 64 marks of a sparse vector's counters.
+func markWord(marks []byte, k int) uint64 {
+	var b [8]byte
+	copy(b[:], marks[min(8*k, len(marks)):])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
 // Check verifies what a decoded vector's header claims: the counters add
-// up to its sum, the flow counts (positive, in hash order) to its packets.
+// up to its sum, the flow counts (positive, in hash order) to its packets,
+// and a sparse form marks only non-zero counters.
 // A vector from outside should pass it before it is kept; a query trusts
 // a kept vector's header and reads only what it needs.
 func (v *Vector) Check() error {
@@ -200,6 +262,13 @@ func (v *Vector) Check() error {
 	if v.rawFlows != nil && (packets != v.packets && !v.flowsFull || packets > v.packets) {
 		return fmt.Errorf("%w: flow counts add up to %d, the header says %d", ErrWire, packets, v.packets)
 	}
+	if v.present != nil && v.packed != nil {
+		for r := range v.marked() {
+			if packedAt(v.packed, r, v.width) == 0 {
+				return fmt.Errorf("%w: counter value %d of the sparse form is zero", ErrWire, r)
+			}
+		}
+	}
 	v.materialize()
 	var sum uint64
 	for _, c := range v.counters {
@@ -211,13 +280,30 @@ func (v *Vector) Check() error {
 	return nil
 }
 
+// marked is the number of non-zero counters a sparse form marks.
+func (v *Vector) marked() int {
+	k := len(v.rank) - 1
+	return int(v.rank[k]) + bits.OnesCount64(markWord(v.present, k))
+}
+
 // counter is counter i, from the counters or, in a decoded vector, from
 // the packed bits.
 func (v *Vector) counter(i int) uint64 {
 	if v.packed == nil {
 		return v.counters[i]
 	}
-	w := v.width
+	if v.present != nil {
+		word := markWord(v.present, i/64)
+		if word>>(i%64)&1 == 0 {
+			return 0
+		}
+		i = int(v.rank[i/64]) + bits.OnesCount64(word&(1<<(i%64)-1))
+	}
+	return packedAt(v.packed, i, v.width)
+}
+
+// packedAt is the i-th w-bit value of packed.
+func packedAt(packed []byte, i, w int) uint64 {
 	if w == 0 {
 		return 0
 	}
@@ -226,11 +312,11 @@ func (v *Vector) counter(i int) uint64 {
 	span := (int(shift) + w + 7) / 8 // bytes the counter touches, ≤ 9
 	var x uint64
 	for j := 0; j < min(span, 8); j++ {
-		x |= uint64(v.packed[at+j]) << (8 * j)
+		x |= uint64(packed[at+j]) << (8 * j)
 	}
 	x >>= shift
 	if span == 9 {
-		x |= uint64(v.packed[at+8]) << (64 - shift)
+		x |= uint64(packed[at+8]) << (64 - shift)
 	}
 	return x & mask(w)
 }
@@ -248,7 +334,18 @@ func (v *Vector) flowCount(k uint64) uint32 {
 // materialize unpacks a decoded vector's counters and flow counts, so
 // that it can be changed or scanned whole.
 func (v *Vector) materialize() {
-	if v.packed != nil {
+	if v.packed != nil && v.present != nil {
+		vals := unpackBits(v.packed, v.marked(), v.width)
+		v.counters = make([]uint64, v.cfg.Counters)
+		r := 0
+		for i := range v.counters {
+			if v.present[i/8]>>(i%8)&1 != 0 {
+				v.counters[i] = vals[r]
+				r++
+			}
+		}
+		v.packed, v.present, v.rank = nil, nil, nil
+	} else if v.packed != nil {
 		v.counters = unpackBits(v.packed, v.cfg.Counters, v.width)
 		v.packed = nil
 	}

@@ -2,8 +2,10 @@ package colate
 
 import (
 	"errors"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -226,5 +228,80 @@ func TestFlowTableBound(t *testing.T) {
 	other.Insert(999, 1, 5)
 	if err := other.Merge(v); err != nil || !other.FlowsFull() || other.Flows() != 100 {
 		t.Errorf("merged: %v, full %v, %d flows", err, other.FlowsFull(), other.Flows())
+	}
+}
+
+// TestSparseForm: a vector with many more counters than packets travels
+// as marks and non-zero values, a busy one dense; both read back the same,
+// lazily and whole, and a sparse form that marks a zero or a counter past
+// n is refused.
+func TestSparseForm(t *testing.T) {
+	cfg := smallConfig()
+	cfg.Counters = 1001 // marks end mid-byte
+	for _, c := range []struct {
+		name   string
+		flows  uint64
+		sparse bool
+	}{{"sparse", 20, true}, {"dense", 5000, false}} {
+		v, _ := New(cfg, 0)
+		rng := rand.New(rand.NewPCG(9, 9))
+		for range 20000 {
+			v.Insert(rng.Uint64N(c.flows)+1, rng.Uint64(), rng.Int64N(int64(time.Millisecond)))
+		}
+		b, err := v.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lazy, err := Unmarshal(b, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lazy.present != nil; got != c.sparse {
+			t.Errorf("%s: sparse form %t", c.name, got)
+		}
+		nonzero := 0
+		for i := range cfg.Counters {
+			if v.counters[i] != 0 {
+				nonzero++
+			}
+			if lazy.counter(i) != v.counters[i] {
+				t.Fatalf("%s: counter %d reads %d, want %d", c.name, i, lazy.counter(i), v.counters[i])
+			}
+		}
+		w := bits.Len64(slices.Max(v.counters))
+		dense := (cfg.Counters*w + 7) / 8
+		want := min(dense, (cfg.Counters+7)/8+(nonzero*w+7)/8)
+		if head := len(b) - want - 1 - flowEntry*v.Flows(); head > 80 {
+			t.Errorf("%s: %d bytes, %d of them beside the counters and flows (the counters need %d)", c.name, len(b), head, want)
+		}
+		if err := lazy.Check(); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		w2, _ := Unmarshal(b, cfg)
+		sameVector(t, v, w2)
+	}
+	// One counter of 20 bits: its value is the 3 bytes before the flows
+	// (a count of flows, one entry).
+	v, _ := New(cfg, 0)
+	v.Insert(1, 1, 1<<19)
+	b, _ := v.MarshalBinary()
+	if lv, _ := Unmarshal(b, cfg); lv == nil || lv.present == nil {
+		t.Fatal("one non-zero counter: not sparse")
+	}
+	bad := slices.Clone(b)
+	clear(bad[len(b)-4-flowEntry : len(b)-1-flowEntry])
+	lv, err := Unmarshal(bad, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lv.Check(); err == nil || !strings.Contains(err.Error(), "zero") {
+		t.Errorf("a marked zero: Check says %v", err)
+	}
+	// The marks' last byte: counter 1000 is bit 0; bit 1 is past n.
+	at := len(b) - 5 - flowEntry
+	bad = slices.Clone(b)
+	bad[at] |= 2
+	if _, err := Unmarshal(bad, cfg); err == nil {
+		t.Error("a mark past the last counter was accepted")
 	}
 }
