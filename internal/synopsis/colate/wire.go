@@ -238,6 +238,9 @@ func Unmarshal(data []byte, want Config) (*Vector, error) {
 
 // markWord is the k-th 64 marks of a sparse vector's counters.
 func markWord(marks []byte, k int) uint64 {
+	if 8*k+8 <= len(marks) {
+		return binary.LittleEndian.Uint64(marks[8*k:])
+	}
 	var b [8]byte
 	copy(b[:], marks[min(8*k, len(marks)):])
 	return binary.LittleEndian.Uint64(b[:])
