@@ -94,15 +94,19 @@ func run(args []string, out *os.File) error {
 	fmt.Fprintf(out, "n (counters)     %d\nm (subvector)    %d\nb (bits)         %d\nT (threshold)    %.4g\nA, B (per point) %.4g, %.4g\n",
 		p.Counters, p.Subvector, p.Bits, p.Threshold, p.A, p.B)
 	// A vector's counters reach about rate·epoch packets × epoch/2 in
-	// total; the wire form stores each counter at the width the largest
-	// needs.
+	// total, spread over the counters the packets hit (at most one each;
+	// fewer when a flow's packets share its m counters); the wire form
+	// stores each counter at the width the largest needs, or only the
+	// non-zero ones (and a mark per counter) when that is smaller.
 	if sum > p.Threshold {
 		fmt.Fprintf(out, "note: at %.0f packets/s a vector's sum (%.3g) passes T: the solver's guarantee assumes fewer packets per epoch (or a shorter -epoch)\n", *rate, sum)
 	}
-	width := math.Min(64, math.Ceil(math.Log2(math.Max(2, 4*sum/float64(p.Counters)))))
-	vectorBytes := float64(p.Counters) * width / 8
+	n := float64(p.Counters)
+	nonzero := n * -math.Expm1(-packets/n)
+	width := math.Min(64, math.Ceil(math.Log2(math.Max(2, 4*sum/math.Max(1, nonzero)))))
+	vectorBytes := math.Min(n*width, n+nonzero*width) / 8
 	perDay := vectorBytes * (24 * time.Hour).Seconds() / epoch.Seconds()
-	fmt.Fprintf(out, "storage: about %.0f bytes per vector (counters at ~%.0f bits), %.3g bits per packet, %.3g GB per day per point (plus the flow counts)\n",
+	fmt.Fprintf(out, "storage: at most about %.0f bytes per vector (counters at ~%.0f bits), %.3g bits per packet, %.3g GB per day per point (plus the flow counts)\n",
 		vectorBytes, width, 8*vectorBytes/packets, perDay/1e9)
 	fmt.Fprintf(out, "probe and collector flags: -colate -colate-counters %d -colate-subvector %d -colate-bits %d -epoch %v\n",
 		p.Counters, p.Subvector, min(64, p.Bits), *epoch)
