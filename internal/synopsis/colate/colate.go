@@ -105,6 +105,11 @@ type Vector struct {
 	// when dense); rank[k] is how many are marked before counter 64·k.
 	present []byte
 	rank    []uint32
+	// spreadVal is the counters' variance when the vector held spreadAt
+	// (packets, sum); see ownSpread.
+	spreadVal float64
+	spreadAt  [2]uint64
+	spreadOK  bool
 }
 
 // New returns an empty vector whose timestamps count from startNS.
@@ -121,7 +126,7 @@ func (v *Vector) Reset(startNS int64) {
 	if v.packed != nil {
 		v.counters, v.packed = make([]uint64, v.cfg.Counters), nil
 	}
-	v.rawFlows, v.present, v.rank = nil, nil, nil
+	v.rawFlows, v.present, v.rank, v.spreadOK = nil, nil, nil, false
 	clear(v.counters)
 	v.flows.reset()
 	v.startNS, v.firstNS, v.lastNS = startNS, 0, 0

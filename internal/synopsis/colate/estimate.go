@@ -257,8 +257,7 @@ func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 		*packets += uint64(p)
 		*sum += v.FlowSum(q.flow)*unit + float64(p)*float64(v.startNS-q.ref)
 		if !paired {
-			v.materialize()
-			q.noise += scale * spread(v.counters, nil)
+			q.noise += scale * v.ownSpread()
 		}
 	}
 	side(s, ps, &q.ps, &q.sumS)
@@ -296,6 +295,19 @@ func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 }
 
 // spread is the variance of a's counters, or of b − a when b is given.
+// ownSpread is the variance of the vector's counters, computed once per
+// content: the paper's estimate of every flow asked about in an unpaired
+// vector needs it. The content is known by its packets and sum (Insert and
+// Merge change the packets; Reset forgets the value).
+func (v *Vector) ownSpread() float64 {
+	if v.spreadOK && v.spreadAt == [2]uint64{v.packets, v.sum} {
+		return v.spreadVal
+	}
+	v.materialize()
+	v.spreadVal, v.spreadAt, v.spreadOK = spread(v.counters, nil), [2]uint64{v.packets, v.sum}, true
+	return v.spreadVal
+}
+
 func spread(a, b []uint64) float64 {
 	at := func(i int) float64 {
 		if b == nil {
