@@ -104,7 +104,7 @@ func TestLiveProbes(t *testing.T) {
 	frames, packets, firstNS, lastNS := pcapFrames(t, dump)
 	first, _ := epochOf(time.Unix(0, firstNS))
 	last, _ := epochOf(time.Unix(0, lastNS))
-	stats, err := harness.WaitEpochs(ctx, q, "a-to-b", first, last)
+	stats, err := harness.WaitEpochs(ctx, q, "a-to-b", harness.Epochs(first, last))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, coll.Log())
 	}

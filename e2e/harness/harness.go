@@ -248,34 +248,49 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 }
 
 // WaitEpochs polls GetPathStats until the path has a result (of any
-// status) for every epoch from first to last, or ctx ends. It returns all
-// the path's results. Tests wait for the epochs their traffic filled: the
-// epoch in which a traffic client was seen to exit may have seen none of
-// its packets (a slow exit), and then has no result at all.
-func WaitEpochs(ctx context.Context, q owlv1.QueryServiceClient, path string, first, last int64) ([]*owlv1.PathStats, error) {
+// status) for each of the epochs, or ctx ends. It returns all the path's
+// results. Tests wait for the epochs their traffic filled: the epoch in
+// which a traffic client was seen to exit may have seen none of its
+// packets (a slow exit), and then has no result at all. An epoch's result
+// is final once the next one is reconciled too (packets that crossed the
+// boundary move from lost to boundary-matched), so a test that checks an
+// epoch's counts waits for the next one as well.
+func WaitEpochs(ctx context.Context, q owlv1.QueryServiceClient, path string, epochs []int64) ([]*owlv1.PathStats, error) {
 	for {
 		resp, err := q.GetPathStats(ctx, &owlv1.GetPathStatsRequest{Path: path, Limit: 100000})
-		missing := int64(0)
+		var missing []int64
 		if err == nil {
 			have := map[int64]bool{}
 			for _, s := range resp.GetStats() {
 				have[s.GetEpoch()] = true
 			}
-			for e := first; e <= last; e++ {
+			for _, e := range epochs {
 				if !have[e] {
-					missing++
+					missing = append(missing, e)
 				}
 			}
-			if missing == 0 {
+			if len(missing) == 0 {
 				return resp.GetStats(), nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("path %s: %d of the epochs %d to %d without a result after waiting (last error %v)", path, missing, first, last, err)
+			if err != nil {
+				return nil, fmt.Errorf("path %s: querying results: %w", path, err)
+			}
+			return nil, fmt.Errorf("path %s: no result for epochs %v (of %d asked for) after waiting", path, missing, len(epochs))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Epochs lists the epochs from first to last.
+func Epochs(first, last int64) []int64 {
+	var out []int64
+	for e := first; e <= last; e++ {
+		out = append(out, e)
+	}
+	return out
 }
 
 // WaitStats polls GetPathStats until the path has at least n results (of

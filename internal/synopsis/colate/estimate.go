@@ -294,7 +294,6 @@ func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 	return nil
 }
 
-// spread is the variance of a's counters, or of b − a when b is given.
 // ownSpread is the variance of the vector's counters, computed once per
 // content: the paper's estimate of every flow asked about in an unpaired
 // vector needs it. The content is known by its packets and sum (Insert and
@@ -308,6 +307,7 @@ func (v *Vector) ownSpread() float64 {
 	return v.spreadVal
 }
 
+// spread is the variance of a's counters, or of b − a when b is given.
 func spread(a, b []uint64) float64 {
 	at := func(i int) float64 {
 		if b == nil {
