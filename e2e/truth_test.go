@@ -178,9 +178,9 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		}
 		return out[e]
 	}
-	upCount := map[string]int{}
+	upAt := map[string][]int64{} // each key's upstream stamps
 	for _, p := range up {
-		upCount[p.key]++
+		upAt[p.key] = append(upAt[p.key], p.tsNS)
 	}
 	for _, p := range up {
 		e, _ := grid.Of(p.tsNS)
@@ -201,7 +201,7 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 			next[p.key] = k
 			lt.lost++
 			if len(lt.odd) < 6 {
-				lt.odd = append(lt.odd, fmt.Sprintf("lost %s sent at %d; that header upstream %d times, downstream at %v", p.key, p.tsNS, upCount[p.key], ds))
+				lt.odd = append(lt.odd, fmt.Sprintf("lost %s sent at %d; that header upstream %d times, downstream at %v", p.key, p.tsNS, len(upAt[p.key]), ds))
 			}
 			continue
 		}
@@ -225,7 +225,7 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		}
 	}
 	for key, ds := range byKey {
-		if upCount[key] == 0 {
+		if len(upAt[key]) == 0 {
 			continue
 		}
 		for i, ts := range ds {
@@ -234,13 +234,7 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 				lt := get(e)
 				lt.dups++
 				if len(lt.odd) < 6 {
-					var ups []int64
-					for _, p := range up {
-						if p.key == key {
-							ups = append(ups, p.tsNS)
-						}
-					}
-					lt.odd = append(lt.odd, fmt.Sprintf("duplicate %s seen at %d; that header upstream at %v, downstream at %v", key, ts, ups, ds))
+					lt.odd = append(lt.odd, fmt.Sprintf("duplicate %s seen at %d; that header upstream at %v, downstream at %v", key, ts, upAt[key], ds))
 				}
 			}
 		}

@@ -105,6 +105,9 @@ type Vector struct {
 	// when dense); rank[k] is how many are marked before counter 64·k.
 	present []byte
 	rank    []uint32
+	// markedZero says materialize found a marked counter of value zero
+	// (a sparse form no encoder writes; Check refuses it).
+	markedZero bool
 	// spreadVal is the counters' variance when the vector held spreadAt
 	// (packets, sum); see ownSpread.
 	spreadVal float64
@@ -126,7 +129,7 @@ func (v *Vector) Reset(startNS int64) {
 	if v.packed != nil {
 		v.counters, v.packed = make([]uint64, v.cfg.Counters), nil
 	}
-	v.rawFlows, v.present, v.rank, v.spreadOK = nil, nil, nil, false
+	v.rawFlows, v.present, v.rank, v.spreadOK, v.markedZero = nil, nil, nil, false, false
 	clear(v.counters)
 	v.flows.reset()
 	v.startNS, v.firstNS, v.lastNS = startNS, 0, 0

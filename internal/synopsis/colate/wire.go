@@ -265,14 +265,10 @@ func (v *Vector) Check() error {
 	if v.rawFlows != nil && (packets != v.packets && !v.flowsFull || packets > v.packets) {
 		return fmt.Errorf("%w: flow counts add up to %d, the header says %d", ErrWire, packets, v.packets)
 	}
-	if v.present != nil && v.packed != nil {
-		for r := range v.marked() {
-			if packedAt(v.packed, r, v.width) == 0 {
-				return fmt.Errorf("%w: counter value %d of the sparse form is zero", ErrWire, r)
-			}
-		}
-	}
 	v.materialize()
+	if v.markedZero {
+		return fmt.Errorf("%w: the sparse form marks a zero counter as non-zero", ErrWire)
+	}
 	var sum uint64
 	for _, c := range v.counters {
 		sum += c
@@ -344,6 +340,7 @@ func (v *Vector) materialize() {
 		for i := range v.counters {
 			if v.present[i/8]>>(i%8)&1 != 0 {
 				v.counters[i] = vals[r]
+				v.markedZero = v.markedZero || vals[r] == 0
 				r++
 			}
 		}
