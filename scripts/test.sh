@@ -23,5 +23,5 @@ fi
 echo "== go test"
 go test -count=1 -timeout 15m ./...
 echo "== race detector (concurrent packages; end-to-end with race-built binaries)"
-go test -race -count=1 -timeout 10m ./internal/collector ./internal/probe ./internal/epoch ./internal/store
+go test -race -count=1 -timeout 10m ./internal/collector ./internal/probe ./internal/epoch ./internal/store ./internal/cluster
 OWL_E2E_RACE=1 go test -count=1 -timeout 10m ./e2e/

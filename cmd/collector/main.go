@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/owl-latency/owl/internal/cli"
@@ -26,6 +27,18 @@ func bind(fs *flag.FlagSet, c *collector.Config) {
 	fs.StringVar(&c.ReadyFile, "ready-file", c.ReadyFile, "write the bound addresses as JSON to this file once listening")
 	fs.Int64Var(&c.Colate.MaxBytes, "colate-max-bytes", c.Colate.MaxBytes, "storage budget of the COLATE vectors of all probes (the oldest go first)")
 	fs.DurationVar(&c.Colate.Retention, "colate-retention", c.Colate.Retention, "drop COLATE vectors older than this (0: budget only)")
+	fs.StringVar(&c.Cluster.Bind, "cluster-bind", c.Cluster.Bind, "gossip address (host:port) to run as one of a cluster of collectors (empty: alone)")
+	fs.StringVar(&c.Cluster.Advertise, "cluster-advertise", c.Cluster.Advertise, "gossip address the other collectors use (default: the bind address)")
+	fs.StringVar(&c.Cluster.Name, "cluster-name", c.Cluster.Name, "this collector's unique name in the cluster (default: host name and gossip port)")
+	fs.StringVar(&c.Cluster.GRPCAdvertise, "cluster-grpc-advertise", c.Cluster.GRPCAdvertise, "gRPC address probes and the other collectors use (default: -grpc-listen, if it names a host)")
+	fs.Func("cluster-join", "gossip address of a cluster member to join (repeat or comma-separate; empty: start a cluster)", func(v string) error {
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.Cluster.Join = append(c.Cluster.Join, a)
+			}
+		}
+		return nil
+	})
 	c.Params.BindFlags(fs)
 }
 

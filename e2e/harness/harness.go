@@ -197,8 +197,9 @@ func (e *Env) Close() []string {
 
 // Addrs are a collector's bound addresses.
 type Addrs struct {
-	GRPC string `json:"grpc"`
-	HTTP string `json:"http"`
+	GRPC   string `json:"grpc"`
+	HTTP   string `json:"http"`
+	Gossip string `json:"gossip"`
 }
 
 // StartCollector writes config as the collector's YAML, starts it with a

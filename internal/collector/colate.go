@@ -26,6 +26,10 @@ func (c *Collector) colateVector(probe string, v *owlv1.ColateVector) error {
 		c.m.rejected.WithLabelValues("colate_off").Inc()
 		return &rejection{"the collector does not take COLATE vectors (params.colate.enabled is false)"}
 	}
+	if owner, self := c.owner(colateKey); !self {
+		c.m.rejected.WithLabelValues("not_owner").Inc()
+		return &notOwner{key: colateKey, owner: owner}
+	}
 	cfg := c.cfg.Params.ColateConfig()
 	vec, err := colate.Unmarshal(v.GetVector(), cfg)
 	if err == nil {

@@ -11,7 +11,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/cluster"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/store"
@@ -37,7 +40,10 @@ type Collector struct {
 
 	mu       sync.Mutex
 	probes   map[string]*probeState
-	sessions map[string]*session // the open stream of each probe
+	sessions map[string][]*session // the open streams of each probe, oldest first
+
+	cl    *cluster.Cluster // nil without a cluster; set before serving
+	peers peerConns
 
 	wmu      sync.Mutex
 	watchers map[chan *owlv1.PathStats]string // channel → path filter
@@ -101,10 +107,22 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		opts:     lda.Options{Bounds: lda.DelayBounds{MinNS: int64(cfg.DelayBounds.Min), MaxNS: int64(cfg.DelayBounds.Max)}},
 		paths:    map[string]*pathState{},
 		probes:   map[string]*probeState{},
-		sessions: map[string]*session{},
+		sessions: map[string][]*session{},
 		watchers: map[chan *owlv1.PathStats]string{},
 	}
 	c.m = newMetrics()
+	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_cluster_members", Help: "Live collectors of the cluster (1 without one)."},
+		func() float64 { return float64(len(c.members())) }))
+	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_owned_paths", Help: "Configured paths this collector owns (all without a cluster)."},
+		func() float64 {
+			n := 0
+			for _, p := range c.pathList {
+				if _, self := c.owner(p.Name); self {
+					n++
+				}
+			}
+			return float64(n)
+		}))
 	c.colatePairs, _ = lru.New[pairKey, *colate.PairStats](pairStatsCache) // size > 0: no error
 	if c.weightOf, err = cfg.Params.WeightOf(); err != nil {
 		st.Close()
@@ -238,33 +256,58 @@ func (c *Collector) hello(h *owlv1.Hello, addr string, sess *session) (*owlv1.Pa
 	}
 	ps.err = ""
 	ps.connected++
-	if old := c.sessions[id]; old != nil && old != sess {
-		c.log.Warn("probe opened a second stream; using the newest", "probe", id)
+	if len(c.sessions[id]) > 0 {
+		// In a cluster a probe opens one stream to each collector it
+		// sends to, which may name this one twice; alone, an old
+		// stream not yet timed out. Requests go to the newest.
+		c.log.Info("probe opened another stream; using the newest for requests", "probe", id, "streams", len(c.sessions[id])+1)
 	}
-	c.sessions[id] = sess
+	c.sessions[id] = append(c.sessions[id], sess)
 	c.m.probesConnected.WithLabelValues(id).Set(float64(ps.connected))
-	pc := &owlv1.PathConfig{}
-	for _, p := range c.pathList {
-		st := c.paths[p.Name]
-		st.mu.Lock()
-		size := uint32(st.rdaBuckets)
-		st.mu.Unlock()
-		switch id {
-		case p.Upstream:
-			pc.Paths = append(pc.Paths, &owlv1.PathAssignment{Path: p.ToProto(), Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: size})
-		case p.Downstream:
-			pc.Paths = append(pc.Paths, &owlv1.PathAssignment{Path: p.ToProto(), Role: owlv1.Role_ROLE_DOWNSTREAM, RdaBuckets: size})
-		}
-	}
+	pc := c.pathConfig(id)
 	c.log.Info("probe connected", "probe", id, "addr", addr, "version", h.GetVersion(), "paths", len(pc.Paths))
 	return pc, nil
+}
+
+// pathConfig is the configuration of a probe's paths: its role on each,
+// the RDA size to start with, and in a cluster which collector takes the
+// reports (the size comes from the owner only, whose late binding sets it).
+func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
+	pc := &owlv1.PathConfig{}
+	if c.cl != nil {
+		pc.ColateCollector = c.cl.Owner(colateKey).GRPC
+	}
+	for _, p := range c.pathList {
+		role := owlv1.Role_ROLE_UNSPECIFIED
+		switch id {
+		case p.Upstream:
+			role = owlv1.Role_ROLE_UPSTREAM
+		case p.Downstream:
+			role = owlv1.Role_ROLE_DOWNSTREAM
+		}
+		if role == owlv1.Role_ROLE_UNSPECIFIED {
+			continue
+		}
+		a := &owlv1.PathAssignment{Path: p.ToProto(), Role: role}
+		owner, self := c.owner(p.Name)
+		a.Collector = owner.GRPC
+		if self {
+			st := c.paths[p.Name]
+			st.mu.Lock()
+			a.RdaBuckets = uint32(st.rdaBuckets)
+			st.mu.Unlock()
+		}
+		pc.Paths = append(pc.Paths, a)
+	}
+	return pc
 }
 
 // goodbye marks the end of a probe's stream.
 func (c *Collector) goodbye(id string, sess *session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sessions[id] == sess {
+	c.sessions[id] = slices.DeleteFunc(c.sessions[id], func(s *session) bool { return s == sess })
+	if len(c.sessions[id]) == 0 {
 		delete(c.sessions, id)
 	}
 	if ps := c.probes[id]; ps != nil && ps.connected > 0 {
@@ -301,6 +344,10 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 	if ps == nil {
 		c.m.rejected.WithLabelValues("unknown_path").Inc()
 		return &rejection{fmt.Sprintf("path %q is not configured", r.GetPath())}
+	}
+	if owner, self := c.owner(r.GetPath()); !self {
+		c.m.rejected.WithLabelValues("not_owner").Inc()
+		return &notOwner{key: r.GetPath(), owner: owner}
 	}
 	want := ps.path.Upstream
 	if r.GetRole() == owlv1.Role_ROLE_DOWNSTREAM {
@@ -427,6 +474,22 @@ func (c *Collector) notify(res *owlv1.PathStats) {
 			delete(c.watchers, ch)
 			c.m.watchersDropped.Inc()
 		}
+	}
+}
+
+// notifyOne hands one watcher a result another collector computed.
+func (c *Collector) notifyOne(ch chan *owlv1.PathStats, res *owlv1.PathStats) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, ok := c.watchers[ch]; !ok {
+		return
+	}
+	select {
+	case ch <- res:
+	default:
+		close(ch)
+		delete(c.watchers, ch)
+		c.m.watchersDropped.Inc()
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/owl-latency/owl/internal/cluster"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
@@ -58,6 +59,9 @@ type Config struct {
 	// Colate sets how COLATE vectors are kept and queried (when
 	// params.colate.enabled).
 	Colate ColateConfig `yaml:"colate"`
+	// Cluster makes this collector one of several that share the paths
+	// (hashicorp/memberlist gossip); off unless cluster.bind is set.
+	Cluster cluster.Config `yaml:"cluster"`
 }
 
 // ColateConfig bounds the stored COLATE vectors and sets the defaults of
@@ -146,6 +150,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("path %q defined twice", p.Name)
 		}
 		seen[p.Name] = true
+	}
+	if err := c.Cluster.Validate(); err != nil {
+		return err
 	}
 	if c.PairTimeout <= 0 || c.PairRetention < 0 {
 		return errors.New("pair_timeout must be positive and pair_retention not negative")

@@ -52,6 +52,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		return status.Error(codes.Internal, err.Error())
 	}
 	defer c.goodbye(h.GetProbeId(), sess)
+	var no *notOwner
 	if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: pc}}); err != nil {
 		return err
 	}
@@ -71,7 +72,14 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 			c.clockUpdate(h.GetProbeId(), a.Clock)
 			continue
 		case *owlv1.ProbeMessage_Colate:
-			if err := c.colateVector(h.GetProbeId(), a.Colate); errors.As(err, &rej) {
+			err := c.colateVector(h.GetProbeId(), a.Colate)
+			if errors.As(err, &no) {
+				if err := sess.send(notOwnerReject("colate", no)); err != nil {
+					return err
+				}
+				continue
+			}
+			if errors.As(err, &rej) {
 				c.log.Warn("COLATE vector rejected", "probe", h.GetProbeId(), "epoch", a.Colate.GetEpoch(), "reason", rej.reason)
 				if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Reason: "colate: " + rej.reason, Path: "colate"}}}); err != nil {
 					return err
@@ -91,6 +99,13 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 			return status.Errorf(codes.InvalidArgument, "unexpected %T after Hello", m.GetMsg())
 		}
 		err = c.report(h.GetProbeId(), r)
+		if errors.As(err, &no) {
+			// Not acknowledged: the probe sends it to the owner.
+			if err := sess.send(notOwnerReject(r.GetPath(), no)); err != nil {
+				return err
+			}
+			continue
+		}
 		if errors.As(err, &rej) {
 			c.log.Warn("report rejected", "probe", h.GetProbeId(), "path", r.GetPath(), "epoch", r.GetEpoch(), "reason", rej.reason)
 			if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Path: r.GetPath(), Reason: rej.reason}}}); err != nil {
@@ -108,6 +123,11 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	}
 }
 
+// notOwnerReject tells a probe where a report goes.
+func notOwnerReject(path string, no *notOwner) *owlv1.CollectorMessage {
+	return &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Path: path, Reason: no.Error(), Owner: no.owner.GRPC}}}
+}
+
 // queryService serves QueryService.
 type queryService struct {
 	owlv1.UnimplementedQueryServiceServer
@@ -115,7 +135,29 @@ type queryService struct {
 }
 
 func (s queryService) ListProbes(ctx context.Context, _ *owlv1.ListProbesRequest) (*owlv1.ListProbesResponse, error) {
-	return &owlv1.ListProbesResponse{Probes: s.c.probeInfos()}, nil
+	others, note := fromEach(ctx, s.c, func(ctx context.Context, q owlv1.QueryServiceClient) ([]*owlv1.ProbeInfo, error) {
+		r, err := q.ListProbes(ctx, &owlv1.ListProbesRequest{})
+		return r.GetProbes(), err
+	})
+	return &owlv1.ListProbesResponse{Probes: mergeProbes(append(others, s.c.probeInfos())), Note: note}, nil
+}
+
+func (s queryService) ListCollectors(context.Context, *owlv1.ListCollectorsRequest) (*owlv1.ListCollectorsResponse, error) {
+	return &owlv1.ListCollectorsResponse{Collectors: s.c.collectorInfos()}, nil
+}
+
+// toOwner passes a query to the owner of key when that is another
+// collector of the cluster; handled is false when this one answers.
+func toOwner[T any](ctx context.Context, c *Collector, key string, call func(context.Context, owlv1.QueryServiceClient) (T, error)) (res T, handled bool, err error) {
+	owner, self := c.owner(key)
+	if self || forwarded(ctx) {
+		return res, false, nil
+	}
+	q, qctx, err := c.peer(ctx, owner.GRPC)
+	if err == nil {
+		res, err = call(qctx, q)
+	}
+	return res, true, err
 }
 
 func (s queryService) ListPaths(ctx context.Context, _ *owlv1.ListPathsRequest) (*owlv1.ListPathsResponse, error) {
@@ -146,7 +188,15 @@ func (s queryService) GetPathStats(ctx context.Context, req *owlv1.GetPathStatsR
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &owlv1.GetPathStatsResponse{Stats: res}, nil
+	// In a cluster, earlier owners of the path hold its older results.
+	others, note := fromEach(ctx, s.c, func(ctx context.Context, q owlv1.QueryServiceClient) ([]*owlv1.PathStats, error) {
+		r, err := q.GetPathStats(ctx, req)
+		return r.GetStats(), err
+	})
+	if len(others) > 0 {
+		res = mergeResults(append(others, res), limit)
+	}
+	return &owlv1.GetPathStatsResponse{Stats: res, Note: note}, nil
 }
 
 func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream owlv1.QueryService_WatchPathStatsServer) error {
@@ -155,6 +205,31 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 	}
 	ch := s.c.watch(req.GetPath())
 	defer s.c.unwatch(ch)
+	if s.c.cl != nil && !forwarded(stream.Context()) {
+		// Results are computed by each path's owner: watch them all.
+		for _, m := range s.c.cl.Members() {
+			if m.Self {
+				continue
+			}
+			q, qctx, err := s.c.peer(stream.Context(), m.GRPC)
+			if err != nil {
+				return status.Error(codes.Unavailable, err.Error())
+			}
+			ws, err := q.WatchPathStats(qctx, req)
+			if err != nil {
+				return status.Errorf(codes.Unavailable, "watching collector %s: %v", m.Name, err)
+			}
+			go func() {
+				for {
+					r, err := ws.Recv()
+					if err != nil {
+						return
+					}
+					s.c.notifyOne(ch, r)
+				}
+			}()
+		}
+	}
 	for {
 		select {
 		case <-stream.Context().Done():
@@ -197,6 +272,11 @@ func (s queryService) epochRange(from, to *timestamppb.Timestamp) (int64, int64,
 func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsRequest) (*owlv1.GetFlowStatsResponse, error) {
 	if s.c.paths[req.GetPath()] == nil {
 		return nil, status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
+	}
+	if r, ok, err := toOwner(ctx, s.c, req.GetPath(), func(ctx context.Context, q owlv1.QueryServiceClient) (*owlv1.GetFlowStatsResponse, error) {
+		return q.GetFlowStats(ctx, req)
+	}); ok {
+		return r, err
 	}
 	f, err := netpath.FlowFromProto(req.GetFlow())
 	if err != nil {
@@ -244,6 +324,11 @@ func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsR
 func (s queryService) TopFlows(ctx context.Context, req *owlv1.TopFlowsRequest) (*owlv1.TopFlowsResponse, error) {
 	if s.c.paths[req.GetPath()] == nil {
 		return nil, status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
+	}
+	if r, ok, err := toOwner(ctx, s.c, req.GetPath(), func(ctx context.Context, q owlv1.QueryServiceClient) (*owlv1.TopFlowsResponse, error) {
+		return q.TopFlows(ctx, req)
+	}); ok {
+		return r, err
 	}
 	lo, hi, err := s.epochRange(req.GetFrom(), req.GetTo())
 	if err != nil {
@@ -302,9 +387,19 @@ func (s queryService) TopFlows(ctx context.Context, req *owlv1.TopFlowsRequest) 
 }
 
 func (s queryService) GetFlowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+	if r, ok, err := toOwner(ctx, s.c, colateKey, func(ctx context.Context, q owlv1.QueryServiceClient) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+		return q.GetFlowLatencyHistoric(ctx, req)
+	}); ok {
+		return r, err
+	}
 	return s.c.flowLatencyHistoric(ctx, req)
 }
 
-func (s queryService) ListColateVectors(_ context.Context, req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
+func (s queryService) ListColateVectors(ctx context.Context, req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
+	if r, ok, err := toOwner(ctx, s.c, colateKey, func(ctx context.Context, q owlv1.QueryServiceClient) (*owlv1.ListColateVectorsResponse, error) {
+		return q.ListColateVectors(ctx, req)
+	}); ok {
+		return r, err
+	}
 	return s.c.listColateVectors(req)
 }

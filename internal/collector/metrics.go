@@ -21,6 +21,7 @@ type metrics struct {
 	results         *prometheus.CounterVec
 	probesConnected *prometheus.GaugeVec
 	watchersDropped prometheus.Counter
+	clusterChanges  prometheus.Counter
 	resultDelay     prometheus.Histogram
 
 	delay     *prometheus.HistogramVec
@@ -80,6 +81,7 @@ func newMetrics() *metrics {
 	m.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_results_total", Help: "Epoch results computed, by path and status."}, []string{"path", "status"})
 	m.probesConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_streams", Help: "Open streams per probe."}, []string{"probe"})
 	m.watchersDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_watchers_dropped_total", Help: "WatchPathStats streams cut off because they did not keep up."})
+	m.clusterChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_cluster_changes_total", Help: "Changes of the cluster's members seen (each sends the probes their paths' owners again)."})
 	m.resultDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "owl_collector_result_delay_seconds", Help: "Time from the later side's epoch close to the result being stored and queryable.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), NativeHistogramBucketFactor: 1.1,
@@ -112,7 +114,7 @@ func newMetrics() *metrics {
 	m.flowPackets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_packets", Help: "Packets of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
 	for _, c := range []prometheus.Collector{m.clockUnc, m.clockFlagged, m.flaggedEpochs, m.probeOffset, m.probeDelay, m.probeUnc, m.probeSync, m.probeState,
 		m.flowMean, m.flowPackets, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
-		m.probesConnected, m.watchersDropped, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
+		m.probesConnected, m.watchersDropped, m.clusterChanges, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
 		f(c)
 	}
 	return m

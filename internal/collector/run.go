@@ -21,8 +21,9 @@ import (
 
 // Addrs are the addresses the collector listens on.
 type Addrs struct {
-	GRPC string `json:"grpc"`
-	HTTP string `json:"http,omitempty"`
+	GRPC   string `json:"grpc"`
+	HTTP   string `json:"http,omitempty"`
+	Gossip string `json:"gossip,omitempty"` // in a cluster
 }
 
 // Run serves gRPC and HTTP until ctx ends, then shuts down in order: stop
@@ -42,6 +43,18 @@ func (c *Collector) Run(ctx context.Context) error {
 			return fmt.Errorf("HTTP listener: %w", err)
 		}
 		addrs.HTTP = hl.Addr().String()
+	}
+
+	if c.cfg.Cluster.Enabled() {
+		if err := c.startCluster(ctx, addrs.GRPC); err != nil {
+			gl.Close()
+			if hl != nil {
+				hl.Close()
+			}
+			return err
+		}
+		addrs.Gossip = c.cl.Gossip()
+		defer c.closePeers()
 	}
 
 	gs := grpc.NewServer(
@@ -104,6 +117,13 @@ func (c *Collector) Run(ctx context.Context) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		c.log.Info("shutting down")
+		if c.cl != nil {
+			// Leave first, so that the others take over the paths.
+			if err := c.cl.Leave(2 * time.Second); err != nil {
+				c.log.Warn("leaving the cluster", "err", err)
+			}
+			c.resendPaths()
+		}
 		done := make(chan struct{})
 		go func() { gs.GracefulStop(); close(done) }()
 		select {
@@ -117,7 +137,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		_ = hs.Shutdown(sctx)
 		return nil
 	})
-	c.log.Info("collector listening", "grpc", addrs.GRPC, "http", addrs.HTTP, "paths", len(c.pathList), "data_dir", c.cfg.DataDir)
+	c.log.Info("collector listening", "grpc", addrs.GRPC, "http", addrs.HTTP, "gossip", addrs.Gossip, "paths", len(c.pathList), "data_dir", c.cfg.DataDir)
 	if c.cfg.ReadyFile != "" {
 		b, _ := json.Marshal(addrs)
 		tmp := c.cfg.ReadyFile + ".tmp"

@@ -153,9 +153,12 @@ func (c *Collector) release(probe, path string, epochs ...int64) {
 	_ = s.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Release{Release: m}})
 }
 
-// session returns a probe's open session, or nil.
+// session returns a probe's newest open session, or nil.
 func (c *Collector) session(probe string) *session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.sessions[probe]
+	if ss := c.sessions[probe]; len(ss) > 0 {
+		return ss[len(ss)-1]
+	}
+	return nil
 }

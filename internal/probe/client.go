@@ -38,6 +38,15 @@ type client struct {
 	rebuild      func(*owlv1.RebuildRequest) *owlv1.RebuildReply
 	release      func(path string, epoch int64)
 	reconnectMax time.Duration
+	// addr is the collector's address; keep, when set, picks the spooled
+	// messages this client sends (in a cluster, those routed to addr).
+	addr string
+	keep func(*owlv1.ProbeMessage) bool
+	// misrouted is told when the collector names another owner of a
+	// report's path; restart ends the session so that a new one sends
+	// every unacknowledged message routed here again.
+	misrouted func(path, owner string)
+	restart   chan struct{}
 
 	connected atomic.Bool
 	sessions  atomic.Uint64
@@ -53,6 +62,9 @@ func (c *client) run(ctx context.Context) error {
 		c.connected.Store(false)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errRestart) {
+			continue
 		}
 		var rej *RejectedError
 		if errors.As(err, &rej) {
@@ -70,6 +82,9 @@ func (c *client) run(ctx context.Context) error {
 		backoff = min(2*backoff, c.reconnectMax)
 	}
 }
+
+// errRestart ends a session whose messages were routed anew.
+var errRestart = errors.New("routes changed")
 
 // session runs one Connect stream.
 func (c *client) session(ctx context.Context) error {
@@ -109,7 +124,7 @@ func (c *client) session(ctx context.Context) error {
 	}
 	c.connected.Store(true)
 	c.sessions.Add(1)
-	c.log.Info("connected to collector", "paths", len(first.GetPaths().GetPaths()), "unacked", c.spool.len())
+	c.log.Info("connected to collector", "collector", c.addr, "paths", len(first.GetPaths().GetPaths()), "unacked", c.spool.len())
 
 	errc := make(chan error, 1)
 	wg.Go(func() {
@@ -130,6 +145,11 @@ func (c *client) session(ctx context.Context) error {
 				if m.Reject.GetPath() == "" {
 					errc <- &RejectedError{Reason: m.Reject.GetReason()}
 					return
+				}
+				if o := m.Reject.GetOwner(); o != "" && c.misrouted != nil {
+					c.log.Info("collector names another owner; sending there", "path", m.Reject.GetPath(), "owner", o)
+					c.misrouted(m.Reject.GetPath(), o)
+					continue
 				}
 				c.log.Error("collector rejected a report", "path", m.Reject.GetPath(), "reason", m.Reject.GetReason())
 			case *owlv1.CollectorMessage_RdaSize:
@@ -158,9 +178,12 @@ func (c *client) session(ctx context.Context) error {
 	clockTick := time.NewTicker(clockEvery)
 	defer clockTick.Stop()
 	for {
+		changed := c.spool.wait()
 		for _, m := range c.spool.after(sent) {
-			if err := send(m); err != nil {
-				return fmt.Errorf("sending report %d: %w", seqOf(m), err)
+			if c.keep == nil || c.keep(m) {
+				if err := send(m); err != nil {
+					return fmt.Errorf("sending report %d: %w", seqOf(m), err)
+				}
 			}
 			sent = seqOf(m)
 		}
@@ -169,7 +192,9 @@ func (c *client) session(ctx context.Context) error {
 			return ctx.Err()
 		case err := <-errc:
 			return err
-		case <-c.spool.changed:
+		case <-c.restart:
+			return errRestart
+		case <-changed:
 		case <-clockTick.C:
 			if err := send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Clock{Clock: c.clock()}}); err != nil {
 				return fmt.Errorf("sending clock status: %w", err)

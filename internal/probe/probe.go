@@ -15,9 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/buildinfo"
@@ -31,7 +28,7 @@ type Probe struct {
 	log    *slog.Logger
 	spool  *spool
 	stats  counters
-	client *client
+	router *router
 	pipes  []*pipeline // one per capture worker
 	rep    *reporter
 	merge  *merger       // for more than one worker
@@ -84,39 +81,40 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 		pl.correct = correct
 		p.pipes = append(p.pipes, pl)
 	}
-	conn, err := grpc.NewClient(cfg.Collector,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
-	if err != nil {
-		return nil, fmt.Errorf("collector address %q: %w", cfg.Collector, err)
-	}
 	var once sync.Once
-	p.client = &client{conn: conn, log: log, spool: p.spool, reconnectMax: cfg.ReconnectMax,
-		hello: p.hello, clock: p.clockStatus,
-		onPaths: func(pc *owlv1.PathConfig) error {
-			s, err := newPathSet(pc)
-			if err != nil {
-				return err
-			}
-			for _, pl := range p.pipes {
-				pl.setPaths(s)
-			}
-			once.Do(func() { close(p.ready) })
-			return nil
-		},
-		onSize: func(m *owlv1.RDASize) error {
-			for _, pl := range p.pipes {
-				if err := pl.setRDASize(m.GetPath(), int(m.GetBuckets())); err != nil {
+	conn, err := dial(cfg.Collector) // checks the address now
+	if err != nil {
+		return nil, err
+	}
+	conn.Close()
+	p.router = newRouter(cfg.Collector, log, func() *client {
+		return &client{log: log, spool: p.spool, reconnectMax: cfg.ReconnectMax,
+			hello: p.hello, clock: p.clockStatus,
+			onPaths: func(pc *owlv1.PathConfig) error {
+				s, err := newPathSet(pc)
+				if err != nil {
 					return err
 				}
-			}
-			return nil
-		},
-		fetch:   p.caches.fetch,
-		rebuild: p.caches.rebuild,
-		release: p.caches.release,
-	}
+				for _, pl := range p.pipes {
+					pl.setPaths(s)
+				}
+				p.router.update(pc)
+				once.Do(func() { close(p.ready) })
+				return nil
+			},
+			onSize: func(m *owlv1.RDASize) error {
+				for _, pl := range p.pipes {
+					if err := pl.setRDASize(m.GetPath(), int(m.GetBuckets())); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+			fetch:   p.caches.fetch,
+			rebuild: p.caches.rebuild,
+			release: p.caches.release,
+		}
+	})
 	p.reg = p.metrics()
 	return p, nil
 }
@@ -169,7 +167,6 @@ var errDone = errors.New("replay done")
 // acknowledged. Shutdown stops capture, waits up to DrainTimeout for
 // acknowledgements, then closes the connection.
 func (p *Probe) Run(ctx context.Context) error {
-	defer p.client.conn.Close()
 	// The client outlives capture so that it can drain the spool.
 	cctx, stopClient := context.WithCancel(context.Background())
 	defer stopClient()
@@ -177,7 +174,7 @@ func (p *Probe) Run(ctx context.Context) error {
 	clientStopped := make(chan struct{})
 	go func() {
 		defer close(clientStopped)
-		clientErr = p.client.run(cctx)
+		clientErr = p.router.run(cctx)
 	}()
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -326,7 +323,7 @@ func (p *Probe) serveMetrics(ctx context.Context, g *errgroup.Group) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !p.client.connected.Load() {
+		if !p.router.connected() {
 			http.Error(w, "not connected to the collector", http.StatusServiceUnavailable)
 			return
 		}
@@ -396,7 +393,7 @@ func (p *Probe) metrics() *prometheus.Registry {
 		func() float64 { return float64(p.spool.len()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_collector_connected", Help: "1 when a stream to the collector is up."},
 		func() float64 {
-			if p.client.connected.Load() {
+			if p.router.connected() {
 				return 1
 			}
 			return 0

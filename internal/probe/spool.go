@@ -16,18 +16,27 @@ type spool struct {
 	items   []*owlv1.ProbeMessage // reports and vectors, ascending seq
 	nextSeq uint64
 	dropped uint64
-	changed chan struct{} // signalled (non-blocking) on Add and Ack
+	changed chan struct{} // closed (and replaced) on every add and ack
 }
 
 func newSpool(max int) *spool {
-	return &spool{max: max, nextSeq: 1, changed: make(chan struct{}, 1)}
+	return &spool{max: max, nextSeq: 1, changed: make(chan struct{})}
 }
 
+// signal wakes every waiter: each client of the probe (one per collector
+// in a cluster) sends what is routed to it.
 func (s *spool) signal() {
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// wait is closed at the next change.
+func (s *spool) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // add numbers a report and keeps it.

@@ -2236,10 +2236,13 @@ func (x *RDASize) GetBuckets() uint32 {
 // PathConfig is the set of paths a probe takes part in; it replaces any
 // earlier set.
 type PathConfig struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Paths         []*PathAssignment      `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Paths []*PathAssignment      `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	// colate_collector is the gRPC address of the collector that takes
+	// COLATE vectors; empty: the one that sent this configuration.
+	ColateCollector string `protobuf:"bytes,2,opt,name=colate_collector,json=colateCollector,proto3" json:"colate_collector,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PathConfig) Reset() {
@@ -2279,13 +2282,24 @@ func (x *PathConfig) GetPaths() []*PathAssignment {
 	return nil
 }
 
+func (x *PathConfig) GetColateCollector() string {
+	if x != nil {
+		return x.ColateCollector
+	}
+	return ""
+}
+
 // PathAssignment is a path and the probe's role on it.
 type PathAssignment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  *Path                  `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Role  Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=owl.v1.Role" json:"role,omitempty"`
-	// rda_buckets is the RDA size to start with.
-	RdaBuckets    uint32 `protobuf:"varint,3,opt,name=rda_buckets,json=rdaBuckets,proto3" json:"rda_buckets,omitempty"`
+	// rda_buckets is the RDA size to start with; 0 when another collector
+	// owns the path (its own configuration says).
+	RdaBuckets uint32 `protobuf:"varint,3,opt,name=rda_buckets,json=rdaBuckets,proto3" json:"rda_buckets,omitempty"`
+	// collector is the gRPC address of the collector that owns the path in a
+	// cluster (reports go there); empty: the one that sent this configuration.
+	Collector     string `protobuf:"bytes,4,opt,name=collector,proto3" json:"collector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2339,6 +2353,13 @@ func (x *PathAssignment) GetRdaBuckets() uint32 {
 		return x.RdaBuckets
 	}
 	return 0
+}
+
+func (x *PathAssignment) GetCollector() string {
+	if x != nil {
+		return x.Collector
+	}
+	return ""
 }
 
 // Ack tells a probe that its report with this seq is stored.
@@ -2406,8 +2427,12 @@ func (x *Ack) GetEpoch() int64 {
 type Reject struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path is empty when the whole probe is rejected.
-	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Path   string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// owner is set when the report was refused because another collector of
+	// the cluster owns its path: that collector's gRPC address. The report
+	// is not acknowledged; send it there.
+	Owner         string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2452,6 +2477,13 @@ func (x *Reject) GetPath() string {
 func (x *Reject) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *Reject) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -2642,8 +2674,10 @@ func (*ListProbesRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListProbesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Probes        []*ProbeInfo           `protobuf:"bytes,1,rep,name=probes,proto3" json:"probes,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Probes []*ProbeInfo           `protobuf:"bytes,1,rep,name=probes,proto3" json:"probes,omitempty"`
+	// note names the collectors of the cluster that did not answer.
+	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2683,6 +2717,13 @@ func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
 		return x.Probes
 	}
 	return nil
+}
+
+func (x *ListProbesResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
 }
 
 // ProbeInfo is what the collector knows of a probe.
@@ -2938,8 +2979,11 @@ func (x *GetPathStatsRequest) GetLimit() uint32 {
 }
 
 type GetPathStatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stats         []*PathStats           `protobuf:"bytes,1,rep,name=stats,proto3" json:"stats,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Stats []*PathStats           `protobuf:"bytes,1,rep,name=stats,proto3" json:"stats,omitempty"`
+	// note names the collectors of the cluster that did not answer (their
+	// results are missing).
+	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2979,6 +3023,13 @@ func (x *GetPathStatsResponse) GetStats() []*PathStats {
 		return x.Stats
 	}
 	return nil
+}
+
+func (x *GetPathStatsResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
 }
 
 type WatchPathStatsRequest struct {
@@ -4285,6 +4336,186 @@ func (x *ColateVectorInfo) GetOverflowed() bool {
 	return false
 }
 
+type ListCollectorsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCollectorsRequest) Reset() {
+	*x = ListCollectorsRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCollectorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCollectorsRequest) ProtoMessage() {}
+
+func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
+func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+}
+
+type ListCollectorsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Collectors    []*CollectorInfo       `protobuf:"bytes,1,rep,name=collectors,proto3" json:"collectors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCollectorsResponse) Reset() {
+	*x = ListCollectorsResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCollectorsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCollectorsResponse) ProtoMessage() {}
+
+func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
+func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
+	if x != nil {
+		return x.Collectors
+	}
+	return nil
+}
+
+// CollectorInfo is one member of a cluster of collectors.
+type CollectorInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the member's name in the cluster (memberlist).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// grpc_address is where probes and queries reach it.
+	GrpcAddress string `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	// gossip_address is its memberlist address.
+	GossipAddress string `protobuf:"bytes,3,opt,name=gossip_address,json=gossipAddress,proto3" json:"gossip_address,omitempty"`
+	// state is alive, suspect, dead or left, as this collector sees it.
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// self is set on the collector that answered.
+	Self bool `protobuf:"varint,5,opt,name=self,proto3" json:"self,omitempty"`
+	// paths are the configured paths it owns.
+	Paths []string `protobuf:"bytes,6,rep,name=paths,proto3" json:"paths,omitempty"`
+	// colate is set on the collector that stores COLATE vectors.
+	Colate        bool `protobuf:"varint,7,opt,name=colate,proto3" json:"colate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectorInfo) Reset() {
+	*x = CollectorInfo{}
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectorInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectorInfo) ProtoMessage() {}
+
+func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
+func (*CollectorInfo) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CollectorInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CollectorInfo) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *CollectorInfo) GetGossipAddress() string {
+	if x != nil {
+		return x.GossipAddress
+	}
+	return ""
+}
+
+func (x *CollectorInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CollectorInfo) GetSelf() bool {
+	if x != nil {
+		return x.Self
+	}
+	return false
+}
+
+func (x *CollectorInfo) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+func (x *CollectorInfo) GetColate() bool {
+	if x != nil {
+		return x.Colate
+	}
+	return false
+}
+
 var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
@@ -4445,22 +4676,25 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03rda\x18\x03 \x01(\fR\x03rda\"7\n" +
 	"\aRDASize\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\abuckets\x18\x02 \x01(\rR\abuckets\":\n" +
+	"\abuckets\x18\x02 \x01(\rR\abuckets\"e\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
-	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\"u\n" +
+	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
+	"\x10colate_collector\x18\x02 \x01(\tR\x0fcolateCollector\"\x93\x01\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
 	"\vrda_buckets\x18\x03 \x01(\rR\n" +
-	"rdaBuckets\"A\n" +
+	"rdaBuckets\x12\x1c\n" +
+	"\tcollector\x18\x04 \x01(\tR\tcollector\"A\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"4\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"J\n" +
 	"\x06Reject\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x84\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\"\x84\x01\n" +
 	"\x04Path\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12\x1e\n" +
@@ -4474,9 +4708,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bprotocol\x18\x03 \x01(\rR\bprotocol\x12\x1b\n" +
 	"\tsrc_ports\x18\x04 \x03(\tR\bsrcPorts\x12\x1b\n" +
 	"\tdst_ports\x18\x05 \x03(\tR\bdstPorts\"\x13\n" +
-	"\x11ListProbesRequest\"?\n" +
+	"\x11ListProbesRequest\"S\n" +
 	"\x12ListProbesResponse\x12)\n" +
-	"\x06probes\x18\x01 \x03(\v2\x11.owl.v1.ProbeInfoR\x06probes\"\x8c\x02\n" +
+	"\x06probes\x18\x01 \x03(\v2\x11.owl.v1.ProbeInfoR\x06probes\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\x8c\x02\n" +
 	"\tProbeInfo\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x18\n" +
@@ -4493,9 +4728,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\rR\x05limit\"?\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"S\n" +
 	"\x14GetPathStatsResponse\x12'\n" +
-	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.PathStatsR\x05stats\"+\n" +
+	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.PathStatsR\x05stats\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"+\n" +
 	"\x15WatchPathStatsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\"\xf7\t\n" +
 	"\tPathStats\x12\x12\n" +
@@ -4623,7 +4859,20 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x0fbits_per_packet\x18\a \x01(\x01R\rbitsPerPacket\x12\x1e\n" +
 	"\n" +
 	"overflowed\x18\b \x01(\bR\n" +
-	"overflowed*D\n" +
+	"overflowed\"\x17\n" +
+	"\x15ListCollectorsRequest\"O\n" +
+	"\x16ListCollectorsResponse\x125\n" +
+	"\n" +
+	"collectors\x18\x01 \x03(\v2\x15.owl.v1.CollectorInfoR\n" +
+	"collectors\"\xc5\x01\n" +
+	"\rCollectorInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12%\n" +
+	"\x0egossip_address\x18\x03 \x01(\tR\rgossipAddress\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x12\n" +
+	"\x04self\x18\x05 \x01(\bR\x04self\x12\x14\n" +
+	"\x05paths\x18\x06 \x03(\tR\x05paths\x12\x16\n" +
+	"\x06colate\x18\a \x01(\bR\x06colate*D\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rROLE_UPSTREAM\x10\x01\x12\x13\n" +
@@ -4643,7 +4892,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	" RESULT_STATUS_MISSING_DOWNSTREAM\x10\x04\x12\x1a\n" +
 	"\x16RESULT_STATUS_MISMATCH\x10\x052M\n" +
 	"\fProbeService\x12=\n" +
-	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xf3\x04\n" +
+	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xc4\x05\n" +
 	"\fQueryService\x12C\n" +
 	"\n" +
 	"ListProbes\x12\x19.owl.v1.ListProbesRequest\x1a\x1a.owl.v1.ListProbesResponse\x12@\n" +
@@ -4653,7 +4902,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\fGetFlowStats\x12\x1b.owl.v1.GetFlowStatsRequest\x1a\x1c.owl.v1.GetFlowStatsResponse\x12=\n" +
 	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponse\x12g\n" +
 	"\x16GetFlowLatencyHistoric\x12%.owl.v1.GetFlowLatencyHistoricRequest\x1a&.owl.v1.GetFlowLatencyHistoricResponse\x12X\n" +
-	"\x11ListColateVectors\x12 .owl.v1.ListColateVectorsRequest\x1a!.owl.v1.ListColateVectorsResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
+	"\x11ListColateVectors\x12 .owl.v1.ListColateVectorsRequest\x1a!.owl.v1.ListColateVectorsResponse\x12O\n" +
+	"\x0eListCollectors\x12\x1d.owl.v1.ListCollectorsRequest\x1a\x1e.owl.v1.ListCollectorsResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
 
 var (
 	file_owl_v1_owl_proto_rawDescOnce sync.Once
@@ -4668,7 +4918,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                              // 0: owl.v1.Role
 	(ClockState)(0),                        // 1: owl.v1.ClockState
@@ -4723,9 +4973,12 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*ListColateVectorsRequest)(nil),       // 50: owl.v1.ListColateVectorsRequest
 	(*ListColateVectorsResponse)(nil),      // 51: owl.v1.ListColateVectorsResponse
 	(*ColateVectorInfo)(nil),               // 52: owl.v1.ColateVectorInfo
-	nil,                                    // 53: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),          // 54: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 55: google.protobuf.Duration
+	(*ListCollectorsRequest)(nil),          // 53: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),         // 54: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                  // 55: owl.v1.CollectorInfo
+	nil,                                    // 56: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),          // 57: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 58: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
 	5,  // 0: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
@@ -4750,7 +5003,7 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	19, // 19: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
 	17, // 20: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
 	16, // 21: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	53, // 22: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	56, // 22: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
 	1,  // 23: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
 	28, // 24: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
 	30, // 25: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
@@ -4765,62 +5018,65 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	0,  // 34: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
 	33, // 35: owl.v1.Path.selector:type_name -> owl.v1.Selector
 	36, // 36: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	54, // 37: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	57, // 37: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
 	19, // 38: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
 	32, // 39: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	54, // 40: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	54, // 41: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	57, // 40: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	57, // 41: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
 	42, // 42: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	54, // 43: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	55, // 44: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	57, // 43: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	58, // 44: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
 	2,  // 45: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
 	19, // 46: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
 	19, // 47: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
 	18, // 48: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
 	18, // 49: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	54, // 50: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	57, // 50: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
 	16, // 51: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	54, // 52: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	54, // 53: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	57, // 52: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	57, // 53: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
 	45, // 54: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	54, // 55: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	57, // 55: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
 	16, // 56: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	54, // 57: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	54, // 58: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	57, // 57: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	57, // 58: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
 	3,  // 59: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
 	45, // 60: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
 	16, // 61: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	54, // 62: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	54, // 63: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	54, // 64: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	54, // 65: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	54, // 66: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	54, // 67: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	57, // 62: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	57, // 63: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	57, // 64: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	57, // 65: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	57, // 66: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	57, // 67: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
 	52, // 68: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	54, // 69: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	4,  // 70: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	34, // 71: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	37, // 72: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	39, // 73: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	41, // 74: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	43, // 75: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	46, // 76: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	48, // 77: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	50, // 78: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	20, // 79: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	35, // 80: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	38, // 81: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	40, // 82: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	42, // 83: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	44, // 84: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	47, // 85: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	49, // 86: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	51, // 87: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	79, // [79:88] is the sub-list for method output_type
-	70, // [70:79] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	57, // 69: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	55, // 70: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	4,  // 71: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	34, // 72: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	37, // 73: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	39, // 74: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	41, // 75: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	43, // 76: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	46, // 77: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	48, // 78: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	50, // 79: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	53, // 80: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	20, // 81: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	35, // 82: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	38, // 83: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	40, // 84: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	42, // 85: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	44, // 86: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	47, // 87: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	49, // 88: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	51, // 89: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	54, // 90: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	81, // [81:91] is the sub-list for method output_type
+	71, // [71:81] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -4851,7 +5107,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   50,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -137,6 +137,7 @@ const (
 	QueryService_TopFlows_FullMethodName               = "/owl.v1.QueryService/TopFlows"
 	QueryService_GetFlowLatencyHistoric_FullMethodName = "/owl.v1.QueryService/GetFlowLatencyHistoric"
 	QueryService_ListColateVectors_FullMethodName      = "/owl.v1.QueryService/ListColateVectors"
+	QueryService_ListCollectors_FullMethodName         = "/owl.v1.QueryService/ListCollectors"
 )
 
 // QueryServiceClient is the client API for QueryService service.
@@ -165,6 +166,9 @@ type QueryServiceClient interface {
 	GetFlowLatencyHistoric(ctx context.Context, in *GetFlowLatencyHistoricRequest, opts ...grpc.CallOption) (*GetFlowLatencyHistoricResponse, error)
 	// ListColateVectors lists the stored COLATE vectors of a probe.
 	ListColateVectors(ctx context.Context, in *ListColateVectorsRequest, opts ...grpc.CallOption) (*ListColateVectorsResponse, error)
+	// ListCollectors lists the collectors of the cluster (this one alone when
+	// it runs without one) and what each owns.
+	ListCollectors(ctx context.Context, in *ListCollectorsRequest, opts ...grpc.CallOption) (*ListCollectorsResponse, error)
 }
 
 type queryServiceClient struct {
@@ -264,6 +268,16 @@ func (c *queryServiceClient) ListColateVectors(ctx context.Context, in *ListCola
 	return out, nil
 }
 
+func (c *queryServiceClient) ListCollectors(ctx context.Context, in *ListCollectorsRequest, opts ...grpc.CallOption) (*ListCollectorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCollectorsResponse)
+	err := c.cc.Invoke(ctx, QueryService_ListCollectors_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QueryServiceServer is the server API for QueryService service.
 // All implementations must embed UnimplementedQueryServiceServer
 // for forward compatibility.
@@ -290,6 +304,9 @@ type QueryServiceServer interface {
 	GetFlowLatencyHistoric(context.Context, *GetFlowLatencyHistoricRequest) (*GetFlowLatencyHistoricResponse, error)
 	// ListColateVectors lists the stored COLATE vectors of a probe.
 	ListColateVectors(context.Context, *ListColateVectorsRequest) (*ListColateVectorsResponse, error)
+	// ListCollectors lists the collectors of the cluster (this one alone when
+	// it runs without one) and what each owns.
+	ListCollectors(context.Context, *ListCollectorsRequest) (*ListCollectorsResponse, error)
 	mustEmbedUnimplementedQueryServiceServer()
 }
 
@@ -323,6 +340,9 @@ func (UnimplementedQueryServiceServer) GetFlowLatencyHistoric(context.Context, *
 }
 func (UnimplementedQueryServiceServer) ListColateVectors(context.Context, *ListColateVectorsRequest) (*ListColateVectorsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListColateVectors not implemented")
+}
+func (UnimplementedQueryServiceServer) ListCollectors(context.Context, *ListCollectorsRequest) (*ListCollectorsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCollectors not implemented")
 }
 func (UnimplementedQueryServiceServer) mustEmbedUnimplementedQueryServiceServer() {}
 func (UnimplementedQueryServiceServer) testEmbeddedByValue()                      {}
@@ -482,6 +502,24 @@ func _QueryService_ListColateVectors_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueryService_ListCollectors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCollectorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).ListCollectors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_ListCollectors_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).ListCollectors(ctx, req.(*ListCollectorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // QueryService_ServiceDesc is the grpc.ServiceDesc for QueryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -516,6 +554,10 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListColateVectors",
 			Handler:    _QueryService_ListColateVectors_Handler,
+		},
+		{
+			MethodName: "ListCollectors",
+			Handler:    _QueryService_ListCollectors_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

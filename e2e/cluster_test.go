@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/sim"
+)
+
+// TestCluster runs three collectors as one cluster (memberlist gossip on
+// loopback) with six paths between two probes, the probes configured with
+// one collector only. Each path is paired and stored by its owner alone;
+// any collector answers for every path, every epoch against the ground
+// truth. Then one collector leaves: its paths move to the others, and the
+// probes, run again, send those paths' reports to the new owners.
+func TestCluster(t *testing.T) {
+	env, out, truths := setupWith(t, lossOnly)
+	var names []string
+	var paths strings.Builder
+	for i := range 6 {
+		n := fmt.Sprintf("path-%d", i)
+		names = append(names, n)
+		fmt.Fprintf(&paths, "  - name: %s\n    upstream: op-a\n    downstream: op-b\n", n)
+	}
+	var procs []*harness.Proc
+	var addrs []harness.Addrs
+	for i := range 3 {
+		join := ""
+		if i > 0 {
+			join = ", join: [" + addrs[0].Gossip + "]"
+		}
+		cfg := collectorYAML(filepath.Join(env.Dir, fmt.Sprintf("data-c%d", i)), "127.0.0.1:0", paths.String()) +
+			fmt.Sprintf("cluster: {bind: 127.0.0.1:0, name: c%d%s}\n", i, join)
+		p, a, err := env.StartCollector(fmt.Sprintf("c%d", i), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Gossip == "" {
+			t.Fatalf("c%d: no gossip address in %+v", i, a)
+		}
+		procs, addrs = append(procs, p), append(addrs, a)
+	}
+	logs := func() string {
+		var b strings.Builder
+		for _, p := range procs {
+			fmt.Fprintf(&b, "--- %s\n%s\n", p.Name, tail(p.Log()))
+		}
+		return b.String()
+	}
+	qs := []owlv1.QueryServiceClient{query(t, addrs[0].GRPC), query(t, addrs[1].GRPC), query(t, addrs[2].GRPC)}
+
+	owners := waitCluster(t, qs, 3, logs)
+	byOwner := map[string][]string{}
+	for _, n := range names {
+		byOwner[owners[n]] = append(byOwner[owners[n]], n)
+	}
+	t.Logf("owners: %v", byOwner)
+	if len(byOwner) < 2 {
+		t.Fatalf("six paths, one owner: %v", byOwner)
+	}
+
+	runProbes(t, env, addrs[0].GRPC, out)
+	for i, n := range names {
+		// Any collector answers for any path (here each in turn).
+		checkClusterPath(t, qs[i%3], n, truths, logs)
+	}
+	// Each path's results are on its owner alone.
+	local := metadata.AppendToOutgoingContext(context.Background(), "owl-forwarded-by", "test")
+	for i, q := range qs {
+		for _, n := range names {
+			r, err := q.GetPathStats(local, &owlv1.GetPathStatsRequest{Path: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			own := owners[n] == fmt.Sprintf("c%d", i)
+			if own && len(r.GetStats()) != len(truths) || !own && len(r.GetStats()) != 0 {
+				t.Errorf("c%d holds %d results of %s (owner %s)", i, len(r.GetStats()), n, owners[n])
+			}
+		}
+	}
+	// Per-flow queries go to the owner; probes are merged.
+	for _, n := range names {
+		top, err := qs[0].TopFlows(context.Background(), &owlv1.TopFlowsRequest{Path: n, Limit: 3})
+		if err != nil || len(top.GetFlows()) == 0 {
+			t.Errorf("TopFlows %s via c0 (owner %s): %v, %v", n, owners[n], top, err)
+		}
+	}
+	probes, err := qs[2].ListProbes(context.Background(), &owlv1.ListProbesRequest{})
+	if err != nil || len(probes.GetProbes()) != 2 || probes.GetNote() != "" {
+		t.Errorf("ListProbes: %v, %v", probes, err)
+	}
+	for _, p := range probes.GetProbes() {
+		// Each probe sent every path's report once, through whichever
+		// collector owned it (the sum over collectors).
+		if p.GetReports() < uint64(len(names)*len(truths)) {
+			t.Errorf("probe %s: %d reports over the cluster, want ≥ %d", p.GetProbeId(), p.GetReports(), len(names)*len(truths))
+		}
+	}
+
+	// A collector other than the probes' leaves.
+	gone := 1
+	if len(byOwner["c1"]) == 0 {
+		gone = 2
+	}
+	moved := byOwner[fmt.Sprintf("c%d", gone)]
+	if len(moved) == 0 {
+		t.Fatalf("neither c1 nor c2 owns a path: %v", byOwner)
+	}
+	if err := procs[gone].Signal(os.Interrupt, 10*time.Second); err != nil {
+		t.Fatalf("c%d: %v\n%s", gone, err, procs[gone].Log())
+	}
+	rest := []owlv1.QueryServiceClient{qs[0], qs[3-gone]}
+	after := waitCluster(t, rest, 2, logs)
+	for _, n := range names {
+		if after[n] == fmt.Sprintf("c%d", gone) || !slices.Contains(moved, n) && after[n] != owners[n] {
+			t.Errorf("%s: owner %s before c%d left, %s after", n, owners[n], gone, after[n])
+		}
+	}
+	// Its results left with it; the probes send again: the moved paths
+	// are paired by their new owners, the others are duplicates.
+	runProbes(t, env, addrs[0].GRPC, out)
+	for _, n := range names {
+		checkClusterPath(t, rest[1], n, truths, logs)
+	}
+	if m := httpGet(t, "http://"+addrs[0].HTTP+"/metrics"); !strings.Contains(m, "owl_collector_cluster_members 2") {
+		t.Errorf("c0's metrics do not show 2 members")
+	}
+}
+
+// waitCluster waits until every collector lists n members and they agree
+// on the paths' owners; it returns path → owner name.
+func waitCluster(t *testing.T, qs []owlv1.QueryServiceClient, n int, logs func() string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var views []map[string]string
+		ok := true
+		for _, q := range qs {
+			r, err := q.ListCollectors(context.Background(), &owlv1.ListCollectorsRequest{})
+			if err != nil || len(r.GetCollectors()) != n {
+				ok = false
+				break
+			}
+			v := map[string]string{}
+			selves := 0
+			for _, c := range r.GetCollectors() {
+				for _, p := range c.GetPaths() {
+					v[p] = c.GetName()
+				}
+				if c.GetSelf() {
+					selves++
+				}
+			}
+			if selves != 1 {
+				t.Fatalf("ListCollectors marks %d members as self: %v", selves, r)
+			}
+			views = append(views, v)
+		}
+		if ok {
+			same := true
+			for _, v := range views[1:] {
+				if fmt.Sprint(v) != fmt.Sprint(views[0]) {
+					same = false
+				}
+			}
+			if same {
+				return views[0]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collectors do not agree on %d members\n%s", n, logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkClusterPath checks one path's results, asked of one collector,
+// against the ground truth (loss only: RDA exact, loss exact but in the
+// last epoch).
+func checkClusterPath(t *testing.T, q owlv1.QueryServiceClient, path string, truths []sim.EpochTruth, logs func() string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stats, err := harness.WaitStats(ctx, q, path, len(truths))
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, logs())
+	}
+	by := map[int64]*owlv1.PathStats{}
+	for _, s := range stats {
+		by[s.GetEpoch()] = s
+	}
+	last := truths[len(truths)-1].Epoch
+	for _, tr := range truths {
+		s := by[tr.Epoch]
+		if s == nil || s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
+			t.Errorf("%s epoch %d: %v", path, tr.Epoch, s)
+			continue
+		}
+		if rel := math.Abs(s.GetMeanNs()-tr.AllMeanNS) / tr.AllMeanNS; s.GetUnusableBuckets() == 0 && rel > 1e-9 || rel > 0.01 {
+			t.Errorf("%s epoch %d: mean %.3f ns, truth %.3f ns", path, tr.Epoch, s.GetMeanNs(), tr.AllMeanNS)
+		}
+		if tr.Epoch != last && s.GetLost() != float64(tr.Lost) {
+			t.Errorf("%s epoch %d: lost %.0f, truth %d", path, tr.Epoch, s.GetLost(), tr.Lost)
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package collector
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/cluster"
+)
+
+// In a cluster every path has one owner, the collector that pairs its
+// reports, stores its results and keeps its per-flow state; the COLATE
+// vectors of all probes have one owner too (a query needs the vectors of
+// two probes side by side). Probes learn the owners from the path
+// configuration and send each report there; a collector refuses, without
+// acknowledging, a report it does not own, naming the owner. Queries may
+// go to any collector: results are gathered from every member (so that
+// results stored by a path's earlier owners are found too), per-flow and
+// COLATE queries go to the current owner.
+
+// colateKey is the cluster key whose owner stores the COLATE vectors.
+const colateKey = "colate vectors"
+
+// forwardedKey marks a query one collector passes to another, which then
+// answers from its own state only.
+const forwardedKey = "owl-forwarded-by"
+
+// notOwner says that another collector of the cluster owns a report's
+// path (or the COLATE vectors).
+type notOwner struct {
+	key   string
+	owner cluster.Member
+}
+
+func (e *notOwner) Error() string {
+	return fmt.Sprintf("%q is owned by collector %s (%s) in the cluster", e.key, e.owner.Name, e.owner.GRPC)
+}
+
+// owner is key's owner, and whether it is this collector (always, without
+// a cluster).
+func (c *Collector) owner(key string) (cluster.Member, bool) {
+	if c.cl == nil {
+		return cluster.Member{}, true
+	}
+	m := c.cl.Owner(key)
+	return m, m.Name == "" || m.Self
+}
+
+// startCluster joins the cluster and, on every change of its members,
+// sends each connected probe its path configuration again (the owners
+// may have moved).
+func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
+	adv := c.cfg.Cluster.GRPCAdvertise
+	if adv == "" {
+		host, _, err := net.SplitHostPort(grpcAddr)
+		if err != nil || host == "" || net.ParseIP(host).IsUnspecified() {
+			return fmt.Errorf("cluster: gRPC listens on %q, which names no host the others can reach: set cluster.grpc_advertise", c.cfg.GRPCListen)
+		}
+		adv = grpcAddr
+	}
+	cl, err := cluster.Start(c.cfg.Cluster, adv, c.log)
+	if err != nil {
+		return err
+	}
+	c.cl = cl
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-cl.Changed():
+				c.m.clusterChanges.Inc()
+				c.resendPaths()
+			}
+		}
+	}()
+	return nil
+}
+
+// resendPaths sends every open probe stream its path configuration.
+func (c *Collector) resendPaths() {
+	c.mu.Lock()
+	type out struct {
+		s  *session
+		pc *owlv1.PathConfig
+	}
+	var outs []out
+	for id, ss := range c.sessions {
+		pc := c.pathConfig(id)
+		for _, s := range ss {
+			outs = append(outs, out{s, pc})
+		}
+	}
+	c.mu.Unlock()
+	for _, o := range outs {
+		_ = o.s.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: o.pc}})
+	}
+}
+
+// members are the cluster's live members; without a cluster, this
+// collector alone.
+func (c *Collector) members() []cluster.Member {
+	if c.cl == nil {
+		return []cluster.Member{{Name: "self", Self: true}}
+	}
+	return c.cl.Members()
+}
+
+// forwarded says whether a query came from another collector.
+func forwarded(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(forwardedKey)) > 0
+}
+
+// peerConns are the gRPC connections to the other collectors.
+type peerConns struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// peer is a query client for the collector at addr, and a context that
+// marks the call as forwarded.
+func (c *Collector) peer(ctx context.Context, addr string) (owlv1.QueryServiceClient, context.Context, error) {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	conn := c.peers.conns[addr]
+	if conn == nil {
+		var err error
+		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes)))
+		if err != nil {
+			return nil, nil, fmt.Errorf("collector %s: %w", addr, err)
+		}
+		if c.peers.conns == nil {
+			c.peers.conns = map[string]*grpc.ClientConn{}
+		}
+		c.peers.conns[addr] = conn
+	}
+	return owlv1.NewQueryServiceClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, c.cl.Name()), nil
+}
+
+// closePeers closes the connections to the other collectors.
+func (c *Collector) closePeers() {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	for _, conn := range c.peers.conns {
+		conn.Close()
+	}
+	c.peers.conns = nil
+}
+
+// peerTimeout bounds a query passed to another collector when the caller
+// set no deadline.
+const peerTimeout = 30 * time.Second
+
+// fromEach runs ask on every other live member (in parallel) and returns
+// the answers, and a note naming the members that did not answer.
+func fromEach[T any](ctx context.Context, c *Collector, ask func(context.Context, owlv1.QueryServiceClient) (T, error)) ([]T, string) {
+	if c.cl == nil || forwarded(ctx) {
+		return nil, ""
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, peerTimeout)
+		defer cancel()
+	}
+	var (
+		mu     sync.Mutex
+		out    []T
+		failed []string
+		wg     sync.WaitGroup
+	)
+	for _, m := range c.cl.Members() {
+		if m.Self {
+			continue
+		}
+		wg.Go(func() {
+			q, qctx, err := c.peer(ctx, m.GRPC)
+			var r T
+			if err == nil {
+				r, err = ask(qctx, q)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s (%s): %v", m.Name, m.GRPC, err))
+				return
+			}
+			out = append(out, r)
+		})
+	}
+	wg.Wait()
+	note := ""
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		note = fmt.Sprintf("%d collector(s) of the cluster did not answer, their results are missing: %v", len(failed), failed)
+		c.log.Warn("cluster query incomplete", "failed", failed)
+	}
+	return out, note
+}
+
+// mergeResults joins per-epoch results of a path from several collectors:
+// one per epoch, a complete one (both sides paired) before one missing a
+// side, then the newest computed; the last limit epochs.
+func mergeResults(lists [][]*owlv1.PathStats, limit int) []*owlv1.PathStats {
+	best := map[int64]*owlv1.PathStats{}
+	for _, l := range lists {
+		for _, r := range l {
+			b := best[r.GetEpoch()]
+			if b == nil || better(r, b) {
+				best[r.GetEpoch()] = r
+			}
+		}
+	}
+	out := make([]*owlv1.PathStats, 0, len(best))
+	for _, r := range best {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *owlv1.PathStats) int { return cmp.Compare(a.GetEpoch(), b.GetEpoch()) })
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out
+}
+
+// better says whether result a should be shown instead of b for the same
+// epoch.
+func better(a, b *owlv1.PathStats) bool {
+	if ma, mb := missingSide(a), missingSide(b); ma != mb {
+		return !ma
+	}
+	return a.GetComputed().AsTime().After(b.GetComputed().AsTime())
+}
+
+func missingSide(r *owlv1.PathStats) bool {
+	return r.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM || r.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM
+}
+
+// mergeProbes joins what several collectors know of the probes: a probe is
+// connected if it is to any of them, its reports are the sum, the rest is
+// from the collector that heard from it last.
+func mergeProbes(lists [][]*owlv1.ProbeInfo) []*owlv1.ProbeInfo {
+	by := map[string]*owlv1.ProbeInfo{}
+	for _, l := range lists {
+		for _, p := range l {
+			b := by[p.GetProbeId()]
+			if b == nil {
+				by[p.GetProbeId()] = p
+				continue
+			}
+			m := b
+			if p.GetLastSeen().AsTime().After(b.GetLastSeen().AsTime()) {
+				m = p
+			}
+			merged := &owlv1.ProbeInfo{ProbeId: m.GetProbeId(), Connected: b.GetConnected() || p.GetConnected(), Version: m.GetVersion(),
+				Address: m.GetAddress(), LastSeen: m.GetLastSeen(), Error: cmp.Or(m.GetError(), b.GetError(), p.GetError()), Clock: m.GetClock(),
+				Reports: b.GetReports() + p.GetReports()}
+			by[p.GetProbeId()] = merged
+		}
+	}
+	out := make([]*owlv1.ProbeInfo, 0, len(by))
+	for _, p := range by {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *owlv1.ProbeInfo) int { return cmp.Compare(a.GetProbeId(), b.GetProbeId()) })
+	return out
+}
+
+// collectorInfos lists the members and what each owns.
+func (c *Collector) collectorInfos() []*owlv1.CollectorInfo {
+	ms := c.members()
+	var out []*owlv1.CollectorInfo
+	for _, m := range ms {
+		ci := &owlv1.CollectorInfo{Name: m.Name, GrpcAddress: m.GRPC, GossipAddress: m.Gossip, State: m.State, Self: m.Self}
+		if c.cl == nil {
+			ci.State = "alive"
+		}
+		for _, p := range c.pathList {
+			if cluster.Owner(ms, p.Name).Name == m.Name {
+				ci.Paths = append(ci.Paths, p.Name)
+			}
+		}
+		ci.Colate = cluster.Owner(ms, colateKey).Name == m.Name
+		out = append(out, ci)
+	}
+	return out
+}

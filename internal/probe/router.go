@@ -1,0 +1,216 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+// router sends each spooled message to the collector that takes it. With
+// one collector that is the configured one. In a cluster of collectors the
+// path configuration names each path's owner (and the COLATE vectors'):
+// the router keeps one client per collector named, each sending the
+// messages routed to it, and re-routes when the owners change.
+type router struct {
+	seed string // the configured collector, which every probe keeps a stream to
+	log  *slog.Logger
+	// newClient makes a client for a collector, without its connection,
+	// address and routing fields.
+	newClient func() *client
+
+	mu      sync.Mutex
+	paths   map[string]string // path → collector, when not the seed
+	colate  string            // collector of COLATE vectors, when not the seed
+	clients map[string]*routed
+	ctx     context.Context
+	wg      sync.WaitGroup
+	errc    chan error // a rejection of the probe, from any client
+}
+
+// routed is a running client.
+type routed struct {
+	c      *client
+	cancel context.CancelFunc
+}
+
+func newRouter(seed string, log *slog.Logger, newClient func() *client) *router {
+	return &router{seed: seed, log: log, newClient: newClient, paths: map[string]string{}, clients: map[string]*routed{}, errc: make(chan error, 1)}
+}
+
+// dial connects to a collector.
+func dial(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("collector address %q: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// run keeps the clients going until ctx ends or a collector rejects the
+// probe.
+func (r *router) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.mu.Lock()
+	r.ctx = ctx
+	err := r.start(r.seed)
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-r.errc:
+	}
+	cancel()
+	r.wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.clients)
+	return err
+}
+
+// start runs a client for addr. r.mu is held.
+func (r *router) start(addr string) error {
+	conn, err := dial(addr)
+	if err != nil {
+		return err
+	}
+	c := r.newClient()
+	c.conn, c.addr = conn, addr
+	c.keep = func(m *owlv1.ProbeMessage) bool { return r.dest(m) == addr }
+	c.misrouted = r.misrouted
+	c.restart = make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(r.ctx)
+	r.clients[addr] = &routed{c: c, cancel: cancel}
+	r.wg.Go(func() {
+		defer conn.Close()
+		var rej *RejectedError
+		if err := c.run(ctx); errors.As(err, &rej) {
+			select {
+			case r.errc <- err:
+			default:
+			}
+		}
+	})
+	return nil
+}
+
+// dest is the collector a message goes to.
+func (r *router) dest(m *owlv1.ProbeMessage) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.colate
+	if rep := m.GetReport(); rep != nil {
+		d = r.paths[rep.GetPath()]
+	}
+	if d == "" {
+		return r.seed
+	}
+	return d
+}
+
+// update takes the owners from a path configuration.
+func (r *router) update(pc *owlv1.PathConfig) {
+	paths := map[string]string{}
+	for _, a := range pc.GetPaths() {
+		if c := a.GetCollector(); c != "" && c != r.seed {
+			paths[a.GetPath().GetName()] = c
+		}
+	}
+	colate := pc.GetColateCollector()
+	if colate == r.seed {
+		colate = ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if maps.Equal(paths, r.paths) && colate == r.colate {
+		return
+	}
+	r.paths, r.colate = paths, colate
+	r.reroute()
+}
+
+// misrouted takes a collector's word that another owns a path.
+func (r *router) misrouted(path, owner string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if path == "colate" {
+		r.colate = owner
+	} else {
+		r.paths[path] = owner
+	}
+	if owner == r.seed {
+		delete(r.paths, path)
+		if path == "colate" {
+			r.colate = ""
+		}
+	}
+	r.reroute()
+}
+
+// reroute starts clients for collectors newly named, stops those no
+// longer named, and restarts the sessions of the rest so that they send
+// what is now routed to them. r.mu is held.
+func (r *router) reroute() {
+	if r.ctx == nil {
+		return
+	}
+	want := map[string]bool{r.seed: true}
+	for _, a := range r.paths {
+		want[a] = true
+	}
+	if r.colate != "" {
+		want[r.colate] = true
+	}
+	for addr, rc := range r.clients {
+		if !want[addr] {
+			r.log.Info("no longer sending to collector", "collector", addr)
+			rc.cancel()
+			delete(r.clients, addr)
+			continue
+		}
+		select {
+		case rc.c.restart <- struct{}{}:
+		default:
+		}
+	}
+	for addr := range want {
+		if r.clients[addr] == nil {
+			r.log.Info("sending to another collector of the cluster", "collector", addr)
+			if err := r.start(addr); err != nil {
+				r.log.Error("cannot reach collector", "collector", addr, "err", err)
+			}
+		}
+	}
+}
+
+// connected says whether every collector the probe sends to has an open
+// stream.
+func (r *router) connected() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.clients) == 0 {
+		return false
+	}
+	for _, rc := range r.clients {
+		if !rc.c.connected.Load() {
+			return false
+		}
+	}
+	return true
+}
