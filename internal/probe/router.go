@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,34 +142,52 @@ func (r *router) update(pc *owlv1.PathConfig) {
 	if maps.Equal(paths, r.paths) && colate == r.colate {
 		return
 	}
+	oldPaths, oldColate := r.paths, r.colate
 	r.paths, r.colate = paths, colate
-	r.reroute()
+	r.reroute(oldPaths, oldColate)
 }
 
 // misrouted takes a collector's word that another owns a path.
 func (r *router) misrouted(path, owner string) {
+	if owner == r.seed {
+		owner = ""
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if path == "colate" {
+	oldPaths, oldColate := maps.Clone(r.paths), r.colate
+	switch {
+	case path == "colate":
 		r.colate = owner
-	} else {
+	case owner == "":
+		delete(r.paths, path)
+	default:
 		r.paths[path] = owner
 	}
-	if owner == r.seed {
-		delete(r.paths, path)
-		if path == "colate" {
-			r.colate = ""
-		}
-	}
-	r.reroute()
+	r.reroute(oldPaths, oldColate)
 }
 
 // reroute starts clients for collectors newly named, stops those no
-// longer named, and restarts the sessions of the rest so that they send
-// what is now routed to them. r.mu is held.
-func (r *router) reroute() {
+// longer named, and restarts the sessions of those that were given a path
+// (or the COLATE vectors) so that they send the unacknowledged messages
+// now routed to them. r.mu is held.
+func (r *router) reroute(oldPaths map[string]string, oldColate string) {
 	if r.ctx == nil {
 		return
+	}
+	or := func(a string) string { return cmp.Or(a, r.seed) }
+	gained := map[string]bool{}
+	if or(r.colate) != or(oldColate) {
+		gained[or(r.colate)] = true
+	}
+	for p := range oldPaths {
+		if or(r.paths[p]) != or(oldPaths[p]) {
+			gained[or(r.paths[p])] = true
+		}
+	}
+	for p := range r.paths {
+		if or(r.paths[p]) != or(oldPaths[p]) {
+			gained[or(r.paths[p])] = true
+		}
 	}
 	want := map[string]bool{r.seed: true}
 	for _, a := range r.paths {
@@ -184,9 +203,11 @@ func (r *router) reroute() {
 			delete(r.clients, addr)
 			continue
 		}
-		select {
-		case rc.c.restart <- struct{}{}:
-		default:
+		if gained[addr] {
+			select {
+			case rc.c.restart <- struct{}{}:
+			default:
+			}
 		}
 	}
 	for addr := range want {

@@ -1,0 +1,201 @@
+package probe
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+// fakeCollector is a ProbeService that answers Hello with its current path
+// configuration, acknowledges the reports of the paths it owns, refuses
+// the others naming their owner, and records what it stored.
+type fakeCollector struct {
+	owlv1.UnimplementedProbeServiceServer
+	addr string
+
+	mu      sync.Mutex
+	config  *owlv1.PathConfig
+	streams []owlv1.ProbeService_ConnectServer
+	stored  map[string][]int64 // path → epochs acknowledged
+	refused int
+	dups    int // sent again (after a session restart), acknowledged, not stored again
+}
+
+func startFake(t *testing.T) *fakeCollector {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCollector{addr: ln.Addr().String(), stored: map[string][]int64{}}
+	gs := grpc.NewServer()
+	owlv1.RegisterProbeServiceServer(gs, f)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return f
+}
+
+func (f *fakeCollector) Connect(stream owlv1.ProbeService_ConnectServer) error {
+	if _, err := stream.Recv(); err != nil { // Hello
+		return err
+	}
+	f.mu.Lock()
+	f.streams = append(f.streams, stream)
+	pc := f.config
+	err := stream.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: pc}})
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r := m.GetReport()
+		if r == nil {
+			continue
+		}
+		f.mu.Lock()
+		owner := ""
+		for _, a := range f.config.GetPaths() {
+			if a.GetPath().GetName() == r.GetPath() {
+				owner = a.GetCollector()
+			}
+		}
+		var reply *owlv1.CollectorMessage
+		if owner != "" && owner != f.addr {
+			f.refused++
+			reply = &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Path: r.GetPath(), Reason: "not mine", Owner: owner}}}
+		} else {
+			if slices.Contains(f.stored[r.GetPath()], r.GetEpoch()) {
+				f.dups++
+			} else {
+				f.stored[r.GetPath()] = append(f.stored[r.GetPath()], r.GetEpoch())
+			}
+			reply = &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Ack{Ack: &owlv1.Ack{Seq: r.GetSeq(), Path: r.GetPath(), Epoch: r.GetEpoch()}}}
+		}
+		err = stream.Send(reply)
+		f.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// setConfig changes the owners and pushes them to the open streams.
+func (f *fakeCollector) setConfig(pc *owlv1.PathConfig, push bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.config = pc
+	if push {
+		for _, s := range f.streams {
+			_ = s.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: pc}})
+		}
+	}
+}
+
+func (f *fakeCollector) epochs(path string) []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int64(nil), f.stored[path]...)
+}
+
+func owners(p1, p2 string) *owlv1.PathConfig {
+	return &owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
+		{Path: &owlv1.Path{Name: "p1"}, Role: owlv1.Role_ROLE_UPSTREAM, Collector: p1},
+		{Path: &owlv1.Path{Name: "p2"}, Role: owlv1.Role_ROLE_UPSTREAM, Collector: p2},
+	}}
+}
+
+// TestRouterSendsToOwners: with the probe configured with collector A, the
+// reports of the path B owns go to B; when the owners change (pushed by A)
+// the next reports follow; a report refused by a non-owner reaches the
+// owner it names; nothing is lost.
+func TestRouterSendsToOwners(t *testing.T) {
+	a, b := startFake(t), startFake(t)
+	both := owners(a.addr, b.addr)
+	a.setConfig(both, false)
+	b.setConfig(both, false)
+
+	sp := newSpool(100)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var r *router
+	r = newRouter(a.addr, log, func() *client {
+		return &client{log: log, spool: sp, reconnectMax: 100 * time.Millisecond, hello: func() *owlv1.Hello { return &owlv1.Hello{ProbeId: "op"} },
+			clock:   func() *owlv1.ClockStatus { return &owlv1.ClockStatus{} },
+			onPaths: func(pc *owlv1.PathConfig) error { r.update(pc); return nil },
+			onSize:  func(*owlv1.RDASize) error { return nil },
+			fetch:   func(*owlv1.FetchRequest) *owlv1.FetchReply { return nil },
+			rebuild: func(*owlv1.RebuildRequest) *owlv1.RebuildReply { return nil },
+			release: func(string, int64) {}}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: A has p1 %v p2 %v, B has p1 %v p2 %v; %d in the spool", what, a.epochs("p1"), a.epochs("p2"), b.epochs("p1"), b.epochs("p2"), sp.len())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for e := int64(1); e <= 3; e++ {
+		sp.add(&owlv1.EpochReport{Path: "p1", Epoch: e})
+		sp.add(&owlv1.EpochReport{Path: "p2", Epoch: e})
+	}
+	waitFor("first epochs", func() bool { return sp.len() == 0 })
+	if len(a.epochs("p1")) != 3 || len(b.epochs("p2")) != 3 || len(a.epochs("p2")) != 0 || len(b.epochs("p1")) != 0 {
+		t.Fatalf("A has p1 %v p2 %v, B has p1 %v p2 %v", a.epochs("p1"), a.epochs("p2"), b.epochs("p1"), b.epochs("p2"))
+	}
+	if !r.connected() {
+		t.Error("router not connected to both")
+	}
+
+	// B takes p1 too; A says so on its open stream.
+	bOnly := owners(b.addr, b.addr)
+	b.setConfig(bOnly, false)
+	a.setConfig(bOnly, true)
+	waitFor("owners pushed", func() bool { return r.dest(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: &owlv1.EpochReport{Path: "p1"}}}) == b.addr })
+	sp.add(&owlv1.EpochReport{Path: "p1", Epoch: 4})
+	waitFor("epoch 4 to B", func() bool { return sp.len() == 0 })
+	if got := b.epochs("p1"); len(got) != 1 || got[0] != 4 {
+		t.Errorf("B has p1 %v, want [4]", got)
+	}
+
+	// A takes p1 back, but the probe hears it from nobody: B refuses
+	// the next report, naming A, and the probe sends it there.
+	aFirst := owners(a.addr, b.addr)
+	a.setConfig(aFirst, false)
+	b.setConfig(aFirst, false)
+	sp.add(&owlv1.EpochReport{Path: "p1", Epoch: 5})
+	waitFor("epoch 5 to A", func() bool { return sp.len() == 0 })
+	if got := a.epochs("p1"); len(got) != 4 || got[3] != 5 {
+		t.Errorf("A has p1 %v, want [1 2 3 5]", got)
+	}
+	b.mu.Lock()
+	refused := b.refused
+	b.mu.Unlock()
+	if refused != 1 {
+		t.Errorf("B refused %d reports, want 1", refused)
+	}
+}
