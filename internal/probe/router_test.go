@@ -175,7 +175,9 @@ func TestRouterSendsToOwners(t *testing.T) {
 	bOnly := owners(b.addr, b.addr)
 	b.setConfig(bOnly, false)
 	a.setConfig(bOnly, true)
-	waitFor("owners pushed", func() bool { return r.dest(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: &owlv1.EpochReport{Path: "p1"}}}) == b.addr })
+	waitFor("owners pushed", func() bool {
+		return r.dest(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: &owlv1.EpochReport{Path: "p1"}}}) == b.addr
+	})
 	sp.add(&owlv1.EpochReport{Path: "p1", Epoch: 4})
 	waitFor("epoch 4 to B", func() bool { return sp.len() == 0 })
 	if got := b.epochs("p1"); len(got) != 1 || got[0] != 4 {
