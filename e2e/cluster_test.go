@@ -215,3 +215,147 @@ func checkClusterPath(t *testing.T, q owlv1.QueryServiceClient, path string, tru
 		}
 	}
 }
+
+// TestClusterFailover kills a collector of two (SIGKILL, as a crash) while
+// the probes replay the trace in real time: memberlist declares it dead,
+// its paths move to the other, the probes send their unacknowledged
+// reports there; restarted on its data, it takes its paths back and its
+// results are found again. Every epoch of every path has a result; the
+// only epochs not measured are those whose two sides straddle the crash
+// (one side stored by each owner), at most two per moved path.
+func TestClusterFailover(t *testing.T) {
+	env, out, truths := setupWith(t, lossOnly)
+	var names []string
+	var paths strings.Builder
+	for i := range 6 {
+		n := fmt.Sprintf("path-%d", i)
+		names = append(names, n)
+		fmt.Fprintf(&paths, "  - name: %s\n    upstream: op-a\n    downstream: op-b\n", n)
+	}
+	config := func(i int, bind, join string) string {
+		if join != "" {
+			join = ", join: [" + join + "]"
+		}
+		return collectorYAML(filepath.Join(env.Dir, fmt.Sprintf("data-c%d", i)), "127.0.0.1:0", paths.String()) +
+			fmt.Sprintf("cluster: {bind: %q, name: c%d%s}\n", bind, i, join)
+	}
+	c0, a0, err := env.StartCollector("c0", config(0, "127.0.0.1:0", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, a1, err := env.StartCollector("c1", config(1, "127.0.0.1:0", a0.Gossip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := []*harness.Proc{c0, c1}
+	logs := func() string {
+		var b strings.Builder
+		for _, p := range procs {
+			fmt.Fprintf(&b, "--- %s\n%s\n", p.Name, tail(p.Log()))
+		}
+		return b.String()
+	}
+	q0 := query(t, a0.GRPC)
+	owners := waitCluster(t, []owlv1.QueryServiceClient{q0, query(t, a1.GRPC)}, 2, logs)
+	var moved []string
+	for _, n := range names {
+		if owners[n] == "c1" {
+			moved = append(moved, n)
+		}
+	}
+	if len(moved) == 0 || len(moved) == len(names) {
+		t.Fatalf("owners %v: want paths on both", owners)
+	}
+
+	// The probes replay the 5 s trace in real time; c1 crashes once it
+	// has a result of its own.
+	run := fmt.Sprintf("-%d", time.Now().UnixNano())
+	var probes []*harness.Proc
+	for _, p := range []struct{ id, file string }{{"op-a", out.Up}, {"op-b", out.Down}} {
+		pr, err := env.Start(p.id+run, "probe", "-id", p.id, "-collector", a0.GRPC, "-file", p.file, "-replay-speed", "1", "-reconnect-max", "200ms",
+			// Epochs c1 stored before the crash are never released by it.
+			"-release-timeout", "5s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		probes = append(probes, pr)
+	}
+	local := metadata.AppendToOutgoingContext(context.Background(), "owl-forwarded-by", "test")
+	q1 := query(t, a1.GRPC)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := q1.GetPathStats(local, &owlv1.GetPathStatsRequest{Path: moved[0]})
+		if err == nil && len(r.GetStats()) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c1 has no result of %s: %v\n%s", moved[0], err, logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c1.Kill()
+	t.Logf("c1 killed")
+	for _, p := range probes {
+		if err := p.Wait(60 * time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s\n%s", p.Name, err, tail(p.Log()), logs())
+		}
+	}
+	// While c1 is down, c0 answers with what it has and names c1 as
+	// missing... once it knows c1 is gone, it does not ask it at all.
+	if r, err := q0.ListCollectors(context.Background(), &owlv1.ListCollectorsRequest{}); err != nil || len(r.GetCollectors()) != 1 {
+		t.Errorf("after the crash, c0 lists %v (%v)", r, err)
+	}
+
+	// c1 comes back on its data (same gossip address and name).
+	c1b, a1b, err := env.StartCollector("c1-restarted", config(1, a1.Gossip, a0.Gossip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs = append(procs, c1b)
+	if again := waitCluster(t, []owlv1.QueryServiceClient{q0, query(t, a1b.GRPC)}, 2, logs); fmt.Sprint(again) != fmt.Sprint(owners) {
+		t.Errorf("owners %v before the crash, %v after the restart", owners, again)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	last := truths[len(truths)-1].Epoch
+	for _, n := range names {
+		stats, err := harness.WaitStats(ctx, q0, n, len(truths))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", n, err, logs())
+		}
+		by := map[int64]*owlv1.PathStats{}
+		for _, s := range stats {
+			by[s.GetEpoch()] = s
+		}
+		straddled := 0
+		for _, tr := range truths {
+			s := by[tr.Epoch]
+			if s == nil {
+				t.Errorf("%s epoch %d: no result", n, tr.Epoch)
+				continue
+			}
+			if missingSideStatus(s) && slices.Contains(moved, n) {
+				straddled++
+				t.Logf("%s epoch %d: %v (%s)", n, tr.Epoch, s.GetStatus(), s.GetDetail())
+				continue
+			}
+			if s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
+				t.Errorf("%s epoch %d: %v (%s)", n, tr.Epoch, s.GetStatus(), s.GetDetail())
+				continue
+			}
+			if rel := math.Abs(s.GetMeanNs()-tr.AllMeanNS) / tr.AllMeanNS; s.GetUnusableBuckets() == 0 && rel > 1e-9 || rel > 0.01 {
+				t.Errorf("%s epoch %d: mean %.3f ns, truth %.3f ns", n, tr.Epoch, s.GetMeanNs(), tr.AllMeanNS)
+			}
+			if tr.Epoch != last && s.GetLost() != float64(tr.Lost) {
+				t.Errorf("%s epoch %d: lost %.0f, truth %d", n, tr.Epoch, s.GetLost(), tr.Lost)
+			}
+		}
+		if straddled > 2 {
+			t.Errorf("%s: %d epochs missing a side, want at most 2 (those straddling the crash)", n, straddled)
+		}
+	}
+}
+
+func missingSideStatus(s *owlv1.PathStats) bool {
+	return s.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM || s.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM
+}

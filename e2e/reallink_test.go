@@ -162,6 +162,11 @@ func TestRealLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("warnings and errors of the restarted collector:\n%s", warnings(coll2.Log()))
+		}
+	})
 	if err := client.Wait(dur + 30*time.Second); err != nil {
 		t.Fatalf("traffic client: %v\n%s", err, client.Log())
 	}
@@ -308,6 +313,17 @@ func checkRealLinkColate(t *testing.T, q owlv1.QueryServiceClient, points map[st
 func tail(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-15):], "\n")
+}
+
+// warnings keeps a log's WARN and ERROR lines (the last 40).
+func warnings(s string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-40):], "\n")
 }
 
 func lastLine(s string) string {

@@ -39,6 +39,7 @@ func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.BoolVar(&c.ExitWhenDone, "exit-when-done", c.ExitWhenDone, "exit once the files are read and every report is acknowledged")
 	fs.DurationVar(&c.ReconnectMax, "reconnect-max", c.ReconnectMax, "longest wait between attempts to reach the collector")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for acknowledgements")
+	fs.DurationVar(&c.ReleaseTimeout, "release-timeout", c.ReleaseTimeout, "how long a finished replay waits for the collector to release its epochs (it may still ask for repairs)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "serve /metrics and /healthz on this address (empty: off)")
 	fs.StringVar(&c.Clock.Source, "clock", c.Clock.Source, "live capture: clock source: system (kernel-disciplined, e.g. by ptp4l+phc2sys or chrony), phc (a NIC's PTP hardware clock), ptp (built-in SPTP client)")
 	fs.StringVar(&c.Clock.Server, "clock-server", c.Clock.Server, "clock ptp: grandmaster address (ptp4u or another SPTP server), host or host:port")

@@ -127,6 +127,9 @@ func Start(cfg Config, grpcAddr string, logger *slog.Logger) (*Cluster, error) {
 		host, port, _ := splitHostPort(cfg.Advertise)
 		mc.AdvertiseAddr, mc.AdvertisePort = host, port
 	}
+	// A member restarted on another address (a new pod) may take its
+	// name back once the old one has been dead this long.
+	mc.DeadNodeReclaimTime = 30 * time.Second
 	mc.Name = cfg.Name
 	if mc.Name == "" {
 		h, _ := os.Hostname()

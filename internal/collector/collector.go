@@ -41,6 +41,7 @@ type Collector struct {
 	mu       sync.Mutex
 	probes   map[string]*probeState
 	sessions map[string][]*session // the open streams of each probe, oldest first
+	joined   chan struct{}          // closed (and replaced) when a probe opens a stream
 
 	cl    *cluster.Cluster // nil without a cluster; set before serving
 	peers peerConns
@@ -108,6 +109,7 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		paths:    map[string]*pathState{},
 		probes:   map[string]*probeState{},
 		sessions: map[string][]*session{},
+		joined:   make(chan struct{}),
 		watchers: map[chan *owlv1.PathStats]string{},
 	}
 	c.m = newMetrics()
@@ -263,6 +265,8 @@ func (c *Collector) hello(h *owlv1.Hello, addr string, sess *session) (*owlv1.Pa
 		c.log.Info("probe opened another stream; using the newest for requests", "probe", id, "streams", len(c.sessions[id])+1)
 	}
 	c.sessions[id] = append(c.sessions[id], sess)
+	close(c.joined)
+	c.joined = make(chan struct{})
 	c.m.probesConnected.WithLabelValues(id).Set(float64(ps.connected))
 	pc := c.pathConfig(id)
 	c.log.Info("probe connected", "probe", id, "addr", addr, "version", h.GetVersion(), "paths", len(pc.Paths))

@@ -633,3 +633,54 @@ func TestDuplicateCopiesOnOneSide(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairWaitsForProbe: after a restart, the upstream side of an epoch
+// is in the store and the downstream probe reconnects first; the epoch
+// pairs at once and its repair needs the upstream probe's cache. The
+// collector waits for that probe (up to the pair timeout) instead of
+// giving up on the exact result.
+func TestRepairWaitsForProbe(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.PairTimeout = 10 * time.Second
+	c := newTest(t, cfg)
+	conn := serve(t, c)
+	const delay = 25_000
+	rng := rand.New(rand.NewPCG(5, 6))
+	u, _ := rda.New(cfg.Params.RDA)
+	d, _ := rda.New(cfg.Params.RDA)
+	upCopies, downCopies := map[uint64][]int64{}, map[uint64][]int64{}
+	for i := range 300 {
+		id, at := rng.Uint64(), int64(i)*3_000_000
+		u.Insert(id, at)
+		upCopies[id] = []int64{at}
+		if i%50 == 7 {
+			continue // lost: only the upstream cache knows its timestamp
+		}
+		d.Insert(id, at+delay)
+		downCopies[id] = []int64{at + delay}
+	}
+	rep := func(role owlv1.Role, r *rda.RDA) *owlv1.EpochReport {
+		l, _ := lda.New(cfg.Params.LDA)
+		lb, _ := l.MarshalBinary()
+		out := report("p", 1, role, lb)
+		out.Rda, _ = r.MarshalBinary()
+		return out
+	}
+	if err := c.report("a", rep(owlv1.Role_ROLE_UPSTREAM, u)); err != nil { // stored before the restart
+		t.Fatal(err)
+	}
+	b := probeStream(t, conn, "b", cfg.Params)
+	bAcks := make(chan *owlv1.Ack, 16)
+	go answerCaches(b, downCopies, bAcks)
+	if err := b.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: rep(owlv1.Role_ROLE_DOWNSTREAM, d)}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the epoch is paired; a is not back yet
+	a := probeStream(t, conn, "a", cfg.Params)
+	aAcks := make(chan *owlv1.Ack, 16)
+	go answerCaches(a, upCopies, aAcks)
+	r := waitResult(t, c, "p", 1, anyResult)
+	if r.GetEstimator() != "rda" || !r.GetDecoded() || r.GetLost() != 6 || r.GetMeanNs() != delay {
+		t.Errorf("estimator %s decoded %t lost %v mean %v: want the exact RDA result (6 lost, %d ns)", r.GetEstimator(), r.GetDecoded(), r.GetLost(), r.GetMeanNs(), delay)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
@@ -151,6 +152,34 @@ func (c *Collector) release(probe, path string, epochs ...int64) {
 		m.Epochs = append(m.Epochs, &owlv1.EpochRef{Path: path, Epoch: e})
 	}
 	_ = s.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Release{Release: m}})
+}
+
+// waitSession returns a probe's newest open session, waiting up to the
+// pair timeout for the probe to connect: after a restart of the collector,
+// reports stored before it and a report of the other probe pair as soon as
+// that one is back, before the first has reconnected.
+func (c *Collector) waitSession(ctx context.Context, probe string) *session {
+	var timeout <-chan time.Time
+	for {
+		c.mu.Lock()
+		ss, joined := c.sessions[probe], c.joined
+		c.mu.Unlock()
+		if len(ss) > 0 {
+			return ss[len(ss)-1]
+		}
+		if timeout == nil {
+			t := time.NewTimer(c.cfg.PairTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-joined:
+		case <-timeout:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // session returns a probe's newest open session, or nil.

@@ -462,7 +462,7 @@ func (c *Collector) rebuildBoth(ctx context.Context, ps *pathState, epoch int64,
 			continue
 		}
 		g.Go(func() error {
-			s := c.session(probe)
+			s := c.waitSession(gctx, probe)
 			if s == nil {
 				return fmt.Errorf("rebuilding at %d buckets: %s is not connected", m, probe)
 			}
@@ -497,7 +497,7 @@ func (c *Collector) fetch(ctx context.Context, probe, path string, epoch int64, 
 	if len(ids) == 0 {
 		return map[uint64][]cached{}, nil
 	}
-	s := c.session(probe)
+	s := c.waitSession(ctx, probe)
 	if s == nil {
 		return nil, fmt.Errorf("%s is not connected", probe)
 	}
@@ -512,7 +512,7 @@ func (c *Collector) fetch(ctx context.Context, probe, path string, epoch int64, 
 // copies to take out of the downstream RDA: all but the earliest, or all
 // but as many as went out upstream. A copy taken out is a duplicate.
 func (c *Collector) extraCopies(ctx context.Context, ps *pathState, epoch int64, res *owlv1.PathStats) ([]ldsRemoval, error) {
-	up, down := c.session(ps.path.Upstream), c.session(ps.path.Downstream)
+	up, down := c.waitSession(ctx, ps.path.Upstream), c.waitSession(ctx, ps.path.Downstream)
 	if up == nil || down == nil {
 		return nil, errors.New("a probe of the path is not connected")
 	}
