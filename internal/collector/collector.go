@@ -41,7 +41,7 @@ type Collector struct {
 	mu       sync.Mutex
 	probes   map[string]*probeState
 	sessions map[string][]*session // the open streams of each probe, oldest first
-	joined   chan struct{}          // closed (and replaced) when a probe opens a stream
+	joined   chan struct{}         // closed (and replaced) when a probe opens a stream
 
 	cl    *cluster.Cluster // nil without a cluster; set before serving
 	peers peerConns
