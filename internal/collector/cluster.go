@@ -27,7 +27,9 @@ import (
 // results stored by a path's earlier owners are found too), per-flow and
 // COLATE queries go to the current owner.
 
-// colateKey is the cluster key whose owner stores the COLATE vectors.
+// colateKey is the cluster key whose owner stores the COLATE vectors, and
+// the path of a refusal of a vector (no path is named so: a path name has
+// no space).
 const colateKey = "colate vectors"
 
 // forwardedKey marks a query one collector passes to another, which then
@@ -79,7 +81,9 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 				return
 			case <-cl.Changed():
 				c.m.clusterChanges.Inc()
+				c.pathsGen.Add(1)
 				c.resendPaths()
+				c.prunePeers()
 			}
 		}
 	}()
@@ -88,21 +92,14 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 
 // resendPaths sends every open probe stream its path configuration.
 func (c *Collector) resendPaths() {
-	c.mu.Lock()
-	type out struct {
-		s  *session
-		pc *owlv1.PathConfig
+	c.smu.Lock()
+	var all []*session
+	for _, ss := range c.sessions {
+		all = append(all, ss...)
 	}
-	var outs []out
-	for id, ss := range c.sessions {
-		pc := c.pathConfig(id)
-		for _, s := range ss {
-			outs = append(outs, out{s, pc})
-		}
-	}
-	c.mu.Unlock()
-	for _, o := range outs {
-		_ = o.s.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: o.pc}})
+	c.smu.Unlock()
+	for _, s := range all {
+		_ = c.sendPaths(s)
 	}
 }
 
@@ -146,6 +143,22 @@ func (c *Collector) peer(ctx context.Context, addr string) (owlv1.QueryServiceCl
 		c.peers.conns[addr] = conn
 	}
 	return owlv1.NewQueryServiceClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, c.cl.Name()), nil
+}
+
+// prunePeers closes the connections to collectors no longer members.
+func (c *Collector) prunePeers() {
+	live := map[string]bool{}
+	for _, m := range c.cl.Members() {
+		live[m.GRPC] = true
+	}
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	for addr, conn := range c.peers.conns {
+		if !live[addr] {
+			conn.Close()
+			delete(c.peers.conns, addr)
+		}
+	}
 }
 
 // closePeers closes the connections to the other collectors.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -38,13 +39,19 @@ type Collector struct {
 	pathList []netpath.Path
 	weightOf func(capture.FlowKey) uint64 // LDS flow weights
 
-	mu       sync.Mutex
-	probes   map[string]*probeState
+	mu     sync.Mutex
+	probes map[string]*probeState
+
+	// smu guards the sessions alone and is taken with no other lock
+	// held after it: path workers ask for a session while holding their
+	// path's lock, and hello holds mu while reading paths' state.
+	smu      sync.Mutex
 	sessions map[string][]*session // the open streams of each probe, oldest first
 	joined   chan struct{}         // closed (and replaced) when a probe opens a stream
 
-	cl    *cluster.Cluster // nil without a cluster; set before serving
-	peers peerConns
+	cl       *cluster.Cluster // nil without a cluster; set before serving
+	pathsGen atomic.Uint64    // counts changes of the cluster's members
+	peers    peerConns
 
 	wmu      sync.Mutex
 	watchers map[chan *owlv1.PathStats]string // channel → path filter
@@ -228,12 +235,13 @@ type rejection struct{ reason string }
 
 func (r *rejection) Error() string { return r.reason }
 
-// hello registers a probe stream and returns the paths it takes part in, or
-// a rejection when its parameters differ from the deployment's.
-func (c *Collector) hello(h *owlv1.Hello, addr string, sess *session) (*owlv1.PathConfig, error) {
+// hello registers a probe stream, or rejects it when its parameters differ
+// from the deployment's. The caller then sends the probe its paths
+// (sendPaths).
+func (c *Collector) hello(h *owlv1.Hello, addr string, sess *session) error {
 	id := h.GetProbeId()
 	if !netpath.ValidName(id) {
-		return nil, &rejection{fmt.Sprintf("probe id %q: use 1–128 letters, digits or ._:-", id)}
+		return &rejection{fmt.Sprintf("probe id %q: use 1–128 letters, digits or ._:-", id)}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -254,23 +262,40 @@ func (c *Collector) hello(h *owlv1.Hello, addr string, sess *session) (*owlv1.Pa
 		ps.err = fmt.Sprintf("parameters rejected: %v", err)
 		c.m.mismatch.WithLabelValues(id).Inc()
 		c.log.Error("rejecting probe: its parameters differ from the collector's", "probe", id, "addr", addr, "err", err)
-		return nil, &rejection{ps.err}
+		return &rejection{ps.err}
 	}
 	ps.err = ""
 	ps.connected++
-	if len(c.sessions[id]) > 0 {
+	c.m.probesConnected.WithLabelValues(id).Set(float64(ps.connected))
+	c.log.Info("probe connected", "probe", id, "addr", addr, "version", h.GetVersion())
+	return nil
+}
+
+// addSession makes a probe's stream the one requests go to. It is added
+// once the stream has its path configuration: a probe takes nothing else
+// first.
+func (c *Collector) addSession(sess *session) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	if n := len(c.sessions[sess.probe]); n > 0 {
 		// In a cluster a probe opens one stream to each collector it
 		// sends to, which may name this one twice; alone, an old
 		// stream not yet timed out. Requests go to the newest.
-		c.log.Info("probe opened another stream; using the newest for requests", "probe", id, "streams", len(c.sessions[id])+1)
+		c.log.Info("probe opened another stream; using the newest for requests", "probe", sess.probe, "streams", n+1)
 	}
-	c.sessions[id] = append(c.sessions[id], sess)
+	c.sessions[sess.probe] = append(c.sessions[sess.probe], sess)
 	close(c.joined)
 	c.joined = make(chan struct{})
-	c.m.probesConnected.WithLabelValues(id).Set(float64(ps.connected))
-	pc := c.pathConfig(id)
-	c.log.Info("probe connected", "probe", id, "addr", addr, "version", h.GetVersion(), "paths", len(pc.Paths))
-	return pc, nil
+}
+
+// sendPaths sends a probe's stream its path configuration as it is now.
+// The configuration is made and sent under the session's own lock, so
+// that of two sends racing (a new stream, a change of the cluster's
+// members), the newer configuration arrives last.
+func (c *Collector) sendPaths(sess *session) error {
+	sess.pathsMu.Lock()
+	defer sess.pathsMu.Unlock()
+	return sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: c.pathConfig(sess.probe)}})
 }
 
 // pathConfig is the configuration of a probe's paths: its role on each,
@@ -308,12 +333,14 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 
 // goodbye marks the end of a probe's stream.
 func (c *Collector) goodbye(id string, sess *session) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.smu.Lock()
 	c.sessions[id] = slices.DeleteFunc(c.sessions[id], func(s *session) bool { return s == sess })
 	if len(c.sessions[id]) == 0 {
 		delete(c.sessions, id)
 	}
+	c.smu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if ps := c.probes[id]; ps != nil && ps.connected > 0 {
 		ps.connected--
 		ps.lastSeen = c.now()

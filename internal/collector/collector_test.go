@@ -173,14 +173,15 @@ func TestHelloMismatch(t *testing.T) {
 	c := newTest(t, cfg)
 	defer c.Close()
 	good := params.Default()
-	pc, err := c.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x", newSession("a", nil))
+	err := c.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x", newSession("a", nil))
+	pc := c.pathConfig("a")
 	if err != nil || len(pc.GetPaths()) != 1 || pc.GetPaths()[0].GetRole() != owlv1.Role_ROLE_UPSTREAM {
 		t.Fatalf("good hello: %v, %v", pc, err)
 	}
 	bad := params.Default()
 	bad.Identity.Seed++
 	bad.Epoch.Length = 2 * time.Second
-	_, err = c.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y", newSession("b", nil))
+	err = c.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y", newSession("b", nil))
 	var rej *rejection
 	if !errors.As(err, &rej) || !strings.Contains(rej.reason, "seed") || !strings.Contains(rej.reason, "length") {
 		t.Fatalf("bad hello: %v", err)
@@ -189,7 +190,7 @@ func TestHelloMismatch(t *testing.T) {
 	if len(infos) != 2 || infos[1].GetError() == "" || !infos[0].GetConnected() {
 		t.Errorf("probe infos %v", infos)
 	}
-	if _, err := c.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z", newSession("bad id!", nil)); err == nil {
+	if err := c.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z", newSession("bad id!", nil)); err == nil {
 		t.Error("invalid probe id accepted")
 	}
 }

@@ -42,7 +42,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	}
 	sess := newSession(h.GetProbeId(), stream)
 	defer close(sess.done)
-	pc, err := c.hello(h, addr, sess)
+	err = c.hello(h, addr, sess)
 	var rej *rejection
 	if errors.As(err, &rej) {
 		_ = stream.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Reason: rej.reason}}})
@@ -53,8 +53,16 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	}
 	defer c.goodbye(h.GetProbeId(), sess)
 	var no *notOwner
-	if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: pc}}); err != nil {
+	gen := c.pathsGen.Load()
+	if err := c.sendPaths(sess); err != nil {
 		return err
+	}
+	c.addSession(sess)
+	if c.pathsGen.Load() != gen {
+		// The members changed meanwhile: this stream missed the resend.
+		if err := c.sendPaths(sess); err != nil {
+			return err
+		}
 	}
 	for {
 		m, err := stream.Recv()
@@ -74,7 +82,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		case *owlv1.ProbeMessage_Colate:
 			err := c.colateVector(h.GetProbeId(), a.Colate)
 			if errors.As(err, &no) {
-				if err := sess.send(notOwnerReject("colate", no)); err != nil {
+				if err := sess.send(notOwnerReject(colateKey, no)); err != nil {
 					return err
 				}
 				continue
@@ -212,12 +220,14 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 				continue
 			}
 			q, qctx, err := s.c.peer(stream.Context(), m.GRPC)
-			if err != nil {
-				return status.Error(codes.Unavailable, err.Error())
+			var ws owlv1.QueryService_WatchPathStatsClient
+			if err == nil {
+				ws, err = q.WatchPathStats(qctx, req)
 			}
-			ws, err := q.WatchPathStats(qctx, req)
 			if err != nil {
-				return status.Errorf(codes.Unavailable, "watching collector %s: %v", m.Name, err)
+				// The others' results still come; this one's do not.
+				s.c.log.Warn("watch: a collector of the cluster is not answering", "collector", m.Name, "err", err)
+				continue
 			}
 			go func() {
 				for {

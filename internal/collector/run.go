@@ -122,6 +122,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			if err := c.cl.Leave(2 * time.Second); err != nil {
 				c.log.Warn("leaving the cluster", "err", err)
 			}
+			c.pathsGen.Add(1)
 			c.resendPaths()
 		}
 		done := make(chan struct{})

@@ -20,7 +20,8 @@ type session struct {
 	stream owlv1.ProbeService_ConnectServer
 	done   chan struct{} // closed when the stream ends
 
-	sendMu sync.Mutex
+	sendMu  sync.Mutex
+	pathsMu sync.Mutex // held while a path configuration is made and sent
 
 	mu      sync.Mutex
 	waiting map[uint64]chan *owlv1.ProbeMessage
@@ -161,9 +162,9 @@ func (c *Collector) release(probe, path string, epochs ...int64) {
 func (c *Collector) waitSession(ctx context.Context, probe string) *session {
 	var timeout <-chan time.Time
 	for {
-		c.mu.Lock()
+		c.smu.Lock()
 		ss, joined := c.sessions[probe], c.joined
-		c.mu.Unlock()
+		c.smu.Unlock()
 		if len(ss) > 0 {
 			return ss[len(ss)-1]
 		}
@@ -184,8 +185,8 @@ func (c *Collector) waitSession(ctx context.Context, probe string) *session {
 
 // session returns a probe's newest open session, or nil.
 func (c *Collector) session(probe string) *session {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.smu.Lock()
+	defer c.smu.Unlock()
 	if ss := c.sessions[probe]; len(ss) > 0 {
 		return ss[len(ss)-1]
 	}

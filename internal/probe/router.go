@@ -42,7 +42,13 @@ type router struct {
 type routed struct {
 	c      *client
 	cancel context.CancelFunc
+	linger *time.Timer // set while no longer named: stops the client when it fires
 }
+
+// lingerFor is how long the probe keeps its stream to a collector that no
+// longer owns any of its paths: that one may still be reconciling epochs
+// it took before, and ask for repairs, and release them.
+var lingerFor = time.Minute
 
 func newRouter(seed string, log *slog.Logger, newClient func() *client) *router {
 	return &router{seed: seed, log: log, newClient: newClient, paths: map[string]string{}, clients: map[string]*routed{}, errc: make(chan error, 1)}
@@ -147,6 +153,10 @@ func (r *router) update(pc *owlv1.PathConfig) {
 	r.reroute(oldPaths, oldColate)
 }
 
+// colateRoute is the path a collector names when it refuses a COLATE
+// vector that another collector takes.
+const colateRoute = "colate vectors"
+
 // misrouted takes a collector's word that another owns a path.
 func (r *router) misrouted(path, owner string) {
 	if owner == r.seed {
@@ -156,7 +166,7 @@ func (r *router) misrouted(path, owner string) {
 	defer r.mu.Unlock()
 	oldPaths, oldColate := maps.Clone(r.paths), r.colate
 	switch {
-	case path == "colate":
+	case path == colateRoute:
 		r.colate = owner
 	case owner == "":
 		delete(r.paths, path)
@@ -198,10 +208,15 @@ func (r *router) reroute(oldPaths map[string]string, oldColate string) {
 	}
 	for addr, rc := range r.clients {
 		if !want[addr] {
-			r.log.Info("no longer sending to collector", "collector", addr)
-			rc.cancel()
-			delete(r.clients, addr)
+			if rc.linger == nil {
+				r.log.Info("no longer sending to collector; keeping the stream a while for its repairs", "collector", addr, "for", lingerFor)
+				rc.linger = time.AfterFunc(lingerFor, func() { r.stopIdle(addr) })
+			}
 			continue
+		}
+		if rc.linger != nil {
+			rc.linger.Stop()
+			rc.linger = nil
 		}
 		if gained[addr] {
 			select {
@@ -220,6 +235,19 @@ func (r *router) reroute(oldPaths map[string]string, oldColate string) {
 	}
 }
 
+// stopIdle stops the client of a collector still not named.
+func (r *router) stopIdle(addr string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rc := r.clients[addr]
+	if rc == nil || rc.linger == nil {
+		return
+	}
+	r.log.Info("closed the stream to a collector that owns none of the probe's paths", "collector", addr)
+	rc.cancel()
+	delete(r.clients, addr)
+}
+
 // connected says whether every collector the probe sends to has an open
 // stream.
 func (r *router) connected() bool {
@@ -229,7 +257,7 @@ func (r *router) connected() bool {
 		return false
 	}
 	for _, rc := range r.clients {
-		if !rc.c.connected.Load() {
+		if rc.linger == nil && !rc.c.connected.Load() {
 			return false
 		}
 	}

@@ -2431,7 +2431,8 @@ type Reject struct {
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// owner is set when the report was refused because another collector of
 	// the cluster owns its path: that collector's gRPC address. The report
-	// is not acknowledged; send it there.
+	// is not acknowledged; send it there. For a COLATE vector path is
+	// "colate vectors".
 	Owner         string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
