@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/cluster"
@@ -84,6 +86,7 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 				c.pathsGen.Add(1)
 				c.resendPaths()
 				c.prunePeers()
+				c.askAgain()
 			}
 		}
 	}()
@@ -127,22 +130,30 @@ type peerConns struct {
 // peer is a query client for the collector at addr, and a context that
 // marks the call as forwarded.
 func (c *Collector) peer(ctx context.Context, addr string) (owlv1.QueryServiceClient, context.Context, error) {
-	c.peers.mu.Lock()
-	defer c.peers.mu.Unlock()
-	conn := c.peers.conns[addr]
-	if conn == nil {
-		var err error
-		conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes)))
-		if err != nil {
-			return nil, nil, fmt.Errorf("collector %s: %w", addr, err)
-		}
-		if c.peers.conns == nil {
-			c.peers.conns = map[string]*grpc.ClientConn{}
-		}
-		c.peers.conns[addr] = conn
+	conn, err := c.peerConn(addr)
+	if err != nil {
+		return nil, nil, err
 	}
 	return owlv1.NewQueryServiceClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, c.cl.Name()), nil
+}
+
+// peerConn is the connection to the collector at addr.
+func (c *Collector) peerConn(addr string) (*grpc.ClientConn, error) {
+	c.peers.mu.Lock()
+	defer c.peers.mu.Unlock()
+	if conn := c.peers.conns[addr]; conn != nil {
+		return conn, nil
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes)))
+	if err != nil {
+		return nil, fmt.Errorf("collector %s: %w", addr, err)
+	}
+	if c.peers.conns == nil {
+		c.peers.conns = map[string]*grpc.ClientConn{}
+	}
+	c.peers.conns[addr] = conn
+	return conn, nil
 }
 
 // prunePeers closes the connections to collectors no longer members.
@@ -306,4 +317,109 @@ func (c *Collector) collectorInfos() []*owlv1.CollectorInfo {
 		out = append(out, ci)
 	}
 	return out
+}
+
+// handOver asks the other members for the missing side of a path's epoch
+// that this collector owns: a side acknowledged by an earlier owner
+// before the owners changed (a member joined, left, or came back). A side
+// found is taken like a report; otherwise the next sweep writes the
+// missing-side result.
+func (c *Collector) handOver(ps *pathState, epoch int64, role owlv1.Role) {
+	defer func() {
+		ps.mu.Lock()
+		if pr := ps.pending[epoch]; pr != nil {
+			pr.asking, pr.asked = false, true
+		}
+		ps.mu.Unlock()
+	}()
+	if _, self := c.owner(ps.path.Name); !self {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, m := range c.cl.Members() {
+		if m.Self {
+			continue
+		}
+		conn, err := c.peerConn(m.GRPC)
+		var r *owlv1.TakePendingResponse
+		if err == nil {
+			r, err = owlv1.NewClusterServiceClient(conn).TakePending(ctx, &owlv1.TakePendingRequest{Path: ps.path.Name, Epoch: epoch, Role: role})
+		}
+		if err != nil {
+			c.log.Warn("asking a member for a missing side", "member", m.Name, "path", ps.path.Name, "epoch", epoch, "err", err)
+			continue
+		}
+		if r.GetProbe() == "" {
+			continue
+		}
+		if err := c.report(r.GetProbe(), r.GetReport()); err != nil {
+			c.log.Error("taking a side handed over", "member", m.Name, "path", ps.path.Name, "epoch", epoch, "err", err)
+			continue
+		}
+		c.m.handedOver.Inc()
+		c.log.Info("took a side from an earlier owner", "member", m.Name, "path", ps.path.Name, "epoch", epoch, "role", roleName(role))
+		return
+	}
+}
+
+// askAgain makes the owner of each path ask the members again for the
+// missing sides of its lone epochs (those still retained): one may have
+// come back.
+func (c *Collector) askAgain() {
+	for _, ps := range c.paths {
+		if _, self := c.owner(ps.path.Name); !self {
+			continue
+		}
+		ps.mu.Lock()
+		for _, pr := range ps.pending {
+			pr.asked = false
+		}
+		ps.mu.Unlock()
+	}
+}
+
+// takePending gives away the lone side of a path's epoch to the member
+// that asks: it holds the other side, so the two make a pair there. (The
+// asker thinks it owns the path; this one may not agree yet, just after a
+// change of members.) A side is kept while this collector is itself
+// asking for the epoch's other side, so that two members never swap
+// their sides.
+func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owlv1.TakePendingResponse, error) {
+	ps := c.paths[path]
+	if ps == nil {
+		return nil, fmt.Errorf("path %q is not configured", path)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	pr := ps.pending[epoch]
+	if pr == nil || pr.up != nil && pr.down != nil || pr.asking {
+		return &owlv1.TakePendingResponse{}, nil // none, paired here, or asking too
+	}
+	s := pr.up
+	if role == owlv1.Role_ROLE_DOWNSTREAM {
+		s = pr.down
+	}
+	if s == nil {
+		return &owlv1.TakePendingResponse{}, nil
+	}
+	if err := c.store.DeletePending(path, epoch); err != nil {
+		return nil, fmt.Errorf("forgetting the side handed over: %w", err)
+	}
+	delete(ps.pending, epoch)
+	return &owlv1.TakePendingResponse{Probe: s.Probe, Report: s.Report}, nil
+}
+
+// clusterService serves ClusterService.
+type clusterService struct {
+	owlv1.UnimplementedClusterServiceServer
+	c *Collector
+}
+
+func (s clusterService) TakePending(_ context.Context, req *owlv1.TakePendingRequest) (*owlv1.TakePendingResponse, error) {
+	r, err := s.c.takePending(req.GetPath(), req.GetEpoch(), req.GetRole())
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return r, nil
 }

@@ -1,8 +1,18 @@
 package collector
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/owl-latency/owl/internal/cluster"
+	"github.com/owl-latency/owl/internal/netpath"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -34,5 +44,102 @@ func TestMergeProbes(t *testing.T) {
 	})
 	if len(got) != 2 || got[0].GetProbeId() != "a" || !got[0].GetConnected() || got[0].GetVersion() != "new" || got[0].GetReports() != 12 {
 		t.Errorf("merged %v", got)
+	}
+}
+
+// runMember runs a collector as a member of a cluster until the test ends
+// and returns it with its addresses.
+func runMember(t *testing.T, cfg Config, name, join string) (*Collector, Addrs) {
+	t.Helper()
+	cfg.Cluster = cluster.Config{Bind: "127.0.0.1:0", Name: name, JoinTimeout: 10 * time.Second}
+	if join != "" {
+		cfg.Cluster.Join = []string{join}
+	}
+	cfg.ReadyFile = filepath.Join(t.TempDir(), "ready")
+	c, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if b, err := os.ReadFile(cfg.ReadyFile); err == nil {
+			var a Addrs
+			if err := json.Unmarshal(b, &a); err != nil {
+				t.Fatal(err)
+			}
+			return c, a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestHandOverAfterJoin: a path's upstream report of an epoch reaches its
+// owner c0; a third member joins and takes the path, and the downstream
+// report goes there. At the pair timeout the new owner takes the upstream
+// side from c0 and measures the epoch, instead of two results that each
+// miss a side.
+func TestHandOverAfterJoin(t *testing.T) {
+	two := []cluster.Member{{Name: "c0"}, {Name: "c1"}}
+	three := append(two, cluster.Member{Name: "c2"})
+	path := ""
+	for i := range 1000 {
+		p := fmt.Sprintf("p%d", i)
+		if cluster.Owner(two, p).Name == "c0" && cluster.Owner(three, p).Name == "c2" {
+			path = p
+			break
+		}
+	}
+	cfg := testConfig(t)
+	cfg.Paths = []netpath.Path{{Name: path, Upstream: "a", Downstream: "b"}}
+	member := func(name, join string) (*Collector, Addrs) {
+		mc := cfg
+		mc.DataDir = t.TempDir()
+		return runMember(t, mc, name, join)
+	}
+	c0, a0 := member("c0", "")
+	c1, _ := member("c1", a0.Gossip)
+	waitMembers := func(n int, cs ...*Collector) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for _, c := range cs {
+			for len(c.members()) != n {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s sees %v", c.cl.Name(), c.members())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	waitMembers(2, c0, c1)
+	up, down := ldaPair(t, cfg.Params.LDA, 100, 77, 3)
+	if err := c0.report("a", report(path, 1, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	c2, _ := member("c2", a0.Gossip)
+	waitMembers(3, c0, c1, c2)
+	if err := c2.report("b", report(path, 1, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
+		t.Fatal(err)
+	}
+	r := waitResult(t, c2, path, 1, func(r *owlv1.PathStats) bool { return r.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_OK })
+	if r.GetMeanNs() != 77 {
+		t.Errorf("result %v, want a mean of 77 ns", r)
+	}
+	c0.paths[path].mu.Lock()
+	left := c0.paths[path].pending[1]
+	c0.paths[path].mu.Unlock()
+	if left != nil {
+		t.Errorf("c0 still holds the side it handed over: %+v", left)
 	}
 }

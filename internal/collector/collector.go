@@ -79,6 +79,10 @@ type pairing struct {
 	up, down *side
 	first    time.Time
 	timedOut bool // a missing-side result was written
+	// In a cluster, at the pair timeout the owner first asks the other
+	// members for the missing side (handOver): asking while it runs,
+	// asked once it is done.
+	asking, asked bool
 }
 
 type side struct {
@@ -553,6 +557,17 @@ func (c *Collector) sweep() {
 			age := now.Sub(pr.first)
 			if pr.up != nil && pr.down != nil {
 				continue // the worker has it
+			}
+			if age >= c.cfg.PairTimeout && c.cl != nil && !pr.asked {
+				if !pr.asking {
+					pr.asking = true
+					role := owlv1.Role_ROLE_UPSTREAM
+					if pr.up != nil {
+						role = owlv1.Role_ROLE_DOWNSTREAM
+					}
+					go c.handOver(ps, e, role)
+				}
+				continue
 			}
 			if !pr.timedOut && age >= c.cfg.PairTimeout {
 				res := c.missingResult(ps.path.Name, e, pr.up, pr.down)

@@ -22,6 +22,7 @@ type metrics struct {
 	probesConnected *prometheus.GaugeVec
 	watchersDropped prometheus.Counter
 	clusterChanges  prometheus.Counter
+	handedOver      prometheus.Counter
 	resultDelay     prometheus.Histogram
 
 	delay     *prometheus.HistogramVec
@@ -82,6 +83,7 @@ func newMetrics() *metrics {
 	m.probesConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_streams", Help: "Open streams per probe."}, []string{"probe"})
 	m.watchersDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_watchers_dropped_total", Help: "WatchPathStats streams cut off because they did not keep up."})
 	m.clusterChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_cluster_changes_total", Help: "Changes of the cluster's members seen (each sends the probes their paths' owners again)."})
+	m.handedOver = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_sides_handed_over_total", Help: "Sides of an epoch taken from an earlier owner of the path (the owners changed between its two reports)."})
 	m.resultDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "owl_collector_result_delay_seconds", Help: "Time from the later side's epoch close to the result being stored and queryable.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), NativeHistogramBucketFactor: 1.1,
@@ -114,7 +116,7 @@ func newMetrics() *metrics {
 	m.flowPackets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_packets", Help: "Packets of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
 	for _, c := range []prometheus.Collector{m.clockUnc, m.clockFlagged, m.flaggedEpochs, m.probeOffset, m.probeDelay, m.probeUnc, m.probeSync, m.probeState,
 		m.flowMean, m.flowPackets, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
-		m.probesConnected, m.watchersDropped, m.clusterChanges, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
+		m.probesConnected, m.watchersDropped, m.clusterChanges, m.handedOver, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
 		f(c)
 	}
 	return m

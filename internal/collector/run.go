@@ -63,6 +63,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	)
 	owlv1.RegisterProbeServiceServer(gs, probeService{c: c})
 	owlv1.RegisterQueryServiceServer(gs, queryService{c: c})
+	owlv1.RegisterClusterServiceServer(gs, clusterService{c: c})
 	reflection.Register(gs)
 
 	mux := http.NewServeMux()

@@ -247,7 +247,121 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44, 0}
+}
+
+type TakePendingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Epoch int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// role is the side wanted.
+	Role          Role `protobuf:"varint,3,opt,name=role,proto3,enum=owl.v1.Role" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakePendingRequest) Reset() {
+	*x = TakePendingRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakePendingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakePendingRequest) ProtoMessage() {}
+
+func (x *TakePendingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakePendingRequest.ProtoReflect.Descriptor instead.
+func (*TakePendingRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *TakePendingRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *TakePendingRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TakePendingRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+type TakePendingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// probe is empty when this collector holds no such side.
+	Probe         string       `protobuf:"bytes,1,opt,name=probe,proto3" json:"probe,omitempty"`
+	Report        *EpochReport `protobuf:"bytes,2,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakePendingResponse) Reset() {
+	*x = TakePendingResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakePendingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakePendingResponse) ProtoMessage() {}
+
+func (x *TakePendingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakePendingResponse.ProtoReflect.Descriptor instead.
+func (*TakePendingResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *TakePendingResponse) GetProbe() string {
+	if x != nil {
+		return x.Probe
+	}
+	return ""
+}
+
+func (x *TakePendingResponse) GetReport() *EpochReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
 }
 
 type ProbeMessage struct {
@@ -267,7 +381,7 @@ type ProbeMessage struct {
 
 func (x *ProbeMessage) Reset() {
 	*x = ProbeMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[0]
+	mi := &file_owl_v1_owl_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +393,7 @@ func (x *ProbeMessage) String() string {
 func (*ProbeMessage) ProtoMessage() {}
 
 func (x *ProbeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[0]
+	mi := &file_owl_v1_owl_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +406,7 @@ func (x *ProbeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeMessage.ProtoReflect.Descriptor instead.
 func (*ProbeMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ProbeMessage) GetMsg() isProbeMessage_Msg {
@@ -416,7 +530,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_owl_v1_owl_proto_msgTypes[1]
+	mi := &file_owl_v1_owl_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +542,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[1]
+	mi := &file_owl_v1_owl_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +555,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{1}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Hello) GetProbeId() string {
@@ -491,7 +605,7 @@ type SynopsisParams struct {
 
 func (x *SynopsisParams) Reset() {
 	*x = SynopsisParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[2]
+	mi := &file_owl_v1_owl_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +617,7 @@ func (x *SynopsisParams) String() string {
 func (*SynopsisParams) ProtoMessage() {}
 
 func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[2]
+	mi := &file_owl_v1_owl_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +630,7 @@ func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynopsisParams.ProtoReflect.Descriptor instead.
 func (*SynopsisParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{2}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SynopsisParams) GetIdentity() *IdentityParams {
@@ -586,7 +700,7 @@ type ColateParams struct {
 
 func (x *ColateParams) Reset() {
 	*x = ColateParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	mi := &file_owl_v1_owl_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +712,7 @@ func (x *ColateParams) String() string {
 func (*ColateParams) ProtoMessage() {}
 
 func (x *ColateParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	mi := &file_owl_v1_owl_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +725,7 @@ func (x *ColateParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateParams.ProtoReflect.Descriptor instead.
 func (*ColateParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{3}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ColateParams) GetCounters() uint32 {
@@ -671,7 +785,7 @@ type ColateVector struct {
 
 func (x *ColateVector) Reset() {
 	*x = ColateVector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +797,7 @@ func (x *ColateVector) String() string {
 func (*ColateVector) ProtoMessage() {}
 
 func (x *ColateVector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +810,7 @@ func (x *ColateVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVector.ProtoReflect.Descriptor instead.
 func (*ColateVector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{4}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ColateVector) GetEpoch() int64 {
@@ -761,7 +875,7 @@ type LDSParams struct {
 
 func (x *LDSParams) Reset() {
 	*x = LDSParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +887,7 @@ func (x *LDSParams) String() string {
 func (*LDSParams) ProtoMessage() {}
 
 func (x *LDSParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +900,7 @@ func (x *LDSParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
 func (*LDSParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{5}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LDSParams) GetRows() uint32 {
@@ -834,7 +948,7 @@ type FlowWeight struct {
 
 func (x *FlowWeight) Reset() {
 	*x = FlowWeight{}
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +960,7 @@ func (x *FlowWeight) String() string {
 func (*FlowWeight) ProtoMessage() {}
 
 func (x *FlowWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +973,7 @@ func (x *FlowWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
 func (*FlowWeight) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FlowWeight) GetSelector() *Selector {
@@ -887,7 +1001,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1013,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1026,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -947,7 +1061,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1073,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1086,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -1000,7 +1114,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1126,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1139,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -1062,7 +1176,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1188,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1201,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -1142,7 +1256,7 @@ type EpochReport struct {
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1268,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1281,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -1275,7 +1389,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1401,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1414,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FlowKey) GetSrc() string {
@@ -1349,7 +1463,7 @@ type TopFlow struct {
 
 func (x *TopFlow) Reset() {
 	*x = TopFlow{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1475,7 @@ func (x *TopFlow) String() string {
 func (*TopFlow) ProtoMessage() {}
 
 func (x *TopFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1488,7 @@ func (x *TopFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
 func (*TopFlow) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TopFlow) GetFlow() *FlowKey {
@@ -1414,7 +1528,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1540,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1553,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -1519,7 +1633,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1645,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1658,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -1635,7 +1749,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1761,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1774,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -1792,7 +1906,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1918,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1931,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -1837,7 +1951,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1963,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +1976,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -1898,7 +2012,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2024,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2037,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -1980,7 +2094,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2106,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2119,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -2064,7 +2178,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2190,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2203,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -2131,7 +2245,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2257,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2270,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -2191,7 +2305,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2317,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2330,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RDASize) GetPath() string {
@@ -2247,7 +2361,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2373,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2386,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -2306,7 +2420,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2432,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2445,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -2374,7 +2488,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2500,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2513,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2440,7 +2554,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2566,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2579,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Reject) GetPath() string {
@@ -2503,7 +2617,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2629,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2642,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Path) GetName() string {
@@ -2575,7 +2689,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2701,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2714,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -2646,7 +2760,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2772,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2785,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 type ListProbesResponse struct {
@@ -2685,7 +2799,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2811,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2824,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -2745,7 +2859,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2871,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2884,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -2837,7 +2951,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +2963,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +2976,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 type ListPathsResponse struct {
@@ -2874,7 +2988,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3000,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3013,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -2923,7 +3037,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3049,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3062,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -2991,7 +3105,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3117,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3130,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -3043,7 +3157,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3169,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3182,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -3148,7 +3262,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3274,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3287,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PathStats) GetPath() string {
@@ -3421,7 +3535,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3547,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3560,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -3493,7 +3607,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3619,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3632,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -3562,7 +3676,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3574,7 +3688,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3587,7 +3701,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -3695,7 +3809,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +3821,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +3834,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -3767,7 +3881,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +3893,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +3906,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -3829,7 +3943,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3955,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3968,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -3961,7 +4075,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4087,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4100,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -4128,7 +4242,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4254,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4267,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -4195,7 +4309,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4321,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4334,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -4253,7 +4367,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4265,7 +4379,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4278,7 +4392,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -4345,7 +4459,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4471,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4484,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 type ListCollectorsResponse struct {
@@ -4382,7 +4496,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4394,7 +4508,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4407,7 +4521,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -4440,7 +4554,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4452,7 +4566,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4465,7 +4579,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -4521,7 +4635,14 @@ var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
-	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x02\n" +
+	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"`\n" +
+	"\x12TakePendingRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
+	"\x04role\x18\x03 \x01(\x0e2\f.owl.v1.RoleR\x04role\"X\n" +
+	"\x13TakePendingResponse\x12\x14\n" +
+	"\x05probe\x18\x01 \x01(\tR\x05probe\x12+\n" +
+	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportR\x06report\"\xbc\x02\n" +
 	"\fProbeMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.owl.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportH\x00R\x06report\x125\n" +
@@ -4904,7 +5025,9 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponse\x12g\n" +
 	"\x16GetFlowLatencyHistoric\x12%.owl.v1.GetFlowLatencyHistoricRequest\x1a&.owl.v1.GetFlowLatencyHistoricResponse\x12X\n" +
 	"\x11ListColateVectors\x12 .owl.v1.ListColateVectorsRequest\x1a!.owl.v1.ListColateVectorsResponse\x12O\n" +
-	"\x0eListCollectors\x12\x1d.owl.v1.ListCollectorsRequest\x1a\x1e.owl.v1.ListCollectorsResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
+	"\x0eListCollectors\x12\x1d.owl.v1.ListCollectorsRequest\x1a\x1e.owl.v1.ListCollectorsResponse2X\n" +
+	"\x0eClusterService\x12F\n" +
+	"\vTakePending\x12\x1a.owl.v1.TakePendingRequest\x1a\x1b.owl.v1.TakePendingResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
 
 var (
 	file_owl_v1_owl_proto_rawDescOnce sync.Once
@@ -4919,165 +5042,171 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                              // 0: owl.v1.Role
 	(ClockState)(0),                        // 1: owl.v1.ClockState
 	(ResultStatus)(0),                      // 2: owl.v1.ResultStatus
 	(TopFlowsRequest_Order)(0),             // 3: owl.v1.TopFlowsRequest.Order
-	(*ProbeMessage)(nil),                   // 4: owl.v1.ProbeMessage
-	(*Hello)(nil),                          // 5: owl.v1.Hello
-	(*SynopsisParams)(nil),                 // 6: owl.v1.SynopsisParams
-	(*ColateParams)(nil),                   // 7: owl.v1.ColateParams
-	(*ColateVector)(nil),                   // 8: owl.v1.ColateVector
-	(*LDSParams)(nil),                      // 9: owl.v1.LDSParams
-	(*FlowWeight)(nil),                     // 10: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                 // 11: owl.v1.IdentityParams
-	(*EpochParams)(nil),                    // 12: owl.v1.EpochParams
-	(*LDAParams)(nil),                      // 13: owl.v1.LDAParams
-	(*RDAParams)(nil),                      // 14: owl.v1.RDAParams
-	(*EpochReport)(nil),                    // 15: owl.v1.EpochReport
-	(*FlowKey)(nil),                        // 16: owl.v1.FlowKey
-	(*TopFlow)(nil),                        // 17: owl.v1.TopFlow
-	(*Counters)(nil),                       // 18: owl.v1.Counters
-	(*ClockStatus)(nil),                    // 19: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),               // 20: owl.v1.CollectorMessage
-	(*Release)(nil),                        // 21: owl.v1.Release
-	(*EpochRef)(nil),                       // 22: owl.v1.EpochRef
-	(*FetchRequest)(nil),                   // 23: owl.v1.FetchRequest
-	(*FetchReply)(nil),                     // 24: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                 // 25: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                   // 26: owl.v1.RebuildReply
-	(*RDASize)(nil),                        // 27: owl.v1.RDASize
-	(*PathConfig)(nil),                     // 28: owl.v1.PathConfig
-	(*PathAssignment)(nil),                 // 29: owl.v1.PathAssignment
-	(*Ack)(nil),                            // 30: owl.v1.Ack
-	(*Reject)(nil),                         // 31: owl.v1.Reject
-	(*Path)(nil),                           // 32: owl.v1.Path
-	(*Selector)(nil),                       // 33: owl.v1.Selector
-	(*ListProbesRequest)(nil),              // 34: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),             // 35: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                      // 36: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),               // 37: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),              // 38: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),            // 39: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),           // 40: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),          // 41: owl.v1.WatchPathStatsRequest
-	(*PathStats)(nil),                      // 42: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),            // 43: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),           // 44: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                      // 45: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                // 46: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),               // 47: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),  // 48: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil), // 49: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),       // 50: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),      // 51: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),               // 52: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),          // 53: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),         // 54: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                  // 55: owl.v1.CollectorInfo
-	nil,                                    // 56: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),          // 57: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 58: google.protobuf.Duration
+	(*TakePendingRequest)(nil),             // 4: owl.v1.TakePendingRequest
+	(*TakePendingResponse)(nil),            // 5: owl.v1.TakePendingResponse
+	(*ProbeMessage)(nil),                   // 6: owl.v1.ProbeMessage
+	(*Hello)(nil),                          // 7: owl.v1.Hello
+	(*SynopsisParams)(nil),                 // 8: owl.v1.SynopsisParams
+	(*ColateParams)(nil),                   // 9: owl.v1.ColateParams
+	(*ColateVector)(nil),                   // 10: owl.v1.ColateVector
+	(*LDSParams)(nil),                      // 11: owl.v1.LDSParams
+	(*FlowWeight)(nil),                     // 12: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                 // 13: owl.v1.IdentityParams
+	(*EpochParams)(nil),                    // 14: owl.v1.EpochParams
+	(*LDAParams)(nil),                      // 15: owl.v1.LDAParams
+	(*RDAParams)(nil),                      // 16: owl.v1.RDAParams
+	(*EpochReport)(nil),                    // 17: owl.v1.EpochReport
+	(*FlowKey)(nil),                        // 18: owl.v1.FlowKey
+	(*TopFlow)(nil),                        // 19: owl.v1.TopFlow
+	(*Counters)(nil),                       // 20: owl.v1.Counters
+	(*ClockStatus)(nil),                    // 21: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),               // 22: owl.v1.CollectorMessage
+	(*Release)(nil),                        // 23: owl.v1.Release
+	(*EpochRef)(nil),                       // 24: owl.v1.EpochRef
+	(*FetchRequest)(nil),                   // 25: owl.v1.FetchRequest
+	(*FetchReply)(nil),                     // 26: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                 // 27: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                   // 28: owl.v1.RebuildReply
+	(*RDASize)(nil),                        // 29: owl.v1.RDASize
+	(*PathConfig)(nil),                     // 30: owl.v1.PathConfig
+	(*PathAssignment)(nil),                 // 31: owl.v1.PathAssignment
+	(*Ack)(nil),                            // 32: owl.v1.Ack
+	(*Reject)(nil),                         // 33: owl.v1.Reject
+	(*Path)(nil),                           // 34: owl.v1.Path
+	(*Selector)(nil),                       // 35: owl.v1.Selector
+	(*ListProbesRequest)(nil),              // 36: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),             // 37: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                      // 38: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),               // 39: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),              // 40: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),            // 41: owl.v1.GetPathStatsRequest
+	(*GetPathStatsResponse)(nil),           // 42: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),          // 43: owl.v1.WatchPathStatsRequest
+	(*PathStats)(nil),                      // 44: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),            // 45: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),           // 46: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                      // 47: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                // 48: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),               // 49: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),  // 50: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil), // 51: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),       // 52: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),      // 53: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),               // 54: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),          // 55: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),         // 56: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                  // 57: owl.v1.CollectorInfo
+	nil,                                    // 58: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),          // 59: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 60: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	5,  // 0: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	15, // 1: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	24, // 2: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	26, // 3: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	19, // 4: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	8,  // 5: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	6,  // 6: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	19, // 7: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	11, // 8: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	12, // 9: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	13, // 10: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	14, // 11: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	9,  // 12: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	10, // 13: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	7,  // 14: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	19, // 15: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	33, // 16: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,  // 17: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	18, // 18: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	19, // 19: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	17, // 20: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	16, // 21: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	56, // 22: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,  // 23: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	28, // 24: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	30, // 25: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	31, // 26: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	23, // 27: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	25, // 28: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	27, // 29: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	21, // 30: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	22, // 31: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	29, // 32: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	32, // 33: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 34: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	33, // 35: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	36, // 36: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	57, // 37: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	19, // 38: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	32, // 39: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	57, // 40: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	57, // 41: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	42, // 42: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	57, // 43: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	58, // 44: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,  // 45: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	19, // 46: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	19, // 47: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	18, // 48: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	18, // 49: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	57, // 50: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	16, // 51: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	57, // 52: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	57, // 53: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	45, // 54: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	57, // 55: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	16, // 56: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	57, // 57: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	57, // 58: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	3,  // 59: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	45, // 60: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	16, // 61: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	57, // 62: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	57, // 63: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	57, // 64: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	57, // 65: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	57, // 66: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	57, // 67: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	52, // 68: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	57, // 69: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	55, // 70: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	4,  // 71: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	34, // 72: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	37, // 73: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	39, // 74: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	41, // 75: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	43, // 76: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	46, // 77: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	48, // 78: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	50, // 79: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	53, // 80: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	20, // 81: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	35, // 82: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	38, // 83: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	40, // 84: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	42, // 85: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	44, // 86: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	47, // 87: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	49, // 88: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	51, // 89: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	54, // 90: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	81, // [81:91] is the sub-list for method output_type
-	71, // [71:81] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	0,  // 0: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
+	17, // 1: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	7,  // 2: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	17, // 3: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	26, // 4: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	28, // 5: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	21, // 6: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	10, // 7: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	8,  // 8: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	21, // 9: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	13, // 10: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	14, // 11: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	15, // 12: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	16, // 13: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	11, // 14: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	12, // 15: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	9,  // 16: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	21, // 17: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	35, // 18: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,  // 19: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	20, // 20: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	21, // 21: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	19, // 22: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	18, // 23: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	58, // 24: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,  // 25: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	30, // 26: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	32, // 27: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	33, // 28: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	25, // 29: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	27, // 30: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	29, // 31: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	23, // 32: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	24, // 33: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	31, // 34: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	34, // 35: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,  // 36: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	35, // 37: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	38, // 38: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	59, // 39: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	21, // 40: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	34, // 41: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	59, // 42: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	59, // 43: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	44, // 44: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	59, // 45: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	60, // 46: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,  // 47: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	21, // 48: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	21, // 49: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	20, // 50: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	20, // 51: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	59, // 52: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	18, // 53: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	59, // 54: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	59, // 55: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	47, // 56: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	59, // 57: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	18, // 58: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	59, // 59: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	59, // 60: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	3,  // 61: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	47, // 62: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	18, // 63: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	59, // 64: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	59, // 65: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	59, // 66: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	59, // 67: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	59, // 68: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	59, // 69: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	54, // 70: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	59, // 71: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	57, // 72: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	6,  // 73: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	36, // 74: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	39, // 75: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	41, // 76: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	43, // 77: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	45, // 78: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	48, // 79: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	50, // 80: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	52, // 81: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	55, // 82: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	4,  // 83: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	22, // 84: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	37, // 85: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	40, // 86: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	42, // 87: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	44, // 88: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	46, // 89: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	49, // 90: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	51, // 91: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	53, // 92: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	56, // 93: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	5,  // 94: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	84, // [84:95] is the sub-list for method output_type
+	73, // [73:84] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -5085,7 +5214,7 @@ func file_owl_v1_owl_proto_init() {
 	if File_owl_v1_owl_proto != nil {
 		return
 	}
-	file_owl_v1_owl_proto_msgTypes[0].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[2].OneofWrappers = []any{
 		(*ProbeMessage_Hello)(nil),
 		(*ProbeMessage_Report)(nil),
 		(*ProbeMessage_FetchReply)(nil),
@@ -5093,7 +5222,7 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_Clock)(nil),
 		(*ProbeMessage_Colate)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[16].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[18].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -5108,9 +5237,9 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_owl_v1_owl_proto_goTypes,
 		DependencyIndexes: file_owl_v1_owl_proto_depIdxs,

@@ -569,3 +569,119 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "owl/v1/owl.proto",
 }
+
+const (
+	ClusterService_TakePending_FullMethodName = "/owl.v1.ClusterService/TakePending"
+)
+
+// ClusterServiceClient is the client API for ClusterService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// ClusterService is served by every collector for the other members of
+// its cluster.
+type ClusterServiceClient interface {
+	// TakePending hands over, and forgets, the one side of a path's epoch
+	// that this collector holds while another member owns the path: the
+	// owner pairs it with the other side, which went to the owner after the
+	// owners changed. Nothing is returned when there is no such side.
+	TakePending(ctx context.Context, in *TakePendingRequest, opts ...grpc.CallOption) (*TakePendingResponse, error)
+}
+
+type clusterServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewClusterServiceClient(cc grpc.ClientConnInterface) ClusterServiceClient {
+	return &clusterServiceClient{cc}
+}
+
+func (c *clusterServiceClient) TakePending(ctx context.Context, in *TakePendingRequest, opts ...grpc.CallOption) (*TakePendingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TakePendingResponse)
+	err := c.cc.Invoke(ctx, ClusterService_TakePending_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ClusterServiceServer is the server API for ClusterService service.
+// All implementations must embed UnimplementedClusterServiceServer
+// for forward compatibility.
+//
+// ClusterService is served by every collector for the other members of
+// its cluster.
+type ClusterServiceServer interface {
+	// TakePending hands over, and forgets, the one side of a path's epoch
+	// that this collector holds while another member owns the path: the
+	// owner pairs it with the other side, which went to the owner after the
+	// owners changed. Nothing is returned when there is no such side.
+	TakePending(context.Context, *TakePendingRequest) (*TakePendingResponse, error)
+	mustEmbedUnimplementedClusterServiceServer()
+}
+
+// UnimplementedClusterServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedClusterServiceServer struct{}
+
+func (UnimplementedClusterServiceServer) TakePending(context.Context, *TakePendingRequest) (*TakePendingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TakePending not implemented")
+}
+func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
+func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
+
+// UnsafeClusterServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ClusterServiceServer will
+// result in compilation errors.
+type UnsafeClusterServiceServer interface {
+	mustEmbedUnimplementedClusterServiceServer()
+}
+
+func RegisterClusterServiceServer(s grpc.ServiceRegistrar, srv ClusterServiceServer) {
+	// If the following call panics, it indicates UnimplementedClusterServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&ClusterService_ServiceDesc, srv)
+}
+
+func _ClusterService_TakePending_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TakePendingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).TakePending(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_TakePending_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).TakePending(ctx, req.(*TakePendingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var ClusterService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "owl.v1.ClusterService",
+	HandlerType: (*ClusterServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "TakePending",
+			Handler:    _ClusterService_TakePending_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "owl/v1/owl.proto",
+}
