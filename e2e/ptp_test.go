@@ -188,9 +188,7 @@ func TestPTPCorrection(t *testing.T) {
 	last, _ := grid.Of(end.UnixNano())
 	for _, path := range []string{"fixed", "raw"} {
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		// Up to the one after the client's exit, reconciled while the
-		// probes can still answer for them.
-		_, err := harness.WaitEpochs(wctx, q, path, harness.Epochs(first+1, last+1))
+		_, err := harness.WaitEpochs(wctx, q, path, harness.Epochs(first+1, last-1)) // the full epochs (see below)
 		wcancel()
 		if err != nil {
 			t.Fatalf("%v\n%s", err, logs())

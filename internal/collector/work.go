@@ -423,7 +423,9 @@ func (c *Collector) estimateRDA(ctx context.Context, ps *pathState, epoch int64,
 	res.UnusableBuckets = uint32(est.ExcludedBuckets)
 	res.Lost = float64(len(diff.Lost))
 	res.Duplicates = dups
-	res.Reordered = uint64(len(diff.Extra)) - dups
+	// Copies taken out before peeling (pre) are not among the extras:
+	// only the duplicates found among them are.
+	res.Reordered = uint64(len(diff.Extra)) - (dups - uint64(len(pre)))
 	if err != nil {
 		return nil, err
 	}
