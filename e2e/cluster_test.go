@@ -329,7 +329,12 @@ func TestClusterFailover(t *testing.T) {
 
 	// Every epoch of every path is measured, and exact: an epoch whose
 	// sides went to different owners is paired by the owner, which takes
-	// the other side from the member that has it.
+	// the other side from the member that has it. One thing is not
+	// carried across owners: packets crossing from an epoch reconciled
+	// by one member into the next, reconciled by another, are not
+	// matched; the earlier epoch counts them lost and measures without
+	// them. That may happen at the crash and at the restart: at most two
+	// epochs per moved path.
 	last := truths[len(truths)-1].Epoch
 	deadline = time.Now().Add(30 * time.Second)
 	for _, n := range names {
@@ -351,10 +356,19 @@ func TestClusterFailover(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		unmatched := 0
 		for _, tr := range truths {
 			s := by[tr.Epoch]
 			if s == nil || s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 				t.Errorf("%s epoch %d: %v", n, tr.Epoch, s)
+				continue
+			}
+			if slices.Contains(moved, n) && tr.Crossed > 0 && s.GetBoundaryMatched() == 0 && s.GetLost() == float64(tr.Lost+tr.Crossed) {
+				// Its crossers went on to an epoch another member reconciled.
+				unmatched++
+				if rel := math.Abs(s.GetMeanNs()-tr.MeanNS) / tr.MeanNS; s.GetUnusableBuckets() == 0 && rel > 1e-9 || rel > 0.01 {
+					t.Errorf("%s epoch %d (crossers unmatched): mean %.3f ns, truth of the packets delivered within it %.3f ns", n, tr.Epoch, s.GetMeanNs(), tr.MeanNS)
+				}
 				continue
 			}
 			if rel := math.Abs(s.GetMeanNs()-tr.AllMeanNS) / tr.AllMeanNS; s.GetUnusableBuckets() == 0 && rel > 1e-9 || rel > 0.01 {
@@ -363,6 +377,12 @@ func TestClusterFailover(t *testing.T) {
 			if tr.Epoch != last && s.GetLost() != float64(tr.Lost) {
 				t.Errorf("%s epoch %d: lost %.0f, truth %d", n, tr.Epoch, s.GetLost(), tr.Lost)
 			}
+		}
+		if unmatched > 0 {
+			t.Logf("%s: %d epochs with their crossers unmatched", n, unmatched)
+		}
+		if unmatched > 2 {
+			t.Errorf("%s: %d epochs with their crossers unmatched, want at most 2 (the crash and the restart)", n, unmatched)
 		}
 	}
 	if t.Failed() {
