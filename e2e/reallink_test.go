@@ -370,7 +370,6 @@ func meanBar(last bool) float64 {
 	return 0.01
 }
 
-
 // checkRealLink compares one path's results with the ground truth, epoch
 // by epoch, prints the table, and fails where owl is off.
 func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, truth map[int64]*linkTruth, first, last int64, logOf func(int64) string) {
