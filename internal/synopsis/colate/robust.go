@@ -33,6 +33,11 @@ const massFactor = 5
 // the mass test.
 const massMinPackets = 8
 
+// reverseFactor: a counter below the flow's line whose R mass lies this
+// many standard deviations (of a binomial share) above the median R holds
+// packets of a flow going the other way.
+const reverseFactor = 2.5
+
 // lightFactor times the typical non-zero counter difference bounds the
 // counters that make the other flows' share.
 const lightFactor = 8
@@ -148,6 +153,22 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	if perCounter >= massMinPackets && uMed > 0 {
 		massCut = uMed * (1 + massFactor/math.Sqrt(perCounter))
 	}
+	// A counter below the line is recovered from its R, which must then
+	// be clean. A flow going the other way that shares the counter puts
+	// its packets in both vectors, R first (it passes the downstream
+	// point first), pushing D below the line and R above the flow's
+	// other counters' R: such a counter is left out instead (the mass
+	// test on S alone misses it when that flow is lighter).
+	downs := make([]float64, 0, m)
+	for j := range own {
+		if up[j] > 0 {
+			downs = append(downs, up[j]+own[j])
+		}
+	}
+	downCut := math.Inf(1)
+	if dMed := median(sortedCopy(downs)); perCounter >= massMinPackets && dMed > 0 {
+		downCut = dMed * (1 + reverseFactor/math.Sqrt(perCounter))
+	}
 	left = make([]bool, m)
 	var kept float64
 	k := 0
@@ -171,6 +192,10 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 		switch {
 		case up[j] > massCut:
 			// Another flow's packets on both sides: left out.
+			continue
+		case offLine[j] && off[j] < oMed && up[j]+own[j] > downCut:
+			// Below the line with a heavy R: another flow's, going
+			// the other way, on both sides; no clean side.
 			continue
 		case offLine[j]:
 			recovered++
