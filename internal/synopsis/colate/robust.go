@@ -113,11 +113,16 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 		}
 	}
 	// Fold only where the folded ratios agree better than the raw ones
-	// (crossers, not one-sided packets, are what folding undoes), and
-	// only upwards: a crosser only ever takes an epoch away.
+	// (crossers, not one-sided packets, are what folding undoes), or
+	// where most counters lost over half their mass on the way (a
+	// median ratio below −½: delivered packets' delays are a small part
+	// of their times in the epoch, so only crossers do that; when most
+	// counters hold nothing but crossers, as at the epoch in which a
+	// flow starts, their raw ratios agree best of all). Only upwards: a
+	// crosser only ever takes an epoch away.
 	rMed, rMAD := medMAD(raw)
 	fMed, fMAD := medMAD(folded)
-	if len(folded) > 0 && fMAD*math.Abs(rMed) < rMAD*math.Abs(fMed) {
+	if len(folded) > 0 && (fMAD*math.Abs(rMed) < rMAD*math.Abs(fMed) || rMed < -0.5) {
 		for j := range own {
 			own[j] += epoch * max(0, math.Round((fMed*up[j]-own[j])/epoch))
 		}
