@@ -26,13 +26,7 @@ import (
 // probes, run again, send those paths' reports to the new owners.
 func TestCluster(t *testing.T) {
 	env, out, truths := setupWith(t, lossOnly)
-	var names []string
-	var paths strings.Builder
-	for i := range 6 {
-		n := fmt.Sprintf("path-%d", i)
-		names = append(names, n)
-		fmt.Fprintf(&paths, "  - name: %s\n    upstream: op-a\n    downstream: op-b\n", n)
-	}
+	names, paths := clusterPaths(6)
 	var procs []*harness.Proc
 	var addrs []harness.Addrs
 	for i := range 3 {
@@ -40,7 +34,7 @@ func TestCluster(t *testing.T) {
 		if i > 0 {
 			join = ", join: [" + addrs[0].Gossip + "]"
 		}
-		cfg := collectorYAML(filepath.Join(env.Dir, fmt.Sprintf("data-c%d", i)), "127.0.0.1:0", paths.String()) +
+		cfg := collectorYAML(filepath.Join(env.Dir, fmt.Sprintf("data-c%d", i)), "127.0.0.1:0", paths) +
 			fmt.Sprintf("cluster: {bind: 127.0.0.1:0, name: c%d%s}\n", i, join)
 		p, a, err := env.StartCollector(fmt.Sprintf("c%d", i), cfg)
 		if err != nil {
@@ -138,6 +132,19 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// clusterPaths names n paths from op-a to op-b and returns their names
+// and the collector configuration's paths section.
+func clusterPaths(n int) ([]string, string) {
+	var names []string
+	var paths strings.Builder
+	for i := range n {
+		name := fmt.Sprintf("path-%d", i)
+		names = append(names, name)
+		fmt.Fprintf(&paths, "  - name: %s\n    upstream: op-a\n    downstream: op-b\n", name)
+	}
+	return names, paths.String()
+}
+
 // waitCluster waits until every collector lists n members and they agree
 // on the paths' owners; it returns path → owner name.
 func waitCluster(t *testing.T, qs []owlv1.QueryServiceClient, n int, logs func() string) map[string]string {
@@ -225,18 +232,12 @@ func checkClusterPath(t *testing.T, q owlv1.QueryServiceClient, path string, tru
 // Every epoch of every path is measured, exactly.
 func TestClusterFailover(t *testing.T) {
 	env, out, truths := setupWith(t, lossOnly)
-	var names []string
-	var paths strings.Builder
-	for i := range 6 {
-		n := fmt.Sprintf("path-%d", i)
-		names = append(names, n)
-		fmt.Fprintf(&paths, "  - name: %s\n    upstream: op-a\n    downstream: op-b\n", n)
-	}
+	names, paths := clusterPaths(6)
 	config := func(i int, bind, join string) string {
 		if join != "" {
 			join = ", join: [" + join + "]"
 		}
-		return collectorYAML(filepath.Join(env.Dir, fmt.Sprintf("data-c%d", i)), "127.0.0.1:0", paths.String()) +
+		return collectorYAML(filepath.Join(env.Dir, fmt.Sprintf("data-c%d", i)), "127.0.0.1:0", paths) +
 			fmt.Sprintf("cluster: {bind: %q, name: c%d%s}\n", bind, i, join)
 	}
 	c0, a0, err := env.StartCollector("c0", config(0, "127.0.0.1:0", ""))

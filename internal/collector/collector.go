@@ -500,15 +500,20 @@ func (c *Collector) notify(res *owlv1.PathStats) {
 		if path != "" && path != res.GetPath() {
 			continue
 		}
-		select {
-		case ch <- res:
-		default:
-			// A watcher that does not keep up is cut off; it sees the
-			// channel closed and ends its stream with an error.
-			close(ch)
-			delete(c.watchers, ch)
-			c.m.watchersDropped.Inc()
-		}
+		c.sendWatcher(ch, res)
+	}
+}
+
+// sendWatcher hands a watcher a result; a watcher that does not keep up
+// is cut off: it sees the channel closed and ends its stream with an
+// error. c.wmu is held.
+func (c *Collector) sendWatcher(ch chan *owlv1.PathStats, res *owlv1.PathStats) {
+	select {
+	case ch <- res:
+	default:
+		close(ch)
+		delete(c.watchers, ch)
+		c.m.watchersDropped.Inc()
 	}
 }
 
@@ -516,15 +521,8 @@ func (c *Collector) notify(res *owlv1.PathStats) {
 func (c *Collector) notifyOne(ch chan *owlv1.PathStats, res *owlv1.PathStats) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if _, ok := c.watchers[ch]; !ok {
-		return
-	}
-	select {
-	case ch <- res:
-	default:
-		close(ch)
-		delete(c.watchers, ch)
-		c.m.watchersDropped.Inc()
+	if _, ok := c.watchers[ch]; ok {
+		c.sendWatcher(ch, res)
 	}
 }
 
