@@ -7,6 +7,8 @@ package capture
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 // Packet is one observed packet: when it was seen, who it is and which flow
@@ -54,4 +56,12 @@ func (f FlowKey) AppendBinary(b []byte) []byte {
 	b = append(b, d[:]...)
 	return append(b, byte(f.SrcPort>>8), byte(f.SrcPort), byte(f.DstPort>>8), byte(f.DstPort), f.Proto,
 		byte(f.Tag>>24), byte(f.Tag>>16), byte(f.Tag>>8), byte(f.Tag))
+}
+
+// Hash is the flow's hash under seed (the deployment's LDS seed): the key
+// by which the LDS, the COLATE vector, the collector's per-flow results
+// and the evaluator all know a flow.
+func (f FlowKey) Hash(seed uint64) uint64 {
+	var b [FlowKeySize]byte
+	return lds.FlowHash(f.AppendBinary(b[:0]), seed)
 }

@@ -202,7 +202,7 @@ func BenchmarkColateQuery(b *testing.B) {
 			vc := cfg.Params.ColateConfig()
 			rng := rand.New(rand.NewPCG(1, 2))
 			key := capture.FlowKey{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 1, DstPort: 2, Proto: 17}
-			fh := c.flowHash(key)
+			fh := key.Hash(c.cfg.Params.LDS.Seed)
 			for e := range int64(epochs) {
 				start := cfg.Params.Epoch.StartNS(e)
 				s, _ := colate.New(vc, start)

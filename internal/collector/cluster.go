@@ -29,9 +29,8 @@ import (
 // results stored by a path's earlier owners are found too), per-flow and
 // COLATE queries go to the current owner.
 
-// colateKey is the cluster key whose owner stores the COLATE vectors, and
-// the path of a refusal of a vector (no path is named so: a path name has
-// no space).
+// colateKey is the cluster key whose owner stores the COLATE vectors (no
+// path is named so: a path name has no space).
 const colateKey = "colate vectors"
 
 // forwardedKey marks a query one collector passes to another, which then
@@ -95,13 +94,7 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 
 // resendPaths sends every open probe stream its path configuration.
 func (c *Collector) resendPaths() {
-	c.smu.Lock()
-	var all []*session
-	for _, ss := range c.sessions {
-		all = append(all, ss...)
-	}
-	c.smu.Unlock()
-	for _, s := range all {
+	for _, s := range c.probes.allSessions() {
 		_ = c.sendPaths(s)
 	}
 }
@@ -377,37 +370,6 @@ func (c *Collector) askAgain() {
 		}
 		ps.mu.Unlock()
 	}
-}
-
-// takePending gives away the lone side of a path's epoch to the member
-// that asks: it holds the other side, so the two make a pair there. (The
-// asker thinks it owns the path; this one may not agree yet, just after a
-// change of members.) A side is kept while this collector is itself
-// asking for the epoch's other side, so that two members never swap
-// their sides.
-func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owlv1.TakePendingResponse, error) {
-	ps := c.paths[path]
-	if ps == nil {
-		return nil, fmt.Errorf("path %q is not configured", path)
-	}
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	pr := ps.pending[epoch]
-	if pr == nil || pr.up != nil && pr.down != nil || pr.asking {
-		return &owlv1.TakePendingResponse{}, nil // none, paired here, or asking too
-	}
-	s := pr.up
-	if role == owlv1.Role_ROLE_DOWNSTREAM {
-		s = pr.down
-	}
-	if s == nil {
-		return &owlv1.TakePendingResponse{}, nil
-	}
-	if err := c.store.DeletePending(path, epoch); err != nil {
-		return nil, fmt.Errorf("forgetting the side handed over: %w", err)
-	}
-	delete(ps.pending, epoch)
-	return &owlv1.TakePendingResponse{Probe: s.Probe, Report: s.Report}, nil
 }
 
 // clusterService serves ClusterService.

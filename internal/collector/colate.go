@@ -90,18 +90,6 @@ func (c *Collector) pairStats(up, down string, epoch int64, s, r *colate.Vector)
 	return st
 }
 
-// epochRange turns a request's from/to into epochs (unbounded when unset).
-func (c *Collector) epochRange(from, to *timestamppb.Timestamp) (int64, int64) {
-	lo, hi := int64(math.MinInt64/2), int64(math.MaxInt64/2)
-	if from != nil {
-		lo, _ = c.cfg.Params.Epoch.Of(from.AsTime().UnixNano())
-	}
-	if to != nil {
-		hi, _ = c.cfg.Params.Epoch.Of(to.AsTime().UnixNano())
-	}
-	return lo, hi
-}
-
 // flowLatencyHistoric answers GetFlowLatencyHistoric from the stored
 // vectors of the two points, one epoch's pair at a time.
 func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
@@ -129,8 +117,11 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 	if beta < 0 || beta > 1 {
 		return nil, status.Errorf(codes.InvalidArgument, "beta %v out of range (0, 1]", beta)
 	}
-	from, to := c.epochRange(req.GetFrom(), req.GetTo())
-	fh := c.flowHash(key)
+	from, to, err := c.epochRange(req.GetFrom(), req.GetTo())
+	if err != nil {
+		return nil, err
+	}
+	fh := key.Hash(c.cfg.Params.LDS.Seed)
 	cfg := c.cfg.Params.ColateConfig()
 	q := colate.NewQuery(fh, gamma, rand.New(rand.NewPCG(fh, 1)))
 	switch req.GetEstimator() {
@@ -246,10 +237,13 @@ func (c *Collector) listColateVectors(req *owlv1.ListColateVectorsRequest) (*owl
 	if limit == 0 {
 		limit = 100
 	}
-	from, to := c.epochRange(req.GetFrom(), req.GetTo())
+	from, to, err := c.epochRange(req.GetFrom(), req.GetTo())
+	if err != nil {
+		return nil, err
+	}
 	cfg := c.cfg.Params.ColateConfig()
 	out := &owlv1.ListColateVectorsResponse{StoredBytes: uint64(c.store.ColateBytes())}
-	err := c.store.ColateVectors(req.GetProbeId(), from, to, func(e int64, v *owlv1.ColateVector, size int) bool {
+	err = c.store.ColateVectors(req.GetProbeId(), from, to, func(e int64, v *owlv1.ColateVector, size int) bool {
 		info := &owlv1.ColateVectorInfo{ProbeId: req.GetProbeId(), Epoch: e, Start: timestamppb.New(time.Unix(0, c.cfg.Params.Epoch.StartNS(e))),
 			Packets: v.GetPackets(), Bytes: uint64(size)}
 		if v.GetPackets() > 0 {

@@ -68,7 +68,7 @@ func colateTraffic(t *testing.T, c *Collector, epochs, oneSided int) (map[string
 	for e := range int64(epochs) {
 		start := grid.StartNS(e)
 		for fi, f := range flows {
-			fh := c.flowHash(f.key)
+			fh := f.key.Hash(c.cfg.Params.LDS.Seed)
 			base := 200e3 + 50e3*float64(fi%5)
 			for range f.perEpoch {
 				ts := start + rng.Int64N(length)

@@ -173,7 +173,7 @@ func TestHelloMismatch(t *testing.T) {
 	c := newTest(t, cfg)
 	defer c.Close()
 	good := params.Default()
-	err := c.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x", newSession("a", nil))
+	err := c.probes.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x")
 	pc := c.pathConfig("a")
 	if err != nil || len(pc.GetPaths()) != 1 || pc.GetPaths()[0].GetRole() != owlv1.Role_ROLE_UPSTREAM {
 		t.Fatalf("good hello: %v, %v", pc, err)
@@ -181,16 +181,16 @@ func TestHelloMismatch(t *testing.T) {
 	bad := params.Default()
 	bad.Identity.Seed++
 	bad.Epoch.Length = 2 * time.Second
-	err = c.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y", newSession("b", nil))
+	err = c.probes.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y")
 	var rej *rejection
 	if !errors.As(err, &rej) || !strings.Contains(rej.reason, "seed") || !strings.Contains(rej.reason, "length") {
 		t.Fatalf("bad hello: %v", err)
 	}
-	infos := c.probeInfos()
+	infos := c.probes.infos()
 	if len(infos) != 2 || infos[1].GetError() == "" || !infos[0].GetConnected() {
 		t.Errorf("probe infos %v", infos)
 	}
-	if err := c.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z", newSession("bad id!", nil)); err == nil {
+	if err := c.probes.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z"); err == nil {
 		t.Error("invalid probe id accepted")
 	}
 }
@@ -374,8 +374,8 @@ func TestMetricsExposition(t *testing.T) {
 	rd.Clock = &owlv1.ClockStatus{Source: "phc", State: owlv1.ClockState_CLOCK_STATE_HOLDOVER, Synchronized: true, UncertaintyNs: 200}
 	_ = c.report("a", ru)
 	_ = c.report("b", rd)
-	c.clockUpdate("a", ru.Clock)
-	c.clockUpdate("b", rd.Clock)
+	c.probes.clockUpdate("a", ru.Clock)
+	c.probes.clockUpdate("b", rd.Clock)
 	// Metrics are updated right after the result is stored.
 	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(c.m.results.WithLabelValues("p", "ok")) < 1; {
 		if time.Now().After(deadline) {
@@ -461,7 +461,7 @@ func TestFlowQueries(t *testing.T) {
 		n       int
 		delayNS int64
 	}{{heavy, 3000, 500_000}, {light, 400, 90_000}} {
-		h := c.flowHash(f.k)
+		h := f.k.Hash(c.cfg.Params.LDS.Seed)
 		for i := 0; i < f.n; i++ {
 			id, ts := r.Uint64(), r.Int64N(900_000_000)
 			upL.Insert(h, id, ts, 1)

@@ -19,6 +19,7 @@ import (
 	"github.com/owl-latency/owl/internal/cluster"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
@@ -104,6 +105,11 @@ type RDAConfig struct {
 	MaxRebuilds int `yaml:"max_rebuilds"`
 	// RequestTimeout bounds one epoch's rebuilds and timestamp fetches.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
+}
+
+// limits are the bounds reconcile.Epoch keeps to.
+func (c RDAConfig) limits() reconcile.Limits {
+	return reconcile.Limits{MinBuckets: c.MinBuckets, MaxBuckets: c.MaxBuckets, MaxRebuilds: c.MaxRebuilds}
 }
 
 // DelayBounds is lda.DelayBounds in configuration form.

@@ -11,19 +11,14 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
-// flowHash hashes a flow key as probes do for the LDS.
-func (c *Collector) flowHash(f capture.FlowKey) uint64 {
-	var b [capture.FlowKeySize]byte
-	return lds.FlowHash(f.AppendBinary(b[:0]), c.cfg.Params.LDS.Seed)
-}
-
 // estimateFlow estimates one flow from an epoch's two sketches.
 func (c *Collector) estimateFlow(path string, epoch int64, up, down *lds.LDS, f capture.FlowKey) *owlv1.FlowStats {
-	est, err := lds.EstimateFlow(up, down, c.flowHash(f), c.weightOf(f), lds.DefaultOptions())
+	est, err := lds.EstimateFlow(up, down, f.Hash(c.cfg.Params.LDS.Seed), c.weightOf(f), lds.DefaultOptions())
 	fs := &owlv1.FlowStats{
 		Path: path, Epoch: epoch, Flow: netpath.FlowToProto(f),
 		Start:   timestamppb.New(time.Unix(0, c.cfg.Params.Epoch.StartNS(epoch))),
@@ -42,11 +37,11 @@ func (c *Collector) estimateFlow(path string, epoch int64, up, down *lds.LDS, f 
 // topFlows repairs the epoch's sketches with what RDA reconciliation found,
 // estimates the flows the two sides' RAP tables name, and adds them and the
 // repaired sketches to w. It returns the results, heaviest first.
-func (c *Collector) topFlows(path string, epoch int64, up, down *side, rep repairs, w *store.Write) []*owlv1.FlowStats {
+func (c *Collector) topFlows(path string, epoch int64, up, down *side, remove [2][]reconcile.Packet, w *store.Write) []*owlv1.FlowStats {
 	if up.lds == nil || down.lds == nil {
 		return nil
 	}
-	upL, downL := rep.apply(up.lds, down.lds)
+	upL, downL := repairLDS(up.lds, down.lds, remove)
 	seen := map[uint64]bool{}
 	var out []*owlv1.FlowStats
 	for _, s := range []*side{up, down} {
@@ -55,7 +50,7 @@ func (c *Collector) topFlows(path string, epoch int64, up, down *side, rep repai
 			if err != nil {
 				continue
 			}
-			h := c.flowHash(f)
+			h := f.Hash(c.cfg.Params.LDS.Seed)
 			if seen[h] {
 				continue
 			}
@@ -97,4 +92,22 @@ func (c *Collector) pruneFlows() {
 			c.log.Error("pruning per-flow data", "path", name, "err", err)
 		}
 	}
+}
+
+// repairLDS returns copies of the two sketches without the packets RDA
+// reconciliation took out of each side. Packets whose flow the probe did
+// not say are left in: their cells stay unusable, as the digest shows.
+func repairLDS(up, down *lds.LDS, remove [2][]reconcile.Packet) (*lds.LDS, *lds.LDS) {
+	if len(remove[0])+len(remove[1]) == 0 {
+		return up, down
+	}
+	out := [2]*lds.LDS{up.Clone(), down.Clone()}
+	for i, l := range out {
+		for _, x := range remove[i] {
+			if x.Weight > 0 {
+				l.Remove(x.Flow, x.ID, x.OffsetNS, x.Weight)
+			}
+		}
+	}
+	return out[0], out[1]
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/reconcile"
 )
 
 // session is a probe's open Connect stream. The collector sends on it from
@@ -23,8 +23,8 @@ type session struct {
 	sendMu  sync.Mutex
 	pathsMu sync.Mutex // held while a path configuration is made and sent
 
-	mu      sync.Mutex
-	waiting map[uint64]chan *owlv1.ProbeMessage
+	waitingMu sync.Mutex // guards waiting
+	waiting   map[uint64]chan *owlv1.ProbeMessage
 }
 
 var requestIDs atomic.Uint64
@@ -45,13 +45,13 @@ func (s *session) send(m *owlv1.CollectorMessage) error {
 // call sends a request and waits for its answer.
 func (s *session) call(ctx context.Context, id uint64, m *owlv1.CollectorMessage) (*owlv1.ProbeMessage, error) {
 	ch := make(chan *owlv1.ProbeMessage, 1)
-	s.mu.Lock()
+	s.waitingMu.Lock()
 	s.waiting[id] = ch
-	s.mu.Unlock()
+	s.waitingMu.Unlock()
 	defer func() {
-		s.mu.Lock()
+		s.waitingMu.Lock()
 		delete(s.waiting, id)
-		s.mu.Unlock()
+		s.waitingMu.Unlock()
 	}()
 	if err := s.send(m); err != nil {
 		return nil, fmt.Errorf("asking %s: %w", s.probe, err)
@@ -69,9 +69,9 @@ func (s *session) call(ctx context.Context, id uint64, m *owlv1.CollectorMessage
 // deliver hands an answer to the caller waiting for it; answers nobody
 // waits for (late, after a timeout) are dropped.
 func (s *session) deliver(id uint64, m *owlv1.ProbeMessage) {
-	s.mu.Lock()
+	s.waitingMu.Lock()
 	ch := s.waiting[id]
-	s.mu.Unlock()
+	s.waitingMu.Unlock()
 	if ch != nil {
 		select {
 		case ch <- m:
@@ -80,26 +80,9 @@ func (s *session) deliver(id uint64, m *owlv1.ProbeMessage) {
 	}
 }
 
-// cached is one packet as a probe's cache holds it.
-type cached struct {
-	offsetNS int64
-	flow     uint64 // LDS flow hash (0 when the probe did not say)
-	weight   uint64
-}
-
-// fetch asks the probe for the timestamps of ids in a path's epoch. It
-// returns every entry the probe has for each id.
-func (s *session) fetch(ctx context.Context, path string, epoch int64, ids []uint64) (map[uint64][]cached, int, error) {
-	return s.fetchReq(ctx, &owlv1.FetchRequest{Path: path, Epoch: epoch, PacketIds: ids})
-}
-
-// fetchRepeated asks for every cached entry of an ID the probe saw more
-// than once in the path's epoch.
-func (s *session) fetchRepeated(ctx context.Context, path string, epoch int64) (map[uint64][]cached, int, error) {
-	return s.fetchReq(ctx, &owlv1.FetchRequest{Path: path, Epoch: epoch, Repeated: true})
-}
-
-func (s *session) fetchReq(ctx context.Context, req *owlv1.FetchRequest) (map[uint64][]cached, int, error) {
+// fetch asks the probe for cached entries: of the IDs a request names, or
+// of every ID seen more than once. It returns them and the bytes exchanged.
+func (s *session) fetch(ctx context.Context, req *owlv1.FetchRequest) (map[uint64][]reconcile.Entry, int, error) {
 	id := requestIDs.Add(1)
 	req.RequestId = id
 	ids := req.GetPacketIds()
@@ -116,11 +99,11 @@ func (s *session) fetchReq(ctx context.Context, req *owlv1.FetchRequest) (map[ui
 		return nil, size, fmt.Errorf("%s: fetch reply with %d ids and %d offsets", s.probe, len(rep.GetPacketIds()), len(rep.GetOffsetsNs()))
 	}
 	withFlows := len(rep.GetFlowHashes()) == len(rep.GetPacketIds()) && len(rep.GetWeights()) == len(rep.GetPacketIds())
-	out := make(map[uint64][]cached, len(ids))
+	out := make(map[uint64][]reconcile.Entry, len(ids))
 	for i, pid := range rep.GetPacketIds() {
-		e := cached{offsetNS: rep.GetOffsetsNs()[i]}
+		e := reconcile.Entry{OffsetNS: rep.GetOffsetsNs()[i]}
 		if withFlows {
-			e.flow, e.weight = rep.GetFlowHashes()[i], uint64(rep.GetWeights()[i])
+			e.Flow, e.Weight = rep.GetFlowHashes()[i], uint64(rep.GetWeights()[i])
 		}
 		out[pid] = append(out[pid], e)
 	}
@@ -140,55 +123,4 @@ func (s *session) rebuild(ctx context.Context, path string, epoch int64, buckets
 		return nil, fmt.Errorf("%s: %s", s.probe, rep.GetError())
 	}
 	return rep.GetRda(), nil
-}
-
-// release tells a probe it may drop epochs of a path.
-func (c *Collector) release(probe, path string, epochs ...int64) {
-	s := c.session(probe)
-	if s == nil || len(epochs) == 0 {
-		return
-	}
-	m := &owlv1.Release{}
-	for _, e := range epochs {
-		m.Epochs = append(m.Epochs, &owlv1.EpochRef{Path: path, Epoch: e})
-	}
-	_ = s.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Release{Release: m}})
-}
-
-// waitSession returns a probe's newest open session, waiting up to the
-// pair timeout for the probe to connect: after a restart of the collector,
-// reports stored before it and a report of the other probe pair as soon as
-// that one is back, before the first has reconnected.
-func (c *Collector) waitSession(ctx context.Context, probe string) *session {
-	var timeout <-chan time.Time
-	for {
-		c.smu.Lock()
-		ss, joined := c.sessions[probe], c.joined
-		c.smu.Unlock()
-		if len(ss) > 0 {
-			return ss[len(ss)-1]
-		}
-		if timeout == nil {
-			t := time.NewTimer(c.cfg.PairTimeout)
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-joined:
-		case <-timeout:
-			return nil
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-// session returns a probe's newest open session, or nil.
-func (c *Collector) session(probe string) *session {
-	c.smu.Lock()
-	defer c.smu.Unlock()
-	if ss := c.sessions[probe]; len(ss) > 0 {
-		return ss[len(ss)-1]
-	}
-	return nil
 }

@@ -21,11 +21,6 @@ type FlowSide struct {
 	RAP map[int64]*rap.Table[capture.FlowKey]
 }
 
-// FlowHash hashes a flow key as probes do.
-func FlowHash(f capture.FlowKey, seed uint64) uint64 {
-	var b [capture.FlowKeySize]byte
-	return lds.FlowHash(f.AppendBinary(b[:0]), seed)
-}
 
 // BuildFlows decodes frames and folds them into one LDS and one RAP table
 // (of rapSize counters) per epoch.
@@ -60,7 +55,7 @@ func BuildFlows(link layers.LinkType, frames []sim.Frame, id capture.IdentityCon
 		if !ok {
 			continue
 		}
-		fh := FlowHash(p.Flow, cfg.Seed)
+		fh := p.Flow.Hash(cfg.Seed)
 		v.l.Insert(fh, p.ID, off, 1)
 		v.r.Add(fh, &p.Flow)
 	}
@@ -91,7 +86,7 @@ func CompareFlows(up, down *FlowSide, truths map[int64]map[capture.FlowKey]*sim.
 			if ft.SameEpoch < minPackets {
 				continue
 			}
-			est, err := lds.EstimateFlow(a, b, FlowHash(ft.Flow, seed), 1, opts)
+			est, err := lds.EstimateFlow(a, b, ft.Flow.Hash(seed), 1, opts)
 			rows = append(rows, FlowRow{Truth: ft, Est: est, Err: err})
 		}
 	}

@@ -23,6 +23,28 @@ type RejectedError struct{ Reason string }
 
 func (e *RejectedError) Error() string { return "collector rejected the probe: " + e.Reason }
 
+// handler is the probe's side of a collector stream: what it says, and
+// what it does with what the collector sends. hello and clockStatus are
+// called on the sending goroutine; the others on the receiving goroutine,
+// fetch and rebuild on goroutines of their own, so they may run at once.
+type handler interface {
+	hello() *owlv1.Hello
+	clockStatus() *owlv1.ClockStatus
+	setPaths(*owlv1.PathConfig) error
+	setRDASize(*owlv1.RDASize) error
+	fetch(*owlv1.FetchRequest) *owlv1.FetchReply
+	rebuild(*owlv1.RebuildRequest) *owlv1.RebuildReply
+	release(path string, epoch int64)
+}
+
+// routes picks, in a cluster of collectors, the messages a client sends,
+// and takes a collector's word that another one owns a path (or the
+// COLATE vectors).
+type routes interface {
+	keep(m *owlv1.ProbeMessage) bool
+	misrouted(kind owlv1.Reject_Kind, path, owner string)
+}
+
 // client keeps one Connect stream to the collector open, reconnecting with
 // backoff, and sends every spooled report that the collector has not
 // acknowledged, again after each reconnect.
@@ -30,23 +52,15 @@ type client struct {
 	conn         *grpc.ClientConn
 	log          *slog.Logger
 	spool        *spool
-	hello        func() *owlv1.Hello
-	clock        func() *owlv1.ClockStatus // the clock now, sent every clockEvery
-	onPaths      func(*owlv1.PathConfig) error
-	onSize       func(*owlv1.RDASize) error
-	fetch        func(*owlv1.FetchRequest) *owlv1.FetchReply
-	rebuild      func(*owlv1.RebuildRequest) *owlv1.RebuildReply
-	release      func(path string, epoch int64)
+	h            handler
 	reconnectMax time.Duration
-	// addr is the collector's address; keep, when set, picks the spooled
-	// messages this client sends (in a cluster, those routed to addr).
-	addr string
-	keep func(*owlv1.ProbeMessage) bool
-	// misrouted is told when the collector names another owner of a
-	// report's path; restart ends the session so that a new one sends
-	// every unacknowledged message routed here again.
-	misrouted func(path, owner string)
-	restart   chan struct{}
+	// addr is the collector's address; routes, when set, picks the
+	// spooled messages this client sends (in a cluster, those routed to
+	// addr). restart ends the session so that a new one sends every
+	// unacknowledged message routed here again.
+	addr    string
+	routes  routes
+	restart chan struct{}
 
 	connected atomic.Bool
 	sessions  atomic.Uint64
@@ -105,7 +119,7 @@ func (c *client) session(ctx context.Context) error {
 		defer sendMu.Unlock()
 		return stream.Send(m)
 	}
-	if err := stream.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: c.hello()}}); err != nil {
+	if err := stream.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: c.h.hello()}}); err != nil {
 		return fmt.Errorf("sending hello: %w", err)
 	}
 	first, err := stream.Recv()
@@ -116,7 +130,7 @@ func (c *client) session(ctx context.Context) error {
 	case *owlv1.CollectorMessage_Reject:
 		return &RejectedError{Reason: m.Reject.GetReason()}
 	case *owlv1.CollectorMessage_Paths:
-		if err := c.onPaths(m.Paths); err != nil {
+		if err := c.h.setPaths(m.Paths); err != nil {
 			return &RejectedError{Reason: "unusable path configuration: " + err.Error()}
 		}
 	default:
@@ -138,37 +152,39 @@ func (c *client) session(ctx context.Context) error {
 			case *owlv1.CollectorMessage_Ack:
 				c.spool.ack(m.Ack.GetSeq())
 			case *owlv1.CollectorMessage_Paths:
-				if err := c.onPaths(m.Paths); err != nil {
+				if err := c.h.setPaths(m.Paths); err != nil {
 					c.log.Error("ignoring unusable path configuration", "err", err)
 				}
 			case *owlv1.CollectorMessage_Reject:
-				if m.Reject.GetPath() == "" {
-					errc <- &RejectedError{Reason: m.Reject.GetReason()}
+				rj := m.Reject
+				kind := rj.GetKind()
+				if kind == owlv1.Reject_KIND_PROBE || kind == owlv1.Reject_KIND_UNSPECIFIED && rj.GetPath() == "" {
+					errc <- &RejectedError{Reason: rj.GetReason()}
 					return
 				}
-				if o := m.Reject.GetOwner(); o != "" && c.misrouted != nil {
-					c.log.Info("collector names another owner; sending there", "path", m.Reject.GetPath(), "owner", o)
-					c.misrouted(m.Reject.GetPath(), o)
+				if o := rj.GetOwner(); o != "" && c.routes != nil {
+					c.log.Info("collector names another owner; sending there", "kind", kind, "path", rj.GetPath(), "owner", o)
+					c.routes.misrouted(kind, rj.GetPath(), o)
 					continue
 				}
-				c.log.Error("collector rejected a report", "path", m.Reject.GetPath(), "reason", m.Reject.GetReason())
+				c.log.Error("collector rejected a message", "kind", kind, "path", rj.GetPath(), "reason", rj.GetReason())
 			case *owlv1.CollectorMessage_RdaSize:
-				if err := c.onSize(m.RdaSize); err != nil {
+				if err := c.h.setRDASize(m.RdaSize); err != nil {
 					c.log.Error("ignoring RDA size", "path", m.RdaSize.GetPath(), "err", err)
 				}
 			case *owlv1.CollectorMessage_Release:
 				for _, e := range m.Release.GetEpochs() {
-					c.release(e.GetPath(), e.GetEpoch())
+					c.h.release(e.GetPath(), e.GetEpoch())
 				}
 			case *owlv1.CollectorMessage_Fetch:
 				// Sorting a cache or rebuilding an RDA takes a while:
 				// answer on a goroutine so acknowledgements keep flowing.
 				wg.Go(func() {
-					_ = send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: c.fetch(m.Fetch)}})
+					_ = send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: c.h.fetch(m.Fetch)}})
 				})
 			case *owlv1.CollectorMessage_Rebuild:
 				wg.Go(func() {
-					_ = send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_RebuildReply{RebuildReply: c.rebuild(m.Rebuild)}})
+					_ = send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_RebuildReply{RebuildReply: c.h.rebuild(m.Rebuild)}})
 				})
 			}
 		}
@@ -180,7 +196,7 @@ func (c *client) session(ctx context.Context) error {
 	for {
 		changed := c.spool.wait()
 		for _, m := range c.spool.after(sent) {
-			if c.keep == nil || c.keep(m) {
+			if c.routes == nil || c.routes.keep(m) {
 				if err := send(m); err != nil {
 					return fmt.Errorf("sending report %d: %w", seqOf(m), err)
 				}
@@ -196,7 +212,7 @@ func (c *client) session(ctx context.Context) error {
 			return errRestart
 		case <-changed:
 		case <-clockTick.C:
-			if err := send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Clock{Clock: c.clock()}}); err != nil {
+			if err := send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Clock{Clock: c.h.clockStatus()}}); err != nil {
 				return fmt.Errorf("sending clock status: %w", err)
 			}
 		}

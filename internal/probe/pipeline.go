@@ -195,14 +195,14 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	matched, hashed := false, false
 	var flowHash, weight uint64
 	if ed.colate != nil {
-		flowHash, hashed = pl.flowHash(&p.Flow), true
+		flowHash, hashed = p.Flow.Hash(pl.params.LDS.Seed), true
 		ed.colate.Insert(flowHash, p.ID, p.TimeNS)
 	}
 	for i := range ed.set.paths {
 		if ed.set.paths[i].match.Match(p.Flow) {
 			if !matched {
 				if !hashed {
-					flowHash = pl.flowHash(&p.Flow)
+					flowHash = p.Flow.Hash(pl.params.LDS.Seed)
 				}
 				weight = pl.weightOf(p.Flow)
 			}
@@ -221,12 +221,6 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	}
 }
 
-// flowHash is a flow's hash: lds.FlowHash of its key, in the LDS and the
-// COLATE vector alike.
-func (pl *pipeline) flowHash(f *capture.FlowKey) uint64 {
-	var b [capture.FlowKeySize]byte
-	return lds.FlowHash(f.AppendBinary(b[:0]), pl.params.LDS.Seed)
-}
 
 // flush closes every open epoch (end of a capture file).
 func (pl *pipeline) flush() { pl.window.Flush() }

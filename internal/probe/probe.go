@@ -24,20 +24,21 @@ import (
 
 // Probe is one observation point.
 type Probe struct {
-	cfg    Config
-	log    *slog.Logger
-	spool  *spool
-	stats  counters
-	router *router
-	pipes  []*pipeline // one per capture worker
-	rep    *reporter
-	merge  *merger       // for more than one worker
-	ready  chan struct{} // closed when the first path configuration arrived
-	reg    *prometheus.Registry
-	caches *cacheStore
-	live   *liveCapture // nil for file sources
-	clock  ptp.Clock    // live: the configured source; files: "file"
-	source ptp.Source   // the live clock's measuring loop
+	cfg       Config
+	log       *slog.Logger
+	spool     *spool
+	stats     counters
+	router    *router
+	pipes     []*pipeline // one per capture worker
+	rep       *reporter
+	merge     *merger       // for more than one worker
+	ready     chan struct{} // closed when the first path configuration arrived
+	readyOnce sync.Once
+	reg       *prometheus.Registry
+	caches    *cacheStore
+	live      *liveCapture // nil for file sources
+	clock     ptp.Clock    // live: the configured source; files: "file"
+	source    ptp.Source   // the live clock's measuring loop
 }
 
 // New builds a probe; Run starts it.
@@ -81,43 +82,47 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 		pl.correct = correct
 		p.pipes = append(p.pipes, pl)
 	}
-	var once sync.Once
 	conn, err := dial(cfg.Collector) // checks the address now
 	if err != nil {
 		return nil, err
 	}
 	conn.Close()
 	p.router = newRouter(cfg.Collector, log, func() *client {
-		return &client{log: log, spool: p.spool, reconnectMax: cfg.ReconnectMax,
-			hello: p.hello, clock: p.clockStatus,
-			onPaths: func(pc *owlv1.PathConfig) error {
-				s, err := newPathSet(pc)
-				if err != nil {
-					return err
-				}
-				for _, pl := range p.pipes {
-					pl.setPaths(s)
-				}
-				p.router.update(pc)
-				once.Do(func() { close(p.ready) })
-				return nil
-			},
-			onSize: func(m *owlv1.RDASize) error {
-				for _, pl := range p.pipes {
-					if err := pl.setRDASize(m.GetPath(), int(m.GetBuckets())); err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-			fetch:   p.caches.fetch,
-			rebuild: p.caches.rebuild,
-			release: p.caches.release,
-		}
+		return &client{log: log, spool: p.spool, reconnectMax: cfg.ReconnectMax, h: p}
 	})
 	p.reg = p.metrics()
 	return p, nil
 }
+
+var _ handler = (*Probe)(nil)
+
+// setPaths takes a path configuration from a collector.
+func (p *Probe) setPaths(pc *owlv1.PathConfig) error {
+	s, err := newPathSet(pc)
+	if err != nil {
+		return err
+	}
+	for _, pl := range p.pipes {
+		pl.setPaths(s)
+	}
+	p.router.update(pc)
+	p.readyOnce.Do(func() { close(p.ready) })
+	return nil
+}
+
+// setRDASize takes a path's new RDA size from its collector.
+func (p *Probe) setRDASize(m *owlv1.RDASize) error {
+	for _, pl := range p.pipes {
+		if err := pl.setRDASize(m.GetPath(), int(m.GetBuckets())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Probe) fetch(req *owlv1.FetchRequest) *owlv1.FetchReply       { return p.caches.fetch(req) }
+func (p *Probe) rebuild(req *owlv1.RebuildRequest) *owlv1.RebuildReply { return p.caches.rebuild(req) }
+func (p *Probe) release(path string, epoch int64)                      { p.caches.release(path, epoch) }
 
 func (p *Probe) hello() *owlv1.Hello {
 	return &owlv1.Hello{ProbeId: p.cfg.ID, Version: buildinfo.Version(), Params: p.cfg.Params.ToProto(), Clock: p.clockStatus()}

@@ -99,8 +99,7 @@ func (r *router) start(addr string) error {
 	}
 	c := r.newClient()
 	c.conn, c.addr = conn, addr
-	c.keep = func(m *owlv1.ProbeMessage) bool { return r.dest(m) == addr }
-	c.misrouted = r.misrouted
+	c.routes = routedTo{r, addr}
 	c.restart = make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.clients[addr] = &routed{c: c, cancel: cancel}
@@ -153,12 +152,21 @@ func (r *router) update(pc *owlv1.PathConfig) {
 	r.reroute(oldPaths, oldColate)
 }
 
-// colateRoute is the path a collector names when it refuses a COLATE
-// vector that another collector takes.
-const colateRoute = "colate vectors"
+// routedTo is a router's routes for its client of the collector at addr.
+type routedTo struct {
+	r    *router
+	addr string
+}
 
-// misrouted takes a collector's word that another owns a path.
-func (r *router) misrouted(path, owner string) {
+func (t routedTo) keep(m *owlv1.ProbeMessage) bool { return t.r.dest(m) == t.addr }
+
+func (t routedTo) misrouted(kind owlv1.Reject_Kind, path, owner string) {
+	t.r.misrouted(kind == owlv1.Reject_KIND_COLATE, path, owner)
+}
+
+// misrouted takes a collector's word that another owns a path (or, with
+// colate, the COLATE vectors).
+func (r *router) misrouted(colate bool, path, owner string) {
 	if owner == r.seed {
 		owner = ""
 	}
@@ -166,7 +174,7 @@ func (r *router) misrouted(path, owner string) {
 	defer r.mu.Unlock()
 	oldPaths, oldColate := maps.Clone(r.paths), r.colate
 	switch {
-	case path == colateRoute:
+	case colate:
 		r.colate = owner
 	case owner == "":
 		delete(r.paths, path)

@@ -78,7 +78,7 @@ func (f *fakeCollector) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		var reply *owlv1.CollectorMessage
 		if owner != "" && owner != f.addr {
 			f.refused++
-			reply = &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Path: r.GetPath(), Reason: "not mine", Owner: owner}}}
+			reply = &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Kind: owlv1.Reject_KIND_REPORT, Path: r.GetPath(), Reason: "not mine", Owner: owner}}}
 		} else {
 			if slices.Contains(f.stored[r.GetPath()], r.GetEpoch()) {
 				f.dups++
@@ -134,13 +134,7 @@ func TestRouterSendsToOwners(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var r *router
 	r = newRouter(a.addr, log, func() *client {
-		return &client{log: log, spool: sp, reconnectMax: 100 * time.Millisecond, hello: func() *owlv1.Hello { return &owlv1.Hello{ProbeId: "op"} },
-			clock:   func() *owlv1.ClockStatus { return &owlv1.ClockStatus{} },
-			onPaths: func(pc *owlv1.PathConfig) error { r.update(pc); return nil },
-			onSize:  func(*owlv1.RDASize) error { return nil },
-			fetch:   func(*owlv1.FetchRequest) *owlv1.FetchReply { return nil },
-			rebuild: func(*owlv1.RebuildRequest) *owlv1.RebuildReply { return nil },
-			release: func(string, int64) {}}
+		return &client{log: log, spool: sp, reconnectMax: 100 * time.Millisecond, h: routingOnly{r}}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -201,3 +195,15 @@ func TestRouterSendsToOwners(t *testing.T) {
 		t.Errorf("B refused %d reports, want 1", refused)
 	}
 }
+
+// routingOnly is a probe that takes path configurations (for its router)
+// and nothing else.
+type routingOnly struct{ r *router }
+
+func (routingOnly) hello() *owlv1.Hello                               { return &owlv1.Hello{ProbeId: "op"} }
+func (routingOnly) clockStatus() *owlv1.ClockStatus                   { return &owlv1.ClockStatus{} }
+func (h routingOnly) setPaths(pc *owlv1.PathConfig) error             { h.r.update(pc); return nil }
+func (routingOnly) setRDASize(*owlv1.RDASize) error                   { return nil }
+func (routingOnly) fetch(*owlv1.FetchRequest) *owlv1.FetchReply       { return nil }
+func (routingOnly) rebuild(*owlv1.RebuildRequest) *owlv1.RebuildReply { return nil }
+func (routingOnly) release(string, int64)                             {}

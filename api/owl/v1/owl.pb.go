@@ -201,6 +201,62 @@ func (ResultStatus) EnumDescriptor() ([]byte, []int) {
 	return file_owl_v1_owl_proto_rawDescGZIP(), []int{2}
 }
 
+// Kind says what is refused.
+type Reject_Kind int32
+
+const (
+	Reject_KIND_UNSPECIFIED Reject_Kind = 0
+	// The whole probe (its id or parameters): the stream ends.
+	Reject_KIND_PROBE Reject_Kind = 1
+	// One epoch report, of path.
+	Reject_KIND_REPORT Reject_Kind = 2
+	// One COLATE vector.
+	Reject_KIND_COLATE Reject_Kind = 3
+)
+
+// Enum value maps for Reject_Kind.
+var (
+	Reject_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_PROBE",
+		2: "KIND_REPORT",
+		3: "KIND_COLATE",
+	}
+	Reject_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_PROBE":       1,
+		"KIND_REPORT":      2,
+		"KIND_COLATE":      3,
+	}
+)
+
+func (x Reject_Kind) Enum() *Reject_Kind {
+	p := new(Reject_Kind)
+	*p = x
+	return p
+}
+
+func (x Reject_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Reject_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_owl_v1_owl_proto_enumTypes[3].Descriptor()
+}
+
+func (Reject_Kind) Type() protoreflect.EnumType {
+	return &file_owl_v1_owl_proto_enumTypes[3]
+}
+
+func (x Reject_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Reject_Kind.Descriptor instead.
+func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29, 0}
+}
+
 type TopFlowsRequest_Order int32
 
 const (
@@ -234,11 +290,11 @@ func (x TopFlowsRequest_Order) String() string {
 }
 
 func (TopFlowsRequest_Order) Descriptor() protoreflect.EnumDescriptor {
-	return file_owl_v1_owl_proto_enumTypes[3].Descriptor()
+	return file_owl_v1_owl_proto_enumTypes[4].Descriptor()
 }
 
 func (TopFlowsRequest_Order) Type() protoreflect.EnumType {
-	return &file_owl_v1_owl_proto_enumTypes[3]
+	return &file_owl_v1_owl_proto_enumTypes[4]
 }
 
 func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
@@ -2540,14 +2596,14 @@ func (x *Ack) GetEpoch() int64 {
 // Reject tells a probe why the collector will not use its reports.
 type Reject struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// path is empty when the whole probe is rejected.
+	// path names the report's path (KIND_REPORT).
 	Path   string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// owner is set when the report was refused because another collector of
-	// the cluster owns its path: that collector's gRPC address. The report
-	// is not acknowledged; send it there. For a COLATE vector path is
-	// "colate vectors".
-	Owner         string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// owner is set when the report or vector was refused because another
+	// collector of the cluster owns it: that collector's gRPC address. It is
+	// not acknowledged; send it there.
+	Owner         string      `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Kind          Reject_Kind `protobuf:"varint,4,opt,name=kind,proto3,enum=owl.v1.Reject_Kind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2601,6 +2657,13 @@ func (x *Reject) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *Reject) GetKind() Reject_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Reject_KIND_UNSPECIFIED
 }
 
 // Path is a configured path: packets matching selector that travel from
@@ -4812,11 +4875,18 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"J\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\xc3\x01\n" +
 	"\x06Reject\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05owner\x18\x03 \x01(\tR\x05owner\"\x84\x01\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12'\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x13.owl.v1.Reject.KindR\x04kind\"N\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"KIND_PROBE\x10\x01\x12\x0f\n" +
+	"\vKIND_REPORT\x10\x02\x12\x0f\n" +
+	"\vKIND_COLATE\x10\x03\"\x84\x01\n" +
 	"\x04Path\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12\x1e\n" +
@@ -5041,172 +5111,174 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 	return file_owl_v1_owl_proto_rawDescData
 }
 
-var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                              // 0: owl.v1.Role
 	(ClockState)(0),                        // 1: owl.v1.ClockState
 	(ResultStatus)(0),                      // 2: owl.v1.ResultStatus
-	(TopFlowsRequest_Order)(0),             // 3: owl.v1.TopFlowsRequest.Order
-	(*TakePendingRequest)(nil),             // 4: owl.v1.TakePendingRequest
-	(*TakePendingResponse)(nil),            // 5: owl.v1.TakePendingResponse
-	(*ProbeMessage)(nil),                   // 6: owl.v1.ProbeMessage
-	(*Hello)(nil),                          // 7: owl.v1.Hello
-	(*SynopsisParams)(nil),                 // 8: owl.v1.SynopsisParams
-	(*ColateParams)(nil),                   // 9: owl.v1.ColateParams
-	(*ColateVector)(nil),                   // 10: owl.v1.ColateVector
-	(*LDSParams)(nil),                      // 11: owl.v1.LDSParams
-	(*FlowWeight)(nil),                     // 12: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                 // 13: owl.v1.IdentityParams
-	(*EpochParams)(nil),                    // 14: owl.v1.EpochParams
-	(*LDAParams)(nil),                      // 15: owl.v1.LDAParams
-	(*RDAParams)(nil),                      // 16: owl.v1.RDAParams
-	(*EpochReport)(nil),                    // 17: owl.v1.EpochReport
-	(*FlowKey)(nil),                        // 18: owl.v1.FlowKey
-	(*TopFlow)(nil),                        // 19: owl.v1.TopFlow
-	(*Counters)(nil),                       // 20: owl.v1.Counters
-	(*ClockStatus)(nil),                    // 21: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),               // 22: owl.v1.CollectorMessage
-	(*Release)(nil),                        // 23: owl.v1.Release
-	(*EpochRef)(nil),                       // 24: owl.v1.EpochRef
-	(*FetchRequest)(nil),                   // 25: owl.v1.FetchRequest
-	(*FetchReply)(nil),                     // 26: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                 // 27: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                   // 28: owl.v1.RebuildReply
-	(*RDASize)(nil),                        // 29: owl.v1.RDASize
-	(*PathConfig)(nil),                     // 30: owl.v1.PathConfig
-	(*PathAssignment)(nil),                 // 31: owl.v1.PathAssignment
-	(*Ack)(nil),                            // 32: owl.v1.Ack
-	(*Reject)(nil),                         // 33: owl.v1.Reject
-	(*Path)(nil),                           // 34: owl.v1.Path
-	(*Selector)(nil),                       // 35: owl.v1.Selector
-	(*ListProbesRequest)(nil),              // 36: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),             // 37: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                      // 38: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),               // 39: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),              // 40: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),            // 41: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),           // 42: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),          // 43: owl.v1.WatchPathStatsRequest
-	(*PathStats)(nil),                      // 44: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),            // 45: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),           // 46: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                      // 47: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                // 48: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),               // 49: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),  // 50: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil), // 51: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),       // 52: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),      // 53: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),               // 54: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),          // 55: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),         // 56: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                  // 57: owl.v1.CollectorInfo
-	nil,                                    // 58: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),          // 59: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 60: google.protobuf.Duration
+	(Reject_Kind)(0),                       // 3: owl.v1.Reject.Kind
+	(TopFlowsRequest_Order)(0),             // 4: owl.v1.TopFlowsRequest.Order
+	(*TakePendingRequest)(nil),             // 5: owl.v1.TakePendingRequest
+	(*TakePendingResponse)(nil),            // 6: owl.v1.TakePendingResponse
+	(*ProbeMessage)(nil),                   // 7: owl.v1.ProbeMessage
+	(*Hello)(nil),                          // 8: owl.v1.Hello
+	(*SynopsisParams)(nil),                 // 9: owl.v1.SynopsisParams
+	(*ColateParams)(nil),                   // 10: owl.v1.ColateParams
+	(*ColateVector)(nil),                   // 11: owl.v1.ColateVector
+	(*LDSParams)(nil),                      // 12: owl.v1.LDSParams
+	(*FlowWeight)(nil),                     // 13: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                 // 14: owl.v1.IdentityParams
+	(*EpochParams)(nil),                    // 15: owl.v1.EpochParams
+	(*LDAParams)(nil),                      // 16: owl.v1.LDAParams
+	(*RDAParams)(nil),                      // 17: owl.v1.RDAParams
+	(*EpochReport)(nil),                    // 18: owl.v1.EpochReport
+	(*FlowKey)(nil),                        // 19: owl.v1.FlowKey
+	(*TopFlow)(nil),                        // 20: owl.v1.TopFlow
+	(*Counters)(nil),                       // 21: owl.v1.Counters
+	(*ClockStatus)(nil),                    // 22: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),               // 23: owl.v1.CollectorMessage
+	(*Release)(nil),                        // 24: owl.v1.Release
+	(*EpochRef)(nil),                       // 25: owl.v1.EpochRef
+	(*FetchRequest)(nil),                   // 26: owl.v1.FetchRequest
+	(*FetchReply)(nil),                     // 27: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                 // 28: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                   // 29: owl.v1.RebuildReply
+	(*RDASize)(nil),                        // 30: owl.v1.RDASize
+	(*PathConfig)(nil),                     // 31: owl.v1.PathConfig
+	(*PathAssignment)(nil),                 // 32: owl.v1.PathAssignment
+	(*Ack)(nil),                            // 33: owl.v1.Ack
+	(*Reject)(nil),                         // 34: owl.v1.Reject
+	(*Path)(nil),                           // 35: owl.v1.Path
+	(*Selector)(nil),                       // 36: owl.v1.Selector
+	(*ListProbesRequest)(nil),              // 37: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),             // 38: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                      // 39: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),               // 40: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),              // 41: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),            // 42: owl.v1.GetPathStatsRequest
+	(*GetPathStatsResponse)(nil),           // 43: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),          // 44: owl.v1.WatchPathStatsRequest
+	(*PathStats)(nil),                      // 45: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),            // 46: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),           // 47: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                      // 48: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                // 49: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),               // 50: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),  // 51: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil), // 52: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),       // 53: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),      // 54: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),               // 55: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),          // 56: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),         // 57: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                  // 58: owl.v1.CollectorInfo
+	nil,                                    // 59: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),          // 60: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 61: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
 	0,  // 0: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	17, // 1: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	7,  // 2: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	17, // 3: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	26, // 4: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	28, // 5: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	21, // 6: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	10, // 7: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	8,  // 8: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	21, // 9: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	13, // 10: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	14, // 11: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	15, // 12: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	16, // 13: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	11, // 14: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	12, // 15: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	9,  // 16: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	21, // 17: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	35, // 18: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	18, // 1: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	8,  // 2: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	18, // 3: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	27, // 4: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	29, // 5: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	22, // 6: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	11, // 7: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	9,  // 8: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	22, // 9: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	14, // 10: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	15, // 11: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	16, // 12: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	17, // 13: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	12, // 14: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	13, // 15: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	10, // 16: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	22, // 17: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	36, // 18: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
 	0,  // 19: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	20, // 20: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	21, // 21: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	19, // 22: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	18, // 23: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	58, // 24: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	21, // 20: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	22, // 21: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	20, // 22: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	19, // 23: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	59, // 24: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
 	1,  // 25: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	30, // 26: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	32, // 27: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	33, // 28: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	25, // 29: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	27, // 30: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	29, // 31: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	23, // 32: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	24, // 33: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	31, // 34: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	34, // 35: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	31, // 26: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	33, // 27: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	34, // 28: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	26, // 29: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	28, // 30: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	30, // 31: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	24, // 32: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	25, // 33: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	32, // 34: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	35, // 35: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
 	0,  // 36: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	35, // 37: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	38, // 38: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	59, // 39: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	21, // 40: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	34, // 41: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	59, // 42: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	59, // 43: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	44, // 44: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	59, // 45: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	60, // 46: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,  // 47: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	21, // 48: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	21, // 49: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	20, // 50: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	20, // 51: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	59, // 52: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	18, // 53: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	59, // 54: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	59, // 55: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	47, // 56: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	59, // 57: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	18, // 58: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	59, // 59: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	59, // 60: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	3,  // 61: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	47, // 62: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	18, // 63: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	59, // 64: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	59, // 65: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	59, // 66: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	59, // 67: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	59, // 68: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	59, // 69: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	54, // 70: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	59, // 71: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	57, // 72: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	6,  // 73: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	36, // 74: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	39, // 75: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	41, // 76: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	43, // 77: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	45, // 78: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	48, // 79: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	50, // 80: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	52, // 81: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	55, // 82: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	4,  // 83: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	22, // 84: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	37, // 85: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	40, // 86: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	42, // 87: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	44, // 88: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	46, // 89: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	49, // 90: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	51, // 91: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	53, // 92: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	56, // 93: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	5,  // 94: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	84, // [84:95] is the sub-list for method output_type
-	73, // [73:84] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	3,  // 37: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	36, // 38: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	39, // 39: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	60, // 40: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	22, // 41: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	35, // 42: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	60, // 43: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	60, // 44: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	45, // 45: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	60, // 46: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	61, // 47: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,  // 48: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	22, // 49: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	22, // 50: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	21, // 51: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	21, // 52: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	60, // 53: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	19, // 54: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	60, // 55: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	60, // 56: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	48, // 57: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	60, // 58: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	19, // 59: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	60, // 60: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	60, // 61: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	4,  // 62: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	48, // 63: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	19, // 64: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	60, // 65: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	60, // 66: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	60, // 67: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	60, // 68: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	60, // 69: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	60, // 70: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	55, // 71: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	60, // 72: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	58, // 73: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	7,  // 74: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	37, // 75: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	40, // 76: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	42, // 77: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	44, // 78: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	46, // 79: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	49, // 80: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	51, // 81: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	53, // 82: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	56, // 83: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	5,  // 84: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	23, // 85: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	38, // 86: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	41, // 87: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	43, // 88: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	45, // 89: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	47, // 90: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	50, // 91: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	52, // 92: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	54, // 93: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	57, // 94: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	6,  // 95: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	85, // [85:96] is the sub-list for method output_type
+	74, // [74:85] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -5236,7 +5308,7 @@ func file_owl_v1_owl_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   3,

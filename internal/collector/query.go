@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -17,124 +16,6 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
-
-// probeService serves ProbeService.
-type probeService struct {
-	owlv1.UnimplementedProbeServiceServer
-	c *Collector
-}
-
-// Connect handles one probe stream: Hello, then reports, each acknowledged
-// once stored. Reports are handled in order on the stream's goroutine.
-func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
-	c := s.c
-	first, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	h := first.GetHello()
-	if h == nil {
-		return status.Error(codes.InvalidArgument, "the first message of a stream must be a Hello")
-	}
-	addr := ""
-	if p, ok := peer.FromContext(stream.Context()); ok {
-		addr = p.Addr.String()
-	}
-	sess := newSession(h.GetProbeId(), stream)
-	defer close(sess.done)
-	err = c.hello(h, addr, sess)
-	var rej *rejection
-	if errors.As(err, &rej) {
-		_ = stream.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Reason: rej.reason}}})
-		return nil
-	}
-	if err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
-	defer c.goodbye(h.GetProbeId(), sess)
-	var no *notOwner
-	gen := c.pathsGen.Load()
-	if err := c.sendPaths(sess); err != nil {
-		return err
-	}
-	c.addSession(sess)
-	if c.pathsGen.Load() != gen {
-		// The members changed meanwhile: this stream missed the resend.
-		if err := c.sendPaths(sess); err != nil {
-			return err
-		}
-	}
-	for {
-		m, err := stream.Recv()
-		if err != nil {
-			return err
-		}
-		switch a := m.GetMsg().(type) {
-		case *owlv1.ProbeMessage_FetchReply:
-			sess.deliver(a.FetchReply.GetRequestId(), m)
-			continue
-		case *owlv1.ProbeMessage_RebuildReply:
-			sess.deliver(a.RebuildReply.GetRequestId(), m)
-			continue
-		case *owlv1.ProbeMessage_Clock:
-			c.clockUpdate(h.GetProbeId(), a.Clock)
-			continue
-		case *owlv1.ProbeMessage_Colate:
-			err := c.colateVector(h.GetProbeId(), a.Colate)
-			if errors.As(err, &no) {
-				if err := sess.send(notOwnerReject(colateKey, no)); err != nil {
-					return err
-				}
-				continue
-			}
-			if errors.As(err, &rej) {
-				c.log.Warn("COLATE vector rejected", "probe", h.GetProbeId(), "epoch", a.Colate.GetEpoch(), "reason", rej.reason)
-				if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Reason: "colate: " + rej.reason, Path: "colate"}}}); err != nil {
-					return err
-				}
-			} else if err != nil {
-				c.log.Error("handling COLATE vector", "probe", h.GetProbeId(), "epoch", a.Colate.GetEpoch(), "err", err)
-				return status.Error(codes.Unavailable, err.Error())
-			}
-			ack := &owlv1.Ack{Seq: a.Colate.GetSeq(), Epoch: a.Colate.GetEpoch()}
-			if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Ack{Ack: ack}}); err != nil {
-				return err
-			}
-			continue
-		}
-		r := m.GetReport()
-		if r == nil {
-			return status.Errorf(codes.InvalidArgument, "unexpected %T after Hello", m.GetMsg())
-		}
-		err = c.report(h.GetProbeId(), r)
-		if errors.As(err, &no) {
-			// Not acknowledged: the probe sends it to the owner.
-			if err := sess.send(notOwnerReject(r.GetPath(), no)); err != nil {
-				return err
-			}
-			continue
-		}
-		if errors.As(err, &rej) {
-			c.log.Warn("report rejected", "probe", h.GetProbeId(), "path", r.GetPath(), "epoch", r.GetEpoch(), "reason", rej.reason)
-			if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Path: r.GetPath(), Reason: rej.reason}}}); err != nil {
-				return err
-			}
-		} else if err != nil {
-			// Not acknowledged: the probe keeps the report and sends it again.
-			c.log.Error("handling report", "probe", h.GetProbeId(), "path", r.GetPath(), "epoch", r.GetEpoch(), "err", err)
-			return status.Error(codes.Unavailable, err.Error())
-		}
-		ack := &owlv1.Ack{Seq: r.GetSeq(), Path: r.GetPath(), Epoch: r.GetEpoch()}
-		if err := sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Ack{Ack: ack}}); err != nil {
-			return err
-		}
-	}
-}
-
-// notOwnerReject tells a probe where a report goes.
-func notOwnerReject(path string, no *notOwner) *owlv1.CollectorMessage {
-	return &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Path: path, Reason: no.Error(), Owner: no.owner.GRPC}}}
-}
 
 // queryService serves QueryService.
 type queryService struct {
@@ -147,7 +28,7 @@ func (s queryService) ListProbes(ctx context.Context, _ *owlv1.ListProbesRequest
 		r, err := q.ListProbes(ctx, &owlv1.ListProbesRequest{})
 		return r.GetProbes(), err
 	})
-	return &owlv1.ListProbesResponse{Probes: mergeProbes(append(others, s.c.probeInfos())), Note: note}, nil
+	return &owlv1.ListProbesResponse{Probes: mergeProbes(append(others, s.c.probes.infos())), Note: note}, nil
 }
 
 func (s queryService) ListCollectors(context.Context, *owlv1.ListCollectorsRequest) (*owlv1.ListCollectorsResponse, error) {
@@ -183,7 +64,7 @@ func (s queryService) GetPathStats(ctx context.Context, req *owlv1.GetPathStatsR
 	if s.c.paths[req.GetPath()] == nil {
 		return nil, status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
 	}
-	from, to, err := s.epochRange(req.GetFrom(), req.GetTo())
+	from, to, err := s.c.epochRange(req.GetFrom(), req.GetTo())
 	if err != nil {
 		return nil, err
 	}
@@ -211,8 +92,8 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 	if req.GetPath() != "" && s.c.paths[req.GetPath()] == nil {
 		return status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
 	}
-	ch := s.c.watch(req.GetPath())
-	defer s.c.unwatch(ch)
+	ch := s.c.watchers.watch(req.GetPath())
+	defer s.c.watchers.unwatch(ch)
 	if s.c.cl != nil && !forwarded(stream.Context()) {
 		// Results are computed by each path's owner: watch them all.
 		for _, m := range s.c.cl.Members() {
@@ -235,7 +116,7 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 					if err != nil {
 						return
 					}
-					s.c.notifyOne(ch, r)
+					s.c.watchers.notifyOne(ch, r)
 				}
 			}()
 		}
@@ -255,9 +136,11 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 	}
 }
 
-// epochRange turns a request's time range into epochs.
-func (s queryService) epochRange(from, to *timestamppb.Timestamp) (int64, int64, error) {
-	ep := s.c.cfg.Params.Epoch
+// epochRange turns a request's time range into epochs: those that start
+// at or after from, up to the one that holds to (unbounded when unset).
+// Every query that takes a range uses it.
+func (c *Collector) epochRange(from, to *timestamppb.Timestamp) (int64, int64, error) {
+	ep := c.cfg.Params.Epoch
 	lo, hi := int64(math.MinInt64/2), int64(math.MaxInt64/2)
 	if from != nil {
 		if err := from.CheckValid(); err != nil {
@@ -292,7 +175,7 @@ func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsR
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	lo, hi, err := s.epochRange(req.GetFrom(), req.GetTo())
+	lo, hi, err := s.c.epochRange(req.GetFrom(), req.GetTo())
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +184,7 @@ func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsR
 		limit = 100
 	}
 	limit = min(limit, maxResults)
-	h := s.c.flowHash(f)
+	h := f.Hash(s.c.cfg.Params.LDS.Seed)
 	var out []*owlv1.FlowStats
 	var decodeErr error
 	err = s.c.store.LDSPairs(req.GetPath(), lo, hi, func(e int64, upB, downB []byte) bool {
@@ -340,7 +223,7 @@ func (s queryService) TopFlows(ctx context.Context, req *owlv1.TopFlowsRequest) 
 	}); ok {
 		return r, err
 	}
-	lo, hi, err := s.epochRange(req.GetFrom(), req.GetTo())
+	lo, hi, err := s.c.epochRange(req.GetFrom(), req.GetTo())
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,255 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/store"
+)
+
+// maxTopFlows bounds the top flows one report may name.
+const maxTopFlows = 100_000
+
+// probeService serves ProbeService: the probes' streams in.
+type probeService struct {
+	owlv1.UnimplementedProbeServiceServer
+	c *Collector
+}
+
+// Connect handles one probe stream: Hello, then reports, each acknowledged
+// once stored. Reports are handled in order on the stream's goroutine.
+func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
+	c := s.c
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	h := first.GetHello()
+	if h == nil {
+		return status.Error(codes.InvalidArgument, "the first message of a stream must be a Hello")
+	}
+	addr := ""
+	if p, ok := peer.FromContext(stream.Context()); ok {
+		addr = p.Addr.String()
+	}
+	sess := newSession(h.GetProbeId(), stream)
+	defer close(sess.done)
+	err = c.probes.hello(h, addr)
+	var rej *rejection
+	if errors.As(err, &rej) {
+		_ = stream.Send(rejectMessage(owlv1.Reject_KIND_PROBE, "", rej.reason))
+		return nil
+	}
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	defer c.probes.goodbye(sess)
+	if err := c.openSession(sess); err != nil {
+		return err
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if err := c.handle(sess, m); err != nil {
+			return err
+		}
+	}
+}
+
+// openSession sends a new stream its path configuration and makes it the
+// probe's stream for requests.
+func (c *Collector) openSession(sess *session) error {
+	gen := c.pathsGen.Load()
+	if err := c.sendPaths(sess); err != nil {
+		return err
+	}
+	c.probes.addSession(sess)
+	if c.pathsGen.Load() != gen {
+		// The members changed meanwhile: this stream missed the resend.
+		return c.sendPaths(sess)
+	}
+	return nil
+}
+
+// handle takes one message of a probe's stream after its Hello. An error
+// ends the stream.
+func (c *Collector) handle(sess *session, m *owlv1.ProbeMessage) error {
+	switch a := m.GetMsg().(type) {
+	case *owlv1.ProbeMessage_FetchReply:
+		sess.deliver(a.FetchReply.GetRequestId(), m)
+		return nil
+	case *owlv1.ProbeMessage_RebuildReply:
+		sess.deliver(a.RebuildReply.GetRequestId(), m)
+		return nil
+	case *owlv1.ProbeMessage_Clock:
+		c.probes.clockUpdate(sess.probe, a.Clock)
+		return nil
+	case *owlv1.ProbeMessage_Colate:
+		err := c.colateVector(sess.probe, a.Colate)
+		return c.answer(sess, owlv1.Reject_KIND_COLATE, "", a.Colate.GetEpoch(), a.Colate.GetSeq(), err)
+	case *owlv1.ProbeMessage_Report:
+		r := a.Report
+		return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.report(sess.probe, r))
+	}
+	return status.Errorf(codes.InvalidArgument, "unexpected %T after Hello", m.GetMsg())
+}
+
+// answer tells the probe what became of a report or COLATE vector: an
+// acknowledgement once stored, or a rejection that can never be undone
+// (also acknowledged), or a refusal naming the owner in a cluster (not
+// acknowledged: the probe sends it there). A failure of the collector
+// ends the stream unacknowledged: the probe keeps the message and sends
+// it again.
+func (c *Collector) answer(sess *session, kind owlv1.Reject_Kind, path string, epoch int64, seq uint64, err error) error {
+	var no *notOwner
+	var rej *rejection
+	switch {
+	case errors.As(err, &no):
+		return sess.send(notOwnerReject(kind, path, no))
+	case errors.As(err, &rej):
+		c.log.Warn("probe message rejected", "probe", sess.probe, "kind", kind, "path", path, "epoch", epoch, "reason", rej.reason)
+		if err := sess.send(rejectMessage(kind, path, rej.reason)); err != nil {
+			return err
+		}
+	case err != nil:
+		c.log.Error("handling probe message", "probe", sess.probe, "kind", kind, "path", path, "epoch", epoch, "err", err)
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	ack := &owlv1.Ack{Seq: seq, Path: path, Epoch: epoch}
+	return sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Ack{Ack: ack}})
+}
+
+// rejectMessage tells a probe that something it sent can never be used.
+func rejectMessage(kind owlv1.Reject_Kind, path, reason string) *owlv1.CollectorMessage {
+	return &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Reject{Reject: &owlv1.Reject{Kind: kind, Path: path, Reason: reason}}}
+}
+
+// notOwnerReject tells a probe where a report or vector goes.
+func notOwnerReject(kind owlv1.Reject_Kind, path string, no *notOwner) *owlv1.CollectorMessage {
+	m := rejectMessage(kind, path, no.Error())
+	m.GetReject().Owner = no.owner.GRPC
+	return m
+}
+
+// sendPaths sends a probe's stream its path configuration as it is now.
+// The configuration is made and sent under the session's own lock, so
+// that of two sends racing (a new stream, a change of the cluster's
+// members), the newer configuration arrives last.
+func (c *Collector) sendPaths(sess *session) error {
+	sess.pathsMu.Lock()
+	defer sess.pathsMu.Unlock()
+	return sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: c.pathConfig(sess.probe)}})
+}
+
+// pathConfig is the configuration of a probe's paths: its role on each,
+// the RDA size to start with, and in a cluster which collector takes the
+// reports (the size comes from the owner only, whose late binding sets it).
+func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
+	pc := &owlv1.PathConfig{}
+	if c.cl != nil {
+		pc.ColateCollector = c.cl.Owner(colateKey).GRPC
+	}
+	for _, p := range c.pathList {
+		role := owlv1.Role_ROLE_UNSPECIFIED
+		switch id {
+		case p.Upstream:
+			role = owlv1.Role_ROLE_UPSTREAM
+		case p.Downstream:
+			role = owlv1.Role_ROLE_DOWNSTREAM
+		}
+		if role == owlv1.Role_ROLE_UNSPECIFIED {
+			continue
+		}
+		a := &owlv1.PathAssignment{Path: p.ToProto(), Role: role}
+		owner, self := c.owner(p.Name)
+		a.Collector = owner.GRPC
+		if self {
+			st := c.paths[p.Name]
+			st.mu.Lock()
+			a.RdaBuckets = uint32(st.rdaBuckets)
+			st.mu.Unlock()
+		}
+		pc.Paths = append(pc.Paths, a)
+	}
+	return pc
+}
+
+// report takes one epoch report of a probe. A nil error means the report is
+// stored (or was already used) and may be acknowledged. A *rejection means
+// it can never be used; a *notOwner that another collector takes it.
+// Other errors are failures of the collector.
+func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
+	c.probes.sawReport(probe)
+	ps, s, err := c.checkReport(probe, r)
+	if err != nil {
+		return err
+	}
+	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds())))
+	return c.pairSide(ps, s)
+}
+
+// checkReport checks that a report belongs here and can be used, and
+// decodes it.
+func (c *Collector) checkReport(probe string, r *owlv1.EpochReport) (*pathState, *side, error) {
+	ps := c.paths[r.GetPath()]
+	if ps == nil {
+		c.m.rejected.WithLabelValues("unknown_path").Inc()
+		return nil, nil, &rejection{fmt.Sprintf("path %q is not configured", r.GetPath())}
+	}
+	if owner, self := c.owner(r.GetPath()); !self {
+		c.m.rejected.WithLabelValues("not_owner").Inc()
+		return nil, nil, &notOwner{key: r.GetPath(), owner: owner}
+	}
+	want := ps.path.Upstream
+	if r.GetRole() == owlv1.Role_ROLE_DOWNSTREAM {
+		want = ps.path.Downstream
+	} else if r.GetRole() != owlv1.Role_ROLE_UPSTREAM {
+		c.m.rejected.WithLabelValues("bad_role").Inc()
+		return nil, nil, &rejection{fmt.Sprintf("path %q: report without a role", r.GetPath())}
+	}
+	if probe != want {
+		c.m.rejected.WithLabelValues("bad_role").Inc()
+		return nil, nil, &rejection{fmt.Sprintf("path %q: %s is not its %s", r.GetPath(), probe, roleName(r.GetRole()))}
+	}
+	s, err := decodeSide(store.Pending{Probe: probe, Received: c.now(), Report: r})
+	if err != nil {
+		c.m.rejected.WithLabelValues("malformed").Inc()
+		return nil, nil, &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
+	}
+	if err := c.compatible(s); err != nil {
+		c.m.rejected.WithLabelValues("mismatch").Inc()
+		c.m.mismatch.WithLabelValues(probe).Inc()
+		return nil, nil, &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
+	}
+	return ps, s, nil
+}
+
+// compatible checks a side's synopses against the deployment's parameters.
+func (c *Collector) compatible(s *side) error {
+	err := c.cfg.Params.LDA.Compatible(s.lda.Config())
+	if err == nil && s.rda != nil {
+		err = params.SameRDAHashing(c.cfg.Params.RDA, s.rda.Config())
+	}
+	if err == nil && s.lds != nil {
+		err = c.cfg.Params.LDS.Compatible(s.lds.Config())
+	}
+	if n := len(s.Report.GetTopFlows()); err == nil && n > maxTopFlows {
+		err = fmt.Errorf("%d top flows exceed %d", n, maxTopFlows)
+	}
+	return err
+}
+
+func roleName(r owlv1.Role) string {
+	if r == owlv1.Role_ROLE_DOWNSTREAM {
+		return "downstream"
+	}
+	return "upstream"
+}

@@ -1,0 +1,354 @@
+package collector
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/store"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
+)
+
+// pathState is the pairing table of one path: the epochs whose sides are
+// coming in, the queue of its epoch worker, and what reconciliation keeps
+// between epochs. Whoever holds mu decides; store writes and stream sends
+// happen after it is released.
+type pathState struct {
+	path netpath.Path
+	wake chan struct{} // signals the path's worker
+
+	mu         sync.Mutex // guards every field below
+	pending    map[int64]*pairing
+	queue      []int64 // epochs with both sides in, for the worker
+	boundaries map[int64]*boundary
+	recentDiff []int // set difference sizes of recent epochs
+	rdaBuckets int   // RDA size the probes were told to use
+	newest     int64 // newest epoch reconciled
+	seen       bool  // newest is set
+}
+
+// pairing is one epoch of a path whose sides have not both been combined.
+type pairing struct {
+	up, down *side
+	first    time.Time
+	timedOut bool // a missing-side result was written
+	// timingOut is set while the missing-side result is being written:
+	// a side that comes meanwhile is queued once that write is done, so
+	// that the complete result is stored last.
+	timingOut bool
+	// In a cluster, at the pair timeout the owner first asks the other
+	// members for the missing side (handOver): asking while it runs,
+	// asked once it is done.
+	asking, asked bool
+}
+
+// side is one probe's report of an epoch, decoded.
+type side struct {
+	store.Pending
+	lda *lda.LDA
+	rda *rda.RDA // nil when the report has none
+	lds *lds.LDS // nil when the report has none
+}
+
+func newPathState(p netpath.Path, rdaBuckets int) *pathState {
+	return &pathState{path: p, pending: map[int64]*pairing{}, wake: make(chan struct{}, 1),
+		boundaries: map[int64]*boundary{}, rdaBuckets: rdaBuckets}
+}
+
+// decodeSide decodes a report's synopses.
+func decodeSide(p store.Pending) (*side, error) {
+	l, err := lda.Decode(p.Report.GetLda())
+	if err != nil {
+		return nil, err
+	}
+	s := &side{Pending: p, lda: l}
+	if b := p.Report.GetRda(); len(b) > 0 {
+		if s.rda, err = rda.Decode(b); err != nil {
+			return nil, err
+		}
+	}
+	if b := p.Report.GetLds(); len(b) > 0 {
+		if s.lds, err = lds.Decode(b); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func isUpstream(s *side) bool { return s.Report.GetRole() == owlv1.Role_ROLE_UPSTREAM }
+
+// pairingFor returns the epoch's pairing, made if needed. ps.mu is held.
+func (ps *pathState) pairingFor(epoch int64, at time.Time) *pairing {
+	pr := ps.pending[epoch]
+	if pr == nil {
+		pr = &pairing{first: at}
+		ps.pending[epoch] = pr
+	}
+	return pr
+}
+
+// has says whether the pairing holds a side of the role of s.
+func (pr *pairing) has(s *side) bool {
+	if pr == nil {
+		return false
+	}
+	if isUpstream(s) {
+		return pr.up != nil
+	}
+	return pr.down != nil
+}
+
+func (pr *pairing) set(s *side) {
+	if isUpstream(s) {
+		pr.up = s
+	} else {
+		pr.down = s
+	}
+}
+
+func (pr *pairing) complete() bool { return pr.up != nil && pr.down != nil }
+
+// enqueue schedules an epoch of a path whose two sides are in. ps.mu is held.
+func (ps *pathState) enqueue(epoch int64) {
+	ps.queue = append(ps.queue, epoch)
+	select {
+	case ps.wake <- struct{}{}:
+	default:
+	}
+}
+
+// place puts a side into the table, queueing the epoch when both are in.
+// It reports false when that side is there already (a copy).
+func (ps *pathState) place(s *side) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	pr := ps.pairingFor(s.Report.GetEpoch(), s.Received)
+	if pr.has(s) {
+		return false
+	}
+	pr.set(s)
+	if pr.complete() && !pr.timingOut {
+		ps.enqueue(s.Report.GetEpoch())
+	}
+	return true
+}
+
+// pairSide stores a checked report and puts it into its path's table. A
+// report whose side is in already, or whose epoch was combined already
+// (sent again after a reconnect), is counted and dropped.
+func (c *Collector) pairSide(ps *pathState, s *side) error {
+	path, epoch := ps.path.Name, s.Report.GetEpoch()
+	ps.mu.Lock()
+	pr := ps.pending[epoch]
+	dup, known := pr.has(s), pr != nil
+	ps.mu.Unlock()
+	if dup {
+		c.m.dupReports.Inc()
+		return nil
+	}
+	if !known {
+		res, err := c.store.Result(path, epoch)
+		if err != nil {
+			return err
+		}
+		if res != nil && !missingSide(res) {
+			c.m.dupReports.Inc()
+			c.probes.release(s.Probe, path, epoch)
+			return nil
+		}
+	}
+	if err := c.store.PutPending(s.Pending); err != nil {
+		return fmt.Errorf("storing report: %w", err)
+	}
+	if !ps.place(s) {
+		c.m.dupReports.Inc() // a copy came in meanwhile
+	}
+	return nil
+}
+
+// restore reloads the reports still waiting for their other side.
+func (c *Collector) restore() error {
+	pend, bad, err := c.store.AllPending()
+	if err != nil {
+		return fmt.Errorf("loading pending reports: %w", err)
+	}
+	for _, e := range bad {
+		c.log.Error("dropping unreadable pending report", "err", e)
+	}
+	n := 0
+	for _, p := range pend {
+		ps := c.paths[p.Report.GetPath()]
+		if ps == nil {
+			c.log.Warn("dropping pending report of a path no longer configured", "path", p.Report.GetPath())
+			_ = c.store.DeletePending(p.Report.GetPath(), p.Report.GetEpoch())
+			continue
+		}
+		s, err := decodeSide(p)
+		if err != nil {
+			continue // it was checked when it came
+		}
+		ps.pairingFor(p.Report.GetEpoch(), p.Received).set(s)
+		n++
+	}
+	if n > 0 {
+		c.log.Info("restored pending reports", "reports", n)
+	}
+	// Pairs whose both sides were stored but not yet combined.
+	for _, ps := range c.paths {
+		var ready []int64
+		for e, pr := range ps.pending {
+			if pr.complete() {
+				ready = append(ready, e)
+			}
+		}
+		slices.Sort(ready)
+		for _, e := range ready {
+			ps.enqueue(e)
+		}
+	}
+	return nil
+}
+
+// sweepPlan is what a sweep of one path decided under its lock.
+type sweepPlan struct {
+	timeOut []int64      // epochs to write a missing-side result for
+	drop    []int64      // lone epochs to forget
+	ask     []handOverAt // epochs whose missing side to ask the cluster for
+}
+
+type handOverAt struct {
+	epoch int64
+	role  owlv1.Role
+}
+
+// sweep writes missing-side results for epochs whose other side did not come
+// within PairTimeout, and forgets lone reports after PairRetention.
+func (c *Collector) sweep() {
+	now := c.now()
+	for _, ps := range c.paths {
+		plan := c.planSweep(ps, now)
+		for _, e := range plan.timeOut {
+			c.timeOut(ps, e)
+		}
+		for _, e := range plan.drop {
+			if err := c.store.DeletePending(ps.path.Name, e); err != nil {
+				c.log.Error("dropping lone report", "path", ps.path.Name, "epoch", e, "err", err)
+			}
+		}
+		for _, a := range plan.ask {
+			go c.handOver(ps, a.epoch, a.role)
+		}
+	}
+}
+
+// planSweep decides, under the path's lock, what a sweep does to it.
+func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
+	var plan sweepPlan
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for e, pr := range ps.pending {
+		age := now.Sub(pr.first)
+		if pr.complete() || pr.timingOut {
+			continue // the worker has it, or a sweep does
+		}
+		if age >= c.cfg.PairTimeout && c.cl != nil && !pr.asked {
+			if !pr.asking {
+				pr.asking = true
+				role := owlv1.Role_ROLE_UPSTREAM
+				if pr.up != nil {
+					role = owlv1.Role_ROLE_DOWNSTREAM
+				}
+				plan.ask = append(plan.ask, handOverAt{e, role})
+			}
+			continue
+		}
+		if !pr.timedOut && age >= c.cfg.PairTimeout {
+			pr.timingOut = true
+			plan.timeOut = append(plan.timeOut, e)
+		}
+		if pr.timedOut && age >= c.cfg.PairTimeout+c.cfg.PairRetention {
+			delete(ps.pending, e)
+			plan.drop = append(plan.drop, e)
+		}
+	}
+	// Boundary matching waits for the next epoch only so long.
+	for _, b := range ps.boundaries {
+		if !b.settled && now.Sub(b.at) >= c.cfg.PairTimeout {
+			b.settled = true
+			c.m.settled(b.res)
+		}
+	}
+	return plan
+}
+
+// timeOut writes the missing-side result of an epoch, publishes it and
+// releases the side that came. A side that came meanwhile is queued now.
+func (c *Collector) timeOut(ps *pathState, epoch int64) {
+	ps.mu.Lock()
+	pr := ps.pending[epoch]
+	up, down := pr.up, pr.down
+	ps.mu.Unlock()
+	res := c.missingResult(ps.path.Name, epoch, up, down)
+	err := c.store.PutResult(res, false)
+	ps.mu.Lock()
+	pr.timingOut = false
+	pr.timedOut = err == nil
+	if pr.complete() {
+		ps.enqueue(epoch)
+	}
+	ps.mu.Unlock()
+	if err != nil {
+		c.log.Error("storing missing-side result", "path", ps.path.Name, "epoch", epoch, "err", err)
+		return
+	}
+	c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", epoch, "status", res.Status)
+	c.publish(res, nil)
+	for _, s := range []*side{up, down} {
+		if s != nil {
+			c.probes.release(s.Probe, ps.path.Name, epoch)
+		}
+	}
+}
+
+// takePending gives away the lone side of a path's epoch to the member
+// that asks: it holds the other side, so the two make a pair there. (The
+// asker thinks it owns the path; this one may not agree yet, just after a
+// change of members.) A side is kept while this collector is itself
+// asking for the epoch's other side, so that two members never swap
+// their sides.
+func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owlv1.TakePendingResponse, error) {
+	ps := c.paths[path]
+	if ps == nil {
+		return nil, fmt.Errorf("path %q is not configured", path)
+	}
+	ps.mu.Lock()
+	pr := ps.pending[epoch]
+	if pr == nil || pr.complete() || pr.asking || pr.timingOut {
+		ps.mu.Unlock()
+		return &owlv1.TakePendingResponse{}, nil // none, paired here, or busy
+	}
+	s := pr.up
+	if role == owlv1.Role_ROLE_DOWNSTREAM {
+		s = pr.down
+	}
+	if s == nil {
+		ps.mu.Unlock()
+		return &owlv1.TakePendingResponse{}, nil
+	}
+	delete(ps.pending, epoch)
+	ps.mu.Unlock()
+	if err := c.store.DeletePending(path, epoch); err != nil {
+		ps.mu.Lock()
+		if ps.pending[epoch] == nil {
+			ps.pending[epoch] = pr // still here to hand over later
+		}
+		ps.mu.Unlock()
+		return nil, fmt.Errorf("forgetting the side handed over: %w", err)
+	}
+	return &owlv1.TakePendingResponse{Probe: s.Probe, Report: s.Report}, nil
+}

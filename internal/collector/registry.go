@@ -1,0 +1,234 @@
+package collector
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/params"
+)
+
+// registry is what the collector knows of the probes and their open
+// streams. Its methods are safe for concurrent use; none sends on a
+// stream or touches the store while holding its lock.
+type registry struct {
+	params params.Params
+	m      *metrics
+	log    *slog.Logger
+	now    func() time.Time
+
+	probesMu sync.Mutex // guards probes, sessions and joined
+	probes   map[string]*probeState
+	sessions map[string][]*session // the open streams of each probe, oldest first
+	joined   chan struct{}         // closed (and replaced) when a probe opens a stream
+}
+
+// probeState is what the collector knows of a probe.
+type probeState struct {
+	id        string
+	version   string
+	addr      string
+	connected int // open streams
+	lastSeen  time.Time
+	err       string
+	clock     *owlv1.ClockStatus
+	reports   uint64
+}
+
+func newRegistry(p params.Params, m *metrics, log *slog.Logger, now func() time.Time) *registry {
+	return &registry{params: p, m: m, log: log, now: now,
+		probes: map[string]*probeState{}, sessions: map[string][]*session{}, joined: make(chan struct{})}
+}
+
+// rejection is an error a probe is told about; the report is acknowledged
+// (it can never be used) and counted.
+type rejection struct{ reason string }
+
+func (r *rejection) Error() string { return r.reason }
+
+// hello registers a probe stream, or rejects it when its parameters differ
+// from the deployment's. The caller then sends the probe its paths and
+// adds the session (addSession).
+func (r *registry) hello(h *owlv1.Hello, addr string) error {
+	id := h.GetProbeId()
+	if !netpath.ValidName(id) {
+		return &rejection{fmt.Sprintf("probe id %q: use 1–128 letters, digits or ._:-", id)}
+	}
+	p, err := params.FromProto(h.GetParams())
+	if err == nil {
+		err = r.params.Compatible(p)
+	}
+	r.probesMu.Lock()
+	ps := r.probes[id]
+	if ps == nil {
+		ps = &probeState{id: id}
+		r.probes[id] = ps
+	}
+	ps.version, ps.addr, ps.lastSeen, ps.clock = h.GetVersion(), addr, r.now(), h.GetClock()
+	if err != nil {
+		ps.err = fmt.Sprintf("parameters rejected: %v", err)
+	} else {
+		ps.err = ""
+		ps.connected++
+	}
+	connected, reason := ps.connected, ps.err
+	r.probesMu.Unlock()
+
+	if h.GetClock() != nil {
+		r.m.probeClock(id, h.GetClock())
+	}
+	if err != nil {
+		r.m.mismatch.WithLabelValues(id).Inc()
+		r.log.Error("rejecting probe: its parameters differ from the collector's", "probe", id, "addr", addr, "err", err)
+		return &rejection{reason}
+	}
+	r.m.probesConnected.WithLabelValues(id).Set(float64(connected))
+	r.log.Info("probe connected", "probe", id, "addr", addr, "version", h.GetVersion())
+	return nil
+}
+
+// addSession makes a probe's stream the one requests go to. It is added
+// once the stream has its path configuration: a probe takes nothing else
+// first.
+func (r *registry) addSession(sess *session) {
+	r.probesMu.Lock()
+	n := len(r.sessions[sess.probe])
+	r.sessions[sess.probe] = append(r.sessions[sess.probe], sess)
+	close(r.joined)
+	r.joined = make(chan struct{})
+	r.probesMu.Unlock()
+	if n > 0 {
+		// In a cluster a probe opens one stream to each collector it
+		// sends to, which may name this one twice; alone, an old
+		// stream not yet timed out. Requests go to the newest.
+		r.log.Info("probe opened another stream; using the newest for requests", "probe", sess.probe, "streams", n+1)
+	}
+}
+
+// goodbye marks the end of a probe's stream.
+func (r *registry) goodbye(sess *session) {
+	id := sess.probe
+	r.probesMu.Lock()
+	r.sessions[id] = slices.DeleteFunc(r.sessions[id], func(s *session) bool { return s == sess })
+	if len(r.sessions[id]) == 0 {
+		delete(r.sessions, id)
+	}
+	ps := r.probes[id]
+	connected := -1
+	if ps != nil && ps.connected > 0 {
+		ps.connected--
+		ps.lastSeen = r.now()
+		connected = ps.connected
+	}
+	r.probesMu.Unlock()
+	if connected >= 0 {
+		r.m.probesConnected.WithLabelValues(id).Set(float64(connected))
+		r.log.Info("probe disconnected", "probe", id)
+	}
+}
+
+// clockUpdate takes a probe's current clock status.
+func (r *registry) clockUpdate(probe string, st *owlv1.ClockStatus) {
+	r.probesMu.Lock()
+	if ps := r.probes[probe]; ps != nil {
+		ps.clock, ps.lastSeen = st, r.now()
+	}
+	r.probesMu.Unlock()
+	r.m.probeClock(probe, st)
+}
+
+// sawReport counts a report of a probe.
+func (r *registry) sawReport(probe string) {
+	r.probesMu.Lock()
+	if ps := r.probes[probe]; ps != nil {
+		ps.lastSeen = r.now()
+		ps.reports++
+	}
+	r.probesMu.Unlock()
+	r.m.reports.WithLabelValues(probe).Inc()
+}
+
+// session returns a probe's newest open session, or nil.
+func (r *registry) session(probe string) *session {
+	r.probesMu.Lock()
+	defer r.probesMu.Unlock()
+	if ss := r.sessions[probe]; len(ss) > 0 {
+		return ss[len(ss)-1]
+	}
+	return nil
+}
+
+// waitSession returns a probe's newest open session, waiting up to timeout
+// for the probe to connect: after a restart of the collector, reports
+// stored before it and a report of the other probe pair as soon as that
+// one is back, before the first has reconnected.
+func (r *registry) waitSession(ctx context.Context, probe string, timeout time.Duration) *session {
+	var expired <-chan time.Time
+	for {
+		r.probesMu.Lock()
+		ss, joined := r.sessions[probe], r.joined
+		r.probesMu.Unlock()
+		if len(ss) > 0 {
+			return ss[len(ss)-1]
+		}
+		if expired == nil {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-joined:
+		case <-expired:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// allSessions lists every open stream.
+func (r *registry) allSessions() []*session {
+	r.probesMu.Lock()
+	defer r.probesMu.Unlock()
+	var all []*session
+	for _, ss := range r.sessions {
+		all = append(all, ss...)
+	}
+	return all
+}
+
+// release tells a probe it may drop epochs of a path.
+func (r *registry) release(probe, path string, epochs ...int64) {
+	s := r.session(probe)
+	if s == nil || len(epochs) == 0 {
+		return
+	}
+	m := &owlv1.Release{}
+	for _, e := range epochs {
+		m.Epochs = append(m.Epochs, &owlv1.EpochRef{Path: path, Epoch: e})
+	}
+	_ = s.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Release{Release: m}})
+}
+
+// infos lists the probes, sorted by id.
+func (r *registry) infos() []*owlv1.ProbeInfo {
+	r.probesMu.Lock()
+	defer r.probesMu.Unlock()
+	out := make([]*owlv1.ProbeInfo, 0, len(r.probes))
+	for _, ps := range r.probes {
+		out = append(out, &owlv1.ProbeInfo{
+			ProbeId: ps.id, Connected: ps.connected > 0, Version: ps.version, Address: ps.addr,
+			LastSeen: timestamppb.New(ps.lastSeen), Error: ps.err, Clock: ps.clock, Reports: ps.reports,
+		})
+	}
+	slices.SortFunc(out, func(a, b *owlv1.ProbeInfo) int { return cmp.Compare(a.ProbeId, b.ProbeId) })
+	return out
+}

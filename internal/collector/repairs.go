@@ -1,0 +1,120 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/reconcile"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
+)
+
+// sessionRepairs answers reconcile.Repairs for one epoch of a path by
+// asking its two probes over their streams. It waits up to the pair
+// timeout for a probe that is not connected, and counts the bytes
+// exchanged.
+type sessionRepairs struct {
+	c         *Collector
+	ps        *pathState
+	epoch     int64
+	exchanged atomic.Uint64 // bytes, from the two sides' goroutines
+}
+
+var _ reconcile.Repairs = (*sessionRepairs)(nil)
+
+func (r *sessionRepairs) probe(s reconcile.Side) string {
+	if s == reconcile.Downstream {
+		return r.ps.path.Downstream
+	}
+	return r.ps.path.Upstream
+}
+
+func (r *sessionRepairs) session(ctx context.Context, s reconcile.Side) (*session, error) {
+	probe := r.probe(s)
+	sess := r.c.probes.waitSession(ctx, probe, r.c.cfg.PairTimeout)
+	if sess == nil {
+		return nil, fmt.Errorf("%s is not connected", probe)
+	}
+	return sess, nil
+}
+
+func (r *sessionRepairs) count(n int) {
+	r.exchanged.Add(uint64(n))
+	r.c.m.exchanged.WithLabelValues(r.ps.path.Name).Add(float64(n))
+}
+
+// Rebuild asks the side's probe for the epoch's RDA at buckets.
+func (r *sessionRepairs) Rebuild(ctx context.Context, s reconcile.Side, buckets int) (*rda.RDA, error) {
+	sess, err := r.session(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	b, err := sess.rebuild(ctx, r.ps.path.Name, r.epoch, buckets)
+	if err != nil {
+		return nil, err
+	}
+	r.count(len(b))
+	out, err := rda.Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("rebuilt RDA from %s: %w", sess.probe, err)
+	}
+	if err := params.SameRDAHashing(r.c.cfg.Params.RDA, out.Config()); err != nil {
+		return nil, fmt.Errorf("rebuilt RDA from %s: %w", sess.probe, err)
+	}
+	return out, nil
+}
+
+// Fetch asks the side's probe for the entries of ids.
+func (r *sessionRepairs) Fetch(ctx context.Context, s reconcile.Side, ids []uint64) (map[uint64][]reconcile.Entry, error) {
+	return r.fetch(ctx, s, &owlv1.FetchRequest{Path: r.ps.path.Name, Epoch: r.epoch, PacketIds: ids})
+}
+
+// Repeated asks the side's probe for the entries of the IDs it saw more
+// than once.
+func (r *sessionRepairs) Repeated(ctx context.Context, s reconcile.Side) (map[uint64][]reconcile.Entry, error) {
+	return r.fetch(ctx, s, &owlv1.FetchRequest{Path: r.ps.path.Name, Epoch: r.epoch, Repeated: true})
+}
+
+func (r *sessionRepairs) fetch(ctx context.Context, s reconcile.Side, req *owlv1.FetchRequest) (map[uint64][]reconcile.Entry, error) {
+	sess, err := r.session(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	out, size, err := sess.fetch(ctx, req)
+	r.count(size)
+	return out, err
+}
+
+// noteSetDifference remembers the set difference of a path's epoch and, when
+// the RDA size the probes use no longer fits, tells them a new one.
+func (c *Collector) noteSetDifference(ps *pathState, d reconcile.Difference) {
+	size := d.Size()
+	for _, r := range d.Residual {
+		size += 2 * len(r) // at least two undecoded packets per residual bucket
+	}
+	ps.mu.Lock()
+	ps.recentDiff = append(ps.recentDiff, size)
+	if len(ps.recentDiff) > 8 {
+		ps.recentDiff = ps.recentDiff[1:]
+	}
+	want := reconcile.Size(slices.Max(ps.recentDiff), c.cfg.RDA.MinBuckets, c.cfg.RDA.MaxBuckets)
+	cur := ps.rdaBuckets
+	change := want > cur || want < cur/4
+	if change {
+		ps.rdaBuckets = want
+	}
+	ps.mu.Unlock()
+	if !change {
+		return
+	}
+	c.log.Info("resizing RDA", "path", ps.path.Name, "buckets", want, "was", cur)
+	msg := &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_RdaSize{RdaSize: &owlv1.RDASize{Path: ps.path.Name, Buckets: uint32(want)}}}
+	for _, probe := range []string{ps.path.Upstream, ps.path.Downstream} {
+		if s := c.probes.session(probe); s != nil {
+			_ = s.send(msg)
+		}
+	}
+}
