@@ -21,7 +21,6 @@ type FlowSide struct {
 	RAP map[int64]*rap.Table[capture.FlowKey]
 }
 
-
 // BuildFlows decodes frames and folds them into one LDS and one RAP table
 // (of rapSize counters) per epoch.
 func BuildFlows(link layers.LinkType, frames []sim.Frame, id capture.IdentityConfig, ep epoch.Config, cfg lds.Config, rapSize int) (*FlowSide, error) {

@@ -221,7 +221,6 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	}
 }
 
-
 // flush closes every open epoch (end of a capture file).
 func (pl *pipeline) flush() { pl.window.Flush() }
 
