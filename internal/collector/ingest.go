@@ -23,7 +23,9 @@ type probeService struct {
 }
 
 // Connect handles one probe stream: Hello, then reports, each acknowledged
-// once stored. Reports are handled in order on the stream's goroutine.
+// once stored. Messages are received and handled in order on a goroutine
+// of the stream's; the handler's own goroutine sends what is queued for
+// the probe (session.pump).
 func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	c := s.c
 	first, err := stream.Recv()
@@ -53,15 +55,20 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	if err := c.openSession(sess); err != nil {
 		return err
 	}
-	for {
-		m, err := stream.Recv()
-		if err != nil {
-			return err
+	received := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err == nil {
+				err = c.handle(sess, m)
+			}
+			if err != nil {
+				received <- err
+				return
+			}
 		}
-		if err := c.handle(sess, m); err != nil {
-			return err
-		}
-	}
+	}()
+	return sess.pump(received)
 }
 
 // openSession sends a new stream its path configuration and makes it the

@@ -26,67 +26,67 @@ type Addrs struct {
 	Gossip string `json:"gossip,omitempty"` // in a cluster
 }
 
-// Run serves gRPC and HTTP until ctx ends, then shuts down in order: stop
-// taking new streams, let open calls finish (bounded), stop HTTP, close the
-// store.
+// listeners are the collector's bound sockets.
+type listeners struct {
+	grpc, http net.Listener // http is nil without an HTTP address
+	addrs      Addrs
+}
+
+func (l listeners) close() {
+	l.grpc.Close()
+	if l.http != nil {
+		l.http.Close()
+	}
+}
+
+// listen binds the gRPC and HTTP addresses.
+func (c *Collector) listen() (listeners, error) {
+	var l listeners
+	var err error
+	if l.grpc, err = net.Listen("tcp", c.cfg.GRPCListen); err != nil {
+		return l, fmt.Errorf("gRPC listener: %w", err)
+	}
+	l.addrs.GRPC = l.grpc.Addr().String()
+	if c.cfg.HTTPListen != "" {
+		if l.http, err = net.Listen("tcp", c.cfg.HTTPListen); err != nil {
+			l.grpc.Close()
+			return l, fmt.Errorf("HTTP listener: %w", err)
+		}
+		l.addrs.HTTP = l.http.Addr().String()
+	}
+	return l, nil
+}
+
+// Run serves gRPC and HTTP until ctx ends, then shuts down in order: leave
+// the cluster, stop taking new streams, let open calls finish (bounded),
+// stop HTTP, close the store.
 func (c *Collector) Run(ctx context.Context) error {
 	defer c.Close()
-	gl, err := net.Listen("tcp", c.cfg.GRPCListen)
+	l, err := c.listen()
 	if err != nil {
-		return fmt.Errorf("gRPC listener: %w", err)
+		return err
 	}
-	addrs := Addrs{GRPC: gl.Addr().String()}
-	var hl net.Listener
-	if c.cfg.HTTPListen != "" {
-		if hl, err = net.Listen("tcp", c.cfg.HTTPListen); err != nil {
-			gl.Close()
-			return fmt.Errorf("HTTP listener: %w", err)
-		}
-		addrs.HTTP = hl.Addr().String()
-	}
-
 	if c.cfg.Cluster.Enabled() {
-		if err := c.startCluster(ctx, addrs.GRPC); err != nil {
-			gl.Close()
-			if hl != nil {
-				hl.Close()
-			}
+		if err := c.startCluster(ctx, l.addrs.GRPC); err != nil {
+			l.close()
 			return err
 		}
-		addrs.Gossip = c.cl.Gossip()
+		l.addrs.Gossip = c.cl.Gossip()
 		defer c.closePeers()
 	}
-
-	gs := grpc.NewServer(
-		grpc.MaxRecvMsgSize(c.cfg.MaxMessageBytes),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
-	owlv1.RegisterProbeServiceServer(gs, probeService{c: c})
-	owlv1.RegisterQueryServiceServer(gs, queryService{c: c})
-	owlv1.RegisterClusterServiceServer(gs, clusterService{c: c})
-	reflection.Register(gs)
-
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(c.m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := c.store.Ping(); err != nil {
-			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	gs := c.grpcServer()
+	hs := &http.Server{Handler: c.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := gs.Serve(gl); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := gs.Serve(l.grpc); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("gRPC server: %w", err)
 		}
 		return nil
 	})
-	if hl != nil {
+	if l.http != nil {
 		g.Go(func() error {
-			if err := hs.Serve(hl); !errors.Is(err, http.ErrServerClosed) {
+			if err := hs.Serve(l.http); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("HTTP server: %w", err)
 			}
 			return nil
@@ -99,57 +99,103 @@ func (c *Collector) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
-		t := time.NewTicker(min(time.Second, c.cfg.PairTimeout/4))
-		defer t.Stop()
-		lastPrune := time.Now()
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-t.C:
-				c.sweep()
-				if time.Since(lastPrune) > time.Minute {
-					c.pruneFlows()
-					lastPrune = time.Now()
-				}
-			}
-		}
+		c.sweepLoop(gctx)
+		return nil
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		c.log.Info("shutting down")
-		if c.cl != nil {
-			// Leave first, so that the others take over the paths.
-			if err := c.cl.Leave(2 * time.Second); err != nil {
-				c.log.Warn("leaving the cluster", "err", err)
-			}
-			c.pathsGen.Add(1)
-			c.resendPaths()
-		}
-		done := make(chan struct{})
-		go func() { gs.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			gs.Stop()
-			<-done
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
+		c.shutdown(gs, hs)
 		return nil
 	})
-	c.log.Info("collector listening", "grpc", addrs.GRPC, "http", addrs.HTTP, "gossip", addrs.Gossip, "paths", len(c.pathList), "data_dir", c.cfg.DataDir)
-	if c.cfg.ReadyFile != "" {
-		b, _ := json.Marshal(addrs)
-		tmp := c.cfg.ReadyFile + ".tmp"
-		err := os.WriteFile(tmp, b, 0o644)
-		if err == nil {
-			err = os.Rename(tmp, c.cfg.ReadyFile)
+	c.log.Info("collector listening", "grpc", l.addrs.GRPC, "http", l.addrs.HTTP, "gossip", l.addrs.Gossip, "paths", len(c.pathList), "data_dir", c.cfg.DataDir)
+	c.writeReadyFile(l.addrs)
+	return g.Wait()
+}
+
+// grpcServer is the gRPC server with every service and reflection.
+func (c *Collector) grpcServer() *grpc.Server {
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(c.cfg.MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	owlv1.RegisterProbeServiceServer(gs, probeService{c: c})
+	owlv1.RegisterQueryServiceServer(gs, queryService{c: c})
+	owlv1.RegisterClusterServiceServer(gs, clusterService{c: c})
+	reflection.Register(gs)
+	return gs
+}
+
+// httpHandler serves /metrics and /healthz.
+func (c *Collector) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(c.m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := c.store.Ping(); err != nil {
+			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
+			return
 		}
-		if err != nil {
-			c.log.Error("writing ready file", "err", err)
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// sweepLoop sweeps the pairing tables and prunes per-flow data until ctx
+// ends.
+func (c *Collector) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(min(time.Second, c.cfg.PairTimeout/4))
+	defer t.Stop()
+	lastPrune := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.sweep()
+			if time.Since(lastPrune) > time.Minute {
+				c.pruneFlows()
+				lastPrune = time.Now()
+			}
 		}
 	}
-	return g.Wait()
+}
+
+// shutdown leaves the cluster first, so that the others take over the
+// paths, then stops gRPC (gracefully, bounded) and HTTP.
+func (c *Collector) shutdown(gs *grpc.Server, hs *http.Server) {
+	c.log.Info("shutting down")
+	if c.cl != nil {
+		if err := c.cl.Leave(2 * time.Second); err != nil {
+			c.log.Warn("leaving the cluster", "err", err)
+		}
+		c.pathsGen.Add(1)
+		c.resendPaths()
+	}
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+		<-done
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+}
+
+// writeReadyFile writes the bound addresses where the configuration asks
+// (atomically: a reader sees the whole file or none).
+func (c *Collector) writeReadyFile(addrs Addrs) {
+	if c.cfg.ReadyFile == "" {
+		return
+	}
+	b, _ := json.Marshal(addrs)
+	tmp := c.cfg.ReadyFile + ".tmp"
+	err := os.WriteFile(tmp, b, 0o644)
+	if err == nil {
+		err = os.Rename(tmp, c.cfg.ReadyFile)
+	}
+	if err != nil {
+		c.log.Error("writing ready file", "err", err)
+	}
 }

@@ -7,21 +7,33 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/reconcile"
 )
 
+// outboxSize bounds the messages waiting to go out on one stream. A probe
+// that falls that far behind in reading is cut off: it reconnects and
+// sends again what was not acknowledged.
+const outboxSize = 4096
+
 // session is a probe's open Connect stream. The collector sends on it from
 // several goroutines (acknowledgements, requests of path workers, size
-// hints), so sends are serialised; answers to requests come back through
-// the stream's receive loop and are handed to the waiting caller.
+// hints, releases): send queues a message without ever blocking, and the
+// stream's handler goroutine sends the queue in order (pump). Answers to
+// requests come back through the stream's receive loop and are handed to
+// the waiting caller.
 type session struct {
-	probe  string
-	stream owlv1.ProbeService_ConnectServer
-	done   chan struct{} // closed when the stream ends
+	probe   string
+	stream  owlv1.ProbeService_ConnectServer
+	out     chan *owlv1.CollectorMessage
+	done    chan struct{} // closed when the stream ends
+	cut     chan struct{} // closed when the outbox overflowed
+	cutOnce sync.Once
 
-	sendMu  sync.Mutex
-	pathsMu sync.Mutex // held while a path configuration is made and sent
+	pathsMu sync.Mutex // held while a path configuration is made and queued
 
 	waitingMu sync.Mutex // guards waiting
 	waiting   map[uint64]chan *owlv1.ProbeMessage
@@ -32,14 +44,47 @@ var requestIDs atomic.Uint64
 // ErrProbeGone says a probe's stream ended before it answered.
 var ErrProbeGone = errors.New("probe disconnected")
 
+// errSlowProbe says a probe did not read its stream and was cut off.
+var errSlowProbe = errors.New("probe does not read its stream")
+
 func newSession(probe string, stream owlv1.ProbeService_ConnectServer) *session {
-	return &session{probe: probe, stream: stream, done: make(chan struct{}), waiting: map[uint64]chan *owlv1.ProbeMessage{}}
+	return &session{probe: probe, stream: stream, out: make(chan *owlv1.CollectorMessage, outboxSize),
+		done: make(chan struct{}), cut: make(chan struct{}), waiting: map[uint64]chan *owlv1.ProbeMessage{}}
 }
 
+// send queues a message for the probe. It never blocks: with the outbox
+// full, the session is cut off and send fails.
 func (s *session) send(m *owlv1.CollectorMessage) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	return s.stream.Send(m)
+	select {
+	case <-s.done:
+		return fmt.Errorf("sending to %s: %w", s.probe, ErrProbeGone)
+	default:
+	}
+	select {
+	case s.out <- m:
+		return nil
+	default:
+		s.cutOnce.Do(func() { close(s.cut) })
+		return fmt.Errorf("sending to %s: %w", s.probe, errSlowProbe)
+	}
+}
+
+// pump sends the queued messages until receiving ends (its error comes on
+// received), a send fails, or the probe is cut off. It runs on the
+// stream's handler goroutine, the only one that sends on the stream.
+func (s *session) pump(received <-chan error) error {
+	for {
+		select {
+		case m := <-s.out:
+			if err := s.stream.Send(m); err != nil {
+				return err
+			}
+		case err := <-received:
+			return err
+		case <-s.cut:
+			return status.Errorf(codes.ResourceExhausted, "%v: %d messages waiting; reconnect", errSlowProbe, outboxSize)
+		}
+	}
 }
 
 // call sends a request and waits for its answer.
