@@ -114,21 +114,31 @@ type Summary struct {
 
 // Summarize averages the errors of the rows that have an estimate.
 func Summarize(rows []LDARow) Summary {
+	return summarize(len(rows), func(i int) (bool, float64, float64, float64, float64) {
+		r := rows[i]
+		return r.Err == nil, r.MeanRelErr(), r.StddevRelErr(), float64(r.Est.Samples), float64(r.Truth.SameEpoch)
+	})
+}
+
+// summarize condenses n rows; row says of the i-th whether it has an
+// estimate, its mean and standard deviation errors, its samples and the
+// packets delivered within its epoch.
+func summarize(n int, row func(i int) (ok bool, meanErr, stdErr, samples, delivered float64)) Summary {
 	var s Summary
 	var samples, delivered float64
-	for _, r := range rows {
+	for i := range n {
 		s.Epochs++
-		if r.Err != nil {
+		ok, me, se, n, d := row(i)
+		if !ok {
 			s.Failed++
 			continue
 		}
-		me, se := r.MeanRelErr(), r.StddevRelErr()
 		s.MeanRelErr += me
 		s.StdRelErr += se
 		s.MaxMeanRelErr = max(s.MaxMeanRelErr, me)
 		s.MaxStdRelErr = max(s.MaxStdRelErr, se)
-		samples += float64(r.Est.Samples)
-		delivered += float64(r.Truth.SameEpoch)
+		samples += n
+		delivered += d
 	}
 	if n := float64(s.Epochs - s.Failed); n > 0 {
 		s.MeanRelErr /= n

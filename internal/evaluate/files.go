@@ -2,6 +2,8 @@ package evaluate
 
 import (
 	"fmt"
+
+	"github.com/gopacket/gopacket/layers"
 	"io"
 	"os"
 
@@ -26,25 +28,9 @@ type FilesConfig struct {
 // RunFiles evaluates LDA on two captures and their ground truth, prints the
 // per-epoch table to w and returns the summary.
 func RunFiles(cfg FilesConfig, w io.Writer) (Summary, error) {
-	link, upFrames, err := sim.ReadCapture(cfg.Up)
+	link, upFrames, downFrames, truth, err := readFiles(cfg)
 	if err != nil {
 		return Summary{}, err
-	}
-	downLink, downFrames, err := sim.ReadCapture(cfg.Down)
-	if err != nil {
-		return Summary{}, err
-	}
-	if link != downLink {
-		return Summary{}, fmt.Errorf("captures have different link types: %v and %v", link, downLink)
-	}
-	tf, err := os.Open(cfg.Truth)
-	if err != nil {
-		return Summary{}, err
-	}
-	truth, err := sim.ReadTruth(tf)
-	tf.Close()
-	if err != nil {
-		return Summary{}, fmt.Errorf("%s: %w", cfg.Truth, err)
 	}
 	up, err := Build(link, upFrames, cfg.Identity, cfg.Epoch, cfg.LDA)
 	if err != nil {
@@ -59,4 +45,29 @@ func RunFiles(cfg FilesConfig, w io.Writer) (Summary, error) {
 		return Summary{}, err
 	}
 	return Summarize(rows), nil
+}
+
+// readFiles reads the two captures and the ground truth.
+func readFiles(cfg FilesConfig) (layers.LinkType, []sim.Frame, []sim.Frame, []sim.Record, error) {
+	link, upFrames, err := sim.ReadCapture(cfg.Up)
+	if err != nil {
+		return 0, nil, nil, nil, err
+	}
+	downLink, downFrames, err := sim.ReadCapture(cfg.Down)
+	if err != nil {
+		return 0, nil, nil, nil, err
+	}
+	if link != downLink {
+		return 0, nil, nil, nil, fmt.Errorf("captures have different link types: %v and %v", link, downLink)
+	}
+	tf, err := os.Open(cfg.Truth)
+	if err != nil {
+		return 0, nil, nil, nil, err
+	}
+	defer tf.Close()
+	truth, err := sim.ReadTruth(tf)
+	if err != nil {
+		return 0, nil, nil, nil, fmt.Errorf("%s: %w", cfg.Truth, err)
+	}
+	return link, upFrames, downFrames, truth, nil
 }

@@ -1,0 +1,66 @@
+package evaluate
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/reconcile"
+	"github.com/owl-latency/owl/internal/sim"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
+)
+
+// TestRDAPolicyOnCaptures runs the collector's reconciliation policy
+// (reconcile.Epoch) offline on the bundled trace with loss, reordering
+// and duplicates, starting from RDAs far too small for the set
+// difference: late binding must grow them, and every epoch's mean must
+// then be exact against the ground truth (packets delivered within the
+// epoch; the boundary crossers are left to the collector's matching).
+func TestRDAPolicyOnCaptures(t *testing.T) {
+	link, frames, ep := bundled(t)
+	id := capture.DefaultIdentityConfig()
+	tr, err := sim.Impair(link, frames, id, sim.Impairment{Delay: weibull(), Loss: 0.01, Reorder: 0.01, ReorderExtra: time.Millisecond,
+		Duplicate: 0.002, DuplicateGap: 100 * time.Microsecond, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := BuildPackets(link, tr.Up, id, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := BuildPackets(link, tr.Down, id, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := RDAConfig{RDA: rda.Config{Banks: 2, Buckets: 32, Seed: 9, Check: true},
+		Limits: reconcile.Limits{MinBuckets: 32, MaxBuckets: 1 << 16, MaxRebuilds: 4}}
+	rows, err := CompareRDA(context.Background(), up, down, sim.EpochTruths(tr.Truth, ep, 0), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	_ = WriteRDATable(&b, rows)
+	t.Logf("\n%s", b.String())
+	checked := 0
+	for _, r := range rows {
+		if r.Truth.Sent < 10_000 {
+			continue
+		}
+		checked++
+		switch {
+		case r.Err != nil:
+			t.Errorf("epoch %d: %v", r.Truth.Epoch, r.Err)
+		case !r.Out.Diff.Complete() || r.Out.Rebuilds == 0:
+			t.Errorf("epoch %d: decoded %t after %d rebuilds", r.Truth.Epoch, r.Out.Diff.Complete(), r.Out.Rebuilds)
+		case r.MeanRelErr() > 1e-9:
+			t.Errorf("epoch %d: mean %v, truth %v", r.Truth.Epoch, r.Out.Estimate.MeanNS, r.Truth.MeanNS)
+		case r.Out.Lost != r.Truth.Lost+r.Truth.Crossed:
+			t.Errorf("epoch %d: %d lost, truth %d lost and %d crossed", r.Truth.Epoch, r.Out.Lost, r.Truth.Lost, r.Truth.Crossed)
+		}
+	}
+	if checked < 2 {
+		t.Fatalf("only %d epochs of 10⁴ packets", checked)
+	}
+}
