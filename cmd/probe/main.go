@@ -24,13 +24,15 @@ import (
 func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.StringVar(&c.ID, "id", c.ID, "observation point id (as named in the collector's paths)")
 	fs.StringVar(&c.Collector, "collector", c.Collector, "collector gRPC address host:port")
-	fs.Var(&liveFlag{c: c}, "interface", "capture this interface live (AF_PACKET); replaces -file sources")
-	fs.Var(&liveIntFlag{c: c, set: func(l *capture.LiveConfig, v int) { l.Workers = v }, get: func(l *capture.LiveConfig) int { return l.Workers }}, "workers", "live capture: PACKET_FANOUT workers, each with its own synopses")
-	fs.Var(&liveIntFlag{c: c, set: func(l *capture.LiveConfig, v int) { l.NumBlocks = v }, get: func(l *capture.LiveConfig) int { return l.NumBlocks }}, "ring-blocks", "live capture: ring blocks of 1 MiB per worker")
-	fs.Var(&liveStrFlag{c: c, set: func(l *capture.LiveConfig, v string) { l.BPF = v }, get: func(l *capture.LiveConfig) string { return l.BPF }}, "bpf", "live capture: BPF filter in `tcpdump -ddd` form")
-	fs.Var(&liveBoolFlag{c: c, set: func(l *capture.LiveConfig, v bool) { l.IgnoreOutgoing = !v }, get: func(l *capture.LiveConfig) bool { return !l.IgnoreOutgoing }}, "capture-outgoing", "live capture: also count packets this host sends on the interface")
-	fs.Var(&liveStrFlag{c: c, set: func(l *capture.LiveConfig, v string) { l.Dump = v }, get: func(l *capture.LiveConfig) string { return l.Dump }}, "dump", "live capture: also write every captured frame, with the probe's timestamp, to this pcap file")
-	fs.Var(&liveBoolFlag{c: c, set: func(l *capture.LiveConfig, v bool) { l.HardwareTimestamps = v }, get: func(l *capture.LiveConfig) bool { return l.HardwareTimestamps }}, "hw-timestamps", "live capture: ask the NIC for hardware receive timestamps")
+	str := func(s string) (string, error) { return s, nil }
+	fs.Var(option(c, str, func(l *capture.LiveConfig) *string { return &l.Interface }), "interface", "capture this interface live (AF_PACKET); replaces -file sources")
+	fs.Var(option(c, strconv.Atoi, func(l *capture.LiveConfig) *int { return &l.Workers }), "workers", "live capture: PACKET_FANOUT workers, each with its own synopses")
+	fs.Var(option(c, strconv.Atoi, func(l *capture.LiveConfig) *int { return &l.NumBlocks }), "ring-blocks", "live capture: ring blocks of 1 MiB per worker")
+	fs.Var(option(c, str, func(l *capture.LiveConfig) *string { return &l.BPF }), "bpf", "live capture: BPF filter in `tcpdump -ddd` form")
+	fs.Var(&liveOption[bool]{c: c, parse: strconv.ParseBool, get: func(l *capture.LiveConfig) bool { return !l.IgnoreOutgoing },
+		set: func(l *capture.LiveConfig, v bool) { l.IgnoreOutgoing = !v }}, "capture-outgoing", "live capture: also count packets this host sends on the interface")
+	fs.Var(option(c, str, func(l *capture.LiveConfig) *string { return &l.Dump }), "dump", "live capture: also write every captured frame, with the probe's timestamp, to this pcap file")
+	fs.Var(option(c, strconv.ParseBool, func(l *capture.LiveConfig) *bool { return &l.HardwareTimestamps }), "hw-timestamps", "live capture: ask the NIC for hardware receive timestamps")
 	files := &filesFlag{c: c}
 	fs.Var(files, "file", "capture file to replay (repeat or comma-separate for several, read in turn)")
 	fs.Var(&speedFlag{files: files}, "replay-speed", "replay capture files at this multiple of real time (0: as fast as possible)")
@@ -122,34 +124,29 @@ func liveOf(c *probe.Config) *capture.LiveConfig {
 	return c.Sources[0].Live
 }
 
-// liveFlag sets the live interface.
-type liveFlag struct{ c *probe.Config }
+// liveOption is a flag that sets one option of the live capture source,
+// making that source (in place of -file sources) when first set.
+type liveOption[T any] struct {
+	c     *probe.Config
+	parse func(string) (T, error)
+	get   func(*capture.LiveConfig) T
+	set   func(*capture.LiveConfig, T)
+}
 
-func (f *liveFlag) String() string {
-	if l := liveOf(f.c); l != nil {
-		return l.Interface
+// option is a liveOption for the field that at returns.
+func option[T any](c *probe.Config, parse func(string) (T, error), at func(*capture.LiveConfig) *T) *liveOption[T] {
+	return &liveOption[T]{c: c, parse: parse, get: func(l *capture.LiveConfig) T { return *at(l) }, set: func(l *capture.LiveConfig, v T) { *at(l) = v }}
+}
+
+func (f *liveOption[T]) String() string {
+	if l := liveOf(f.c); l != nil && f.get != nil {
+		return fmt.Sprint(f.get(l))
 	}
 	return ""
 }
 
-func (f *liveFlag) Set(s string) error { live(f.c).Interface = s; return nil }
-
-// liveIntFlag, liveStrFlag and liveBoolFlag set a live capture option.
-type liveIntFlag struct {
-	c   *probe.Config
-	set func(*capture.LiveConfig, int)
-	get func(*capture.LiveConfig) int
-}
-
-func (f *liveIntFlag) String() string {
-	if l := liveOf(f.c); l != nil {
-		return strconv.Itoa(f.get(l))
-	}
-	return ""
-}
-
-func (f *liveIntFlag) Set(s string) error {
-	v, err := strconv.Atoi(s)
+func (f *liveOption[T]) Set(s string) error {
+	v, err := f.parse(s)
 	if err != nil {
 		return err
 	}
@@ -157,43 +154,11 @@ func (f *liveIntFlag) Set(s string) error {
 	return nil
 }
 
-type liveStrFlag struct {
-	c   *probe.Config
-	set func(*capture.LiveConfig, string)
-	get func(*capture.LiveConfig) string
-}
-
-func (f *liveStrFlag) String() string {
-	if l := liveOf(f.c); l != nil {
-		return f.get(l)
-	}
-	return ""
-}
-
-func (f *liveStrFlag) Set(s string) error { f.set(live(f.c), s); return nil }
-
-type liveBoolFlag struct {
-	c   *probe.Config
-	set func(*capture.LiveConfig, bool)
-	get func(*capture.LiveConfig) bool
-}
-
-func (f *liveBoolFlag) IsBoolFlag() bool { return true }
-
-func (f *liveBoolFlag) String() string {
-	if l := liveOf(f.c); l != nil {
-		return strconv.FormatBool(f.get(l))
-	}
-	return "false"
-}
-
-func (f *liveBoolFlag) Set(s string) error {
-	v, err := strconv.ParseBool(s)
-	if err != nil {
-		return err
-	}
-	f.set(live(f.c), v)
-	return nil
+// IsBoolFlag lets a bool option be given without a value.
+func (f *liveOption[T]) IsBoolFlag() bool {
+	var zero T
+	_, ok := any(zero).(bool)
+	return ok
 }
 
 func main() {

@@ -150,7 +150,7 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for _, p := range c.Paths {
 		if err := p.Validate(); err != nil {
-			return err
+			return fmt.Errorf("paths: %w", err)
 		}
 		if seen[p.Name] {
 			return fmt.Errorf("path %q defined twice", p.Name)
@@ -158,34 +158,67 @@ func (c Config) Validate() error {
 		seen[p.Name] = true
 	}
 	if err := c.Cluster.Validate(); err != nil {
-		return err
+		return fmt.Errorf("cluster: %w", err)
 	}
 	if c.PairTimeout <= 0 || c.PairRetention < 0 {
 		return errors.New("pair_timeout must be positive and pair_retention not negative")
 	}
-	if c.DelayBounds.Min >= c.DelayBounds.Max {
-		return fmt.Errorf("delay_bounds: min %v must be below max %v", c.DelayBounds.Min, c.DelayBounds.Max)
+	if err := c.DelayBounds.Validate(); err != nil {
+		return fmt.Errorf("delay_bounds: %w", err)
 	}
-	if c.RDA.MinBuckets < 1 || c.RDA.MaxBuckets < c.RDA.MinBuckets || c.RDA.MaxBuckets > rda.MaxBuckets {
-		return fmt.Errorf("rda: min_buckets %d and max_buckets %d must satisfy 1 ≤ min ≤ max ≤ %d", c.RDA.MinBuckets, c.RDA.MaxBuckets, rda.MaxBuckets)
+	if err := c.RDA.Validate(); err != nil {
+		return fmt.Errorf("rda: %w", err)
 	}
-	if c.RDA.MaxRebuilds < 0 || c.RDA.RequestTimeout <= 0 {
-		return errors.New("rda: max_rebuilds must not be negative and request_timeout must be positive")
-	}
-	if c.Flows.Retention < c.Params.Epoch.Length || c.Flows.MetricsTop < 0 || c.Flows.MetricsTop > 1000 {
-		return fmt.Errorf("flows: retention %v must cover an epoch and metrics_top %d be in [0, 1000]", c.Flows.Retention, c.Flows.MetricsTop)
+	if err := c.Flows.Validate(c.Params.Epoch.Length); err != nil {
+		return fmt.Errorf("flows: %w", err)
 	}
 	if c.ClockUncertaintyShare <= 0 || c.ClockUncertaintyShare > 100 {
 		return fmt.Errorf("clock_uncertainty_share %v out of range (0, 100]", c.ClockUncertaintyShare)
 	}
-	if c.Colate.MaxBytes < 1<<20 || c.Colate.Retention < 0 || c.Colate.Gamma < 0 || c.Colate.Gamma > 1_000_000 {
-		return fmt.Errorf("colate: max_bytes %d must be at least 1 MiB, retention %v not negative, gamma %d in [0, 10^6]", c.Colate.MaxBytes, c.Colate.Retention, c.Colate.Gamma)
-	}
-	if c.Colate.Beta <= 0 || c.Colate.Beta > 1 || c.Colate.Alpha <= 0 || c.Colate.Alpha >= 1 {
-		return fmt.Errorf("colate: beta %v must be in (0, 1] and alpha %v in (0, 1)", c.Colate.Beta, c.Colate.Alpha)
+	if err := c.Colate.Validate(); err != nil {
+		return fmt.Errorf("colate: %w", err)
 	}
 	if c.MaxMessageBytes < 1<<16 {
 		return fmt.Errorf("max_message_bytes %d is below 64 KiB", c.MaxMessageBytes)
+	}
+	return nil
+}
+
+// Validate reports bounds that are out of order.
+func (b DelayBounds) Validate() error {
+	if b.Min >= b.Max {
+		return fmt.Errorf("min %v must be below max %v", b.Min, b.Max)
+	}
+	return nil
+}
+
+// Validate reports RDA sizes and limits out of range.
+func (c RDAConfig) Validate() error {
+	if c.MinBuckets < 1 || c.MaxBuckets < c.MinBuckets || c.MaxBuckets > rda.MaxBuckets {
+		return fmt.Errorf("min_buckets %d and max_buckets %d must satisfy 1 ≤ min ≤ max ≤ %d", c.MinBuckets, c.MaxBuckets, rda.MaxBuckets)
+	}
+	if c.MaxRebuilds < 0 || c.RequestTimeout <= 0 {
+		return errors.New("max_rebuilds must not be negative and request_timeout must be positive")
+	}
+	return nil
+}
+
+// Validate reports a retention shorter than an epoch (epochLen) or a
+// metrics_top out of range.
+func (c FlowsConfig) Validate(epochLen time.Duration) error {
+	if c.Retention < epochLen || c.MetricsTop < 0 || c.MetricsTop > 1000 {
+		return fmt.Errorf("retention %v must cover an epoch and metrics_top %d be in [0, 1000]", c.Retention, c.MetricsTop)
+	}
+	return nil
+}
+
+// Validate reports COLATE storage and query defaults out of range.
+func (c ColateConfig) Validate() error {
+	if c.MaxBytes < 1<<20 || c.Retention < 0 || c.Gamma < 0 || c.Gamma > 1_000_000 {
+		return fmt.Errorf("max_bytes %d must be at least 1 MiB, retention %v not negative, gamma %d in [0, 10^6]", c.MaxBytes, c.Retention, c.Gamma)
+	}
+	if c.Beta <= 0 || c.Beta > 1 || c.Alpha <= 0 || c.Alpha >= 1 {
+		return fmt.Errorf("beta %v must be in (0, 1] and alpha %v in (0, 1)", c.Beta, c.Alpha)
 	}
 	return nil
 }

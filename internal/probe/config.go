@@ -105,17 +105,11 @@ func (c Config) Validate() error {
 		return errors.New("probe needs at least one source")
 	}
 	for i, s := range c.Sources {
-		switch {
-		case s.Live != nil && (s.File != "" || len(c.Sources) > 1):
+		if s.Live != nil && len(c.Sources) > 1 {
 			return fmt.Errorf("source %d: a live capture must be the probe's only source", i+1)
-		case s.Live != nil:
-			if err := s.Live.Validate(); err != nil {
-				return fmt.Errorf("source %d: %w", i+1, err)
-			}
-		case s.File == "":
-			return fmt.Errorf("source %d: no file or live interface given", i+1)
-		case s.ReplaySpeed < 0:
-			return fmt.Errorf("source %d: negative replay speed", i+1)
+		}
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("source %d: %w", i+1, err)
 		}
 	}
 	if err := c.Params.Validate(); err != nil {
@@ -124,9 +118,8 @@ func (c Config) Validate() error {
 	if c.SpoolMaxEpochs < 1 {
 		return fmt.Errorf("spool_max_epochs %d must be positive", c.SpoolMaxEpochs)
 	}
-	if c.Cache.MaxPackets < 0 || c.Cache.Retention < 1 || c.Cache.MaxBytes < 0 {
-		return fmt.Errorf("cache: max_packets %d, retention_epochs %d, max_bytes %d: retention must be positive, the others not negative",
-			c.Cache.MaxPackets, c.Cache.Retention, c.Cache.MaxBytes)
+	if err := c.Cache.Validate(); err != nil {
+		return fmt.Errorf("cache: %w", err)
 	}
 	if c.TopFlows < 0 || c.TopFlows > 10_000 {
 		return fmt.Errorf("top_flows %d out of range [0, 10000]", c.TopFlows)
@@ -138,6 +131,31 @@ func (c Config) Validate() error {
 	}
 	if c.ReconnectMax <= 0 || c.DrainTimeout < 0 || c.ReleaseTimeout < 0 {
 		return errors.New("reconnect_max must be positive, drain_timeout and release_timeout not negative")
+	}
+	return nil
+}
+
+// Validate reports a source that names nothing or both a file and an
+// interface.
+func (s SourceConfig) Validate() error {
+	switch {
+	case s.Live != nil && s.File != "":
+		return errors.New("a live capture must be the probe's only source")
+	case s.Live != nil:
+		return s.Live.Validate()
+	case s.File == "":
+		return errors.New("no file or live interface given")
+	case s.ReplaySpeed < 0:
+		return errors.New("negative replay speed")
+	}
+	return nil
+}
+
+// Validate reports cache limits out of range.
+func (c CacheConfig) Validate() error {
+	if c.MaxPackets < 0 || c.Retention < 1 || c.MaxBytes < 0 {
+		return fmt.Errorf("max_packets %d, retention_epochs %d, max_bytes %d: retention must be positive, the others not negative",
+			c.MaxPackets, c.Retention, c.MaxBytes)
 	}
 	return nil
 }
