@@ -1,11 +1,13 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -90,9 +92,42 @@ func (c *Collector) pairStats(up, down string, epoch int64, s, r *colate.Vector)
 	return st
 }
 
+// historic is one GetFlowLatencyHistoric query on its way.
+type historic struct {
+	req      *owlv1.GetFlowLatencyHistoricRequest
+	fh       uint64 // the flow's hash
+	from, to int64  // epochs
+	q        *colate.Query
+	out      *owlv1.GetFlowLatencyHistoricResponse
+	// What the vectors that entered the estimate hold.
+	storedBits, storedPackets float64
+	first, last               int64 // ns
+}
+
 // flowLatencyHistoric answers GetFlowLatencyHistoric from the stored
 // vectors of the two points, one epoch's pair at a time.
 func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+	h, err := c.newHistoric(req)
+	if err != nil {
+		return nil, err
+	}
+	err = c.store.ColatePairs(req.GetUpstream(), req.GetDownstream(), h.from, h.to, func(e int64, va, vb *owlv1.ColateVector) (bool, error) {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		return true, c.addHistoricPair(h, e, va, vb)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return nil, status.Errorf(codes.Internal, "reading COLATE vectors: %v", err)
+	}
+	return c.finishHistoric(h)
+}
+
+// newHistoric checks a request and fills in its defaults.
+func (c *Collector) newHistoric(req *owlv1.GetFlowLatencyHistoricRequest) (*historic, error) {
 	if !c.cfg.Params.Colate.Enabled {
 		return nil, status.Error(codes.FailedPrecondition, "COLATE is off: set params.colate.enabled (and -colate on the probes)")
 	}
@@ -103,95 +138,84 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "flow: %v", err)
 	}
-	gamma := int(req.GetGamma())
-	if gamma == 0 {
-		gamma = c.cfg.Colate.Gamma
-	}
+	gamma := cmp.Or(int(req.GetGamma()), c.cfg.Colate.Gamma)
 	if gamma > 1_000_000 {
 		return nil, status.Errorf(codes.InvalidArgument, "gamma %d exceeds 1000000", gamma)
 	}
-	beta := req.GetBeta()
-	if beta == 0 {
-		beta = c.cfg.Colate.Beta
-	}
+	beta := cmp.Or(req.GetBeta(), c.cfg.Colate.Beta)
 	if beta < 0 || beta > 1 {
 		return nil, status.Errorf(codes.InvalidArgument, "beta %v out of range (0, 1]", beta)
 	}
-	from, to, err := c.epochRange(req.GetFrom(), req.GetTo())
-	if err != nil {
+	h := &historic{req: req, fh: key.Hash(c.cfg.Params.LDS.Seed),
+		out: &owlv1.GetFlowLatencyHistoricResponse{Beta: beta, PacketCountSource: packetCountSource, Estimator: "paper"}}
+	if h.from, h.to, err = c.epochRange(req.GetFrom(), req.GetTo()); err != nil {
 		return nil, err
 	}
-	fh := key.Hash(c.cfg.Params.LDS.Seed)
-	cfg := c.cfg.Params.ColateConfig()
-	q := colate.NewQuery(fh, gamma, rand.New(rand.NewPCG(fh, 1)))
+	h.q = colate.NewQuery(h.fh, gamma, rand.New(rand.NewPCG(h.fh, 1)))
 	switch req.GetEstimator() {
 	case "", "robust":
-		q.Robust()
+		h.q.Robust()
+		h.out.Estimator = "robust"
 	case "paper":
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "estimator %q: want robust or paper", req.GetEstimator())
 	}
-	out := &owlv1.GetFlowLatencyHistoricResponse{Beta: beta, PacketCountSource: packetCountSource, Estimator: "paper"}
-	if req.GetEstimator() != "paper" {
-		out.Estimator = "robust"
+	return h, nil
+}
+
+// addHistoricPair adds one epoch's vectors of the two points (either may
+// be missing) to the query.
+func (c *Collector) addHistoricPair(h *historic, e int64, va, vb *owlv1.ColateVector) error {
+	cfg := c.cfg.Params.ColateConfig()
+	var s, r *colate.Vector
+	var err error
+	if va != nil {
+		if s, err = colate.Unmarshal(va.GetVector(), cfg); err != nil {
+			return fmt.Errorf("%s epoch %d: %w", h.req.GetUpstream(), e, err)
+		}
 	}
-	var storedBits, storedPackets float64
-	var first, last int64
-	err = c.store.ColatePairs(req.GetUpstream(), req.GetDownstream(), from, to, func(e int64, va, vb *owlv1.ColateVector) (bool, error) {
-		if err := ctx.Err(); err != nil {
-			return false, err
+	if vb != nil {
+		if r, err = colate.Unmarshal(vb.GetVector(), cfg); err != nil {
+			return fmt.Errorf("%s epoch %d: %w", h.req.GetDownstream(), e, err)
 		}
-		var s, r *colate.Vector
-		var err error
-		if va != nil {
-			if s, err = colate.Unmarshal(va.GetVector(), cfg); err != nil {
-				return false, fmt.Errorf("%s epoch %d: %w", req.GetUpstream(), e, err)
-			}
-		}
-		if vb != nil {
-			if r, err = colate.Unmarshal(vb.GetVector(), cfg); err != nil {
-				return false, fmt.Errorf("%s epoch %d: %w", req.GetDownstream(), e, err)
-			}
-		}
-		before := q.Vectors()
-		var st *colate.PairStats
-		if s != nil && r != nil && s.FlowPackets(fh) > 0 && r.FlowPackets(fh) > 0 {
-			st = c.pairStats(req.GetUpstream(), req.GetDownstream(), e, s, r)
-		}
-		if err := q.AddPair(s, r, st); err != nil {
-			return false, err
-		}
-		if q.Vectors() > before {
-			if first == 0 {
-				first = c.cfg.Params.Epoch.StartNS(e)
-			}
-			last = c.cfg.Params.Epoch.EndNS(e)
-			for _, v := range []*owlv1.ColateVector{va, vb} {
-				if v != nil {
-					storedBits += 8 * float64(len(v.GetVector()))
-					storedPackets += float64(v.GetPackets())
-				}
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-		return nil, status.Errorf(codes.Internal, "reading COLATE vectors: %v", err)
 	}
-	est, err := q.Estimate()
+	before := h.q.Vectors()
+	var st *colate.PairStats
+	if s != nil && r != nil && s.FlowPackets(h.fh) > 0 && r.FlowPackets(h.fh) > 0 {
+		st = c.pairStats(h.req.GetUpstream(), h.req.GetDownstream(), e, s, r)
+	}
+	if err := h.q.AddPair(s, r, st); err != nil {
+		return err
+	}
+	if h.q.Vectors() > before {
+		if h.first == 0 {
+			h.first = c.cfg.Params.Epoch.StartNS(e)
+		}
+		h.last = c.cfg.Params.Epoch.EndNS(e)
+		for _, v := range []*owlv1.ColateVector{va, vb} {
+			if v != nil {
+				h.storedBits += 8 * float64(len(v.GetVector()))
+				h.storedPackets += float64(v.GetPackets())
+			}
+		}
+	}
+	return nil
+}
+
+// finishHistoric estimates the flow from what the query gathered.
+func (c *Collector) finishHistoric(h *historic) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+	out := h.out
+	est, err := h.q.Estimate()
 	out.Packets, out.DownstreamPackets, out.Vectors = est.Packets, est.DownPackets, uint32(est.Vectors)
 	out.LeftOutCounters, out.UnpairedEpochs = uint32(est.LeftOut), uint32(est.Unpaired)
-	if storedPackets > 0 {
-		out.BitsPerPacket = storedBits / storedPackets
+	if h.storedPackets > 0 {
+		out.BitsPerPacket = h.storedBits / h.storedPackets
 	}
-	if first != 0 {
-		out.First, out.Last = timestamppb.New(time.Unix(0, first)), timestamppb.New(time.Unix(0, last))
+	if h.first != 0 {
+		out.First, out.Last = timestamppb.New(time.Unix(0, h.first)), timestamppb.New(time.Unix(0, h.last))
 	}
 	if errors.Is(err, colate.ErrNoPackets) {
-		out.Note = fmt.Sprintf("the flow has no packets in the stored vectors of %s and %s in this range", req.GetUpstream(), req.GetDownstream())
+		out.Note = fmt.Sprintf("the flow has no packets in the stored vectors of %s and %s in this range", h.req.GetUpstream(), h.req.GetDownstream())
 		return out, nil
 	}
 	if err != nil {
@@ -201,8 +225,14 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 	if est.Heavy {
 		out.Estimator = "paper"
 	}
-	out.Alpha = colate.Reliability(est.MeanNS, est.MeanErrNS, beta)
+	out.Alpha = colate.Reliability(est.MeanNS, est.MeanErrNS, out.Beta)
 	out.HalfWidthNs = colate.HalfWidth(est.MeanErrNS, c.cfg.Colate.Alpha)
+	out.Note = strings.Join(historicNotes(est), "; ")
+	return out, nil
+}
+
+// historicNotes says what a reader of an estimate should know.
+func historicNotes(est colate.FlowEstimate) []string {
 	var notes []string
 	if est.Heavy {
 		notes = append(notes, "the flow's counters each hold over half an epoch of delay: the paper's estimator was used")
@@ -219,13 +249,7 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 	if est.StddevEpochs == 0 {
 		notes = append(notes, "no epoch with the same packet count at both points: no standard deviation")
 	}
-	for i, n := range notes {
-		if i > 0 {
-			out.Note += "; "
-		}
-		out.Note += n
-	}
-	return out, nil
+	return notes
 }
 
 // listColateVectors answers ListColateVectors.

@@ -100,6 +100,20 @@ func (c *client) run(ctx context.Context) error {
 // errRestart ends a session whose messages were routed anew.
 var errRestart = errors.New("routes changed")
 
+// stream is one Connect stream. Reports go out from the session's
+// goroutine, answers to requests from goroutines of their own: sends are
+// serialised.
+type stream struct {
+	owlv1.ProbeService_ConnectClient
+	sendMu sync.Mutex
+}
+
+func (s *stream) send(m *owlv1.ProbeMessage) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.Send(m)
+}
+
 // session runs one Connect stream.
 func (c *client) session(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -107,89 +121,111 @@ func (c *client) session(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	stream, err := owlv1.NewProbeServiceClient(c.conn).Connect(ctx)
+	st, err := c.open(ctx)
 	if err != nil {
-		return fmt.Errorf("opening stream: %w", err)
-	}
-	// Reports go out from this goroutine, answers to requests from
-	// handler goroutines: Send is serialised.
-	var sendMu sync.Mutex
-	send := func(m *owlv1.ProbeMessage) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return stream.Send(m)
-	}
-	if err := stream.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: c.h.hello()}}); err != nil {
-		return fmt.Errorf("sending hello: %w", err)
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		return fmt.Errorf("waiting for path configuration: %w", err)
-	}
-	switch m := first.Msg.(type) {
-	case *owlv1.CollectorMessage_Reject:
-		return &RejectedError{Reason: m.Reject.GetReason()}
-	case *owlv1.CollectorMessage_Paths:
-		if err := c.h.setPaths(m.Paths); err != nil {
-			return &RejectedError{Reason: "unusable path configuration: " + err.Error()}
-		}
-	default:
-		return fmt.Errorf("collector sent %T before the path configuration", first.Msg)
+		return err
 	}
 	c.connected.Store(true)
 	c.sessions.Add(1)
-	c.log.Info("connected to collector", "collector", c.addr, "paths", len(first.GetPaths().GetPaths()), "unacked", c.spool.len())
-
 	errc := make(chan error, 1)
 	wg.Go(func() {
 		for {
-			m, err := stream.Recv()
+			m, err := st.Recv()
 			if err != nil {
 				errc <- fmt.Errorf("receiving: %w", err)
 				return
 			}
-			switch m := m.Msg.(type) {
-			case *owlv1.CollectorMessage_Ack:
-				c.spool.ack(m.Ack.GetSeq())
-			case *owlv1.CollectorMessage_Paths:
-				if err := c.h.setPaths(m.Paths); err != nil {
-					c.log.Error("ignoring unusable path configuration", "err", err)
-				}
-			case *owlv1.CollectorMessage_Reject:
-				rj := m.Reject
-				kind := rj.GetKind()
-				if kind == owlv1.Reject_KIND_PROBE || kind == owlv1.Reject_KIND_UNSPECIFIED && rj.GetPath() == "" {
-					errc <- &RejectedError{Reason: rj.GetReason()}
-					return
-				}
-				if o := rj.GetOwner(); o != "" && c.routes != nil {
-					c.log.Info("collector names another owner; sending there", "kind", kind, "path", rj.GetPath(), "owner", o)
-					c.routes.misrouted(kind, rj.GetPath(), o)
-					continue
-				}
-				c.log.Error("collector rejected a message", "kind", kind, "path", rj.GetPath(), "reason", rj.GetReason())
-			case *owlv1.CollectorMessage_RdaSize:
-				if err := c.h.setRDASize(m.RdaSize); err != nil {
-					c.log.Error("ignoring RDA size", "path", m.RdaSize.GetPath(), "err", err)
-				}
-			case *owlv1.CollectorMessage_Release:
-				for _, e := range m.Release.GetEpochs() {
-					c.h.release(e.GetPath(), e.GetEpoch())
-				}
-			case *owlv1.CollectorMessage_Fetch:
-				// Sorting a cache or rebuilding an RDA takes a while:
-				// answer on a goroutine so acknowledgements keep flowing.
-				wg.Go(func() {
-					_ = send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: c.h.fetch(m.Fetch)}})
-				})
-			case *owlv1.CollectorMessage_Rebuild:
-				wg.Go(func() {
-					_ = send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_RebuildReply{RebuildReply: c.h.rebuild(m.Rebuild)}})
-				})
+			if err := c.dispatch(st, m, &wg); err != nil {
+				errc <- err
+				return
 			}
 		}
 	})
+	return c.sendSpooled(ctx, st, errc)
+}
 
+// open opens a stream, says hello and takes the path configuration.
+func (c *client) open(ctx context.Context) (*stream, error) {
+	cs, err := owlv1.NewProbeServiceClient(c.conn).Connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("opening stream: %w", err)
+	}
+	st := &stream{ProbeService_ConnectClient: cs}
+	if err := st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: c.h.hello()}}); err != nil {
+		return nil, fmt.Errorf("sending hello: %w", err)
+	}
+	first, err := st.Recv()
+	if err != nil {
+		return nil, fmt.Errorf("waiting for path configuration: %w", err)
+	}
+	switch m := first.Msg.(type) {
+	case *owlv1.CollectorMessage_Reject:
+		return nil, &RejectedError{Reason: m.Reject.GetReason()}
+	case *owlv1.CollectorMessage_Paths:
+		if err := c.h.setPaths(m.Paths); err != nil {
+			return nil, &RejectedError{Reason: "unusable path configuration: " + err.Error()}
+		}
+	default:
+		return nil, fmt.Errorf("collector sent %T before the path configuration", first.Msg)
+	}
+	c.log.Info("connected to collector", "collector", c.addr, "paths", len(first.GetPaths().GetPaths()), "unacked", c.spool.len())
+	return st, nil
+}
+
+// dispatch handles one message of the collector. An error ends the
+// session.
+func (c *client) dispatch(st *stream, m *owlv1.CollectorMessage, wg *sync.WaitGroup) error {
+	switch m := m.Msg.(type) {
+	case *owlv1.CollectorMessage_Ack:
+		c.spool.ack(m.Ack.GetSeq())
+	case *owlv1.CollectorMessage_Paths:
+		if err := c.h.setPaths(m.Paths); err != nil {
+			c.log.Error("ignoring unusable path configuration", "err", err)
+		}
+	case *owlv1.CollectorMessage_Reject:
+		return c.rejected(m.Reject)
+	case *owlv1.CollectorMessage_RdaSize:
+		if err := c.h.setRDASize(m.RdaSize); err != nil {
+			c.log.Error("ignoring RDA size", "path", m.RdaSize.GetPath(), "err", err)
+		}
+	case *owlv1.CollectorMessage_Release:
+		for _, e := range m.Release.GetEpochs() {
+			c.h.release(e.GetPath(), e.GetEpoch())
+		}
+	case *owlv1.CollectorMessage_Fetch:
+		// Sorting a cache or rebuilding an RDA takes a while: answer on
+		// a goroutine so acknowledgements keep flowing.
+		wg.Go(func() {
+			_ = st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: c.h.fetch(m.Fetch)}})
+		})
+	case *owlv1.CollectorMessage_Rebuild:
+		wg.Go(func() {
+			_ = st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_RebuildReply{RebuildReply: c.h.rebuild(m.Rebuild)}})
+		})
+	}
+	return nil
+}
+
+// rejected takes a refusal: of the whole probe (which ends the session),
+// of a message another collector owns (sent there), or of one message
+// for good.
+func (c *client) rejected(rj *owlv1.Reject) error {
+	kind := rj.GetKind()
+	if kind == owlv1.Reject_KIND_PROBE || kind == owlv1.Reject_KIND_UNSPECIFIED && rj.GetPath() == "" {
+		return &RejectedError{Reason: rj.GetReason()}
+	}
+	if o := rj.GetOwner(); o != "" && c.routes != nil {
+		c.log.Info("collector names another owner; sending there", "kind", kind, "path", rj.GetPath(), "owner", o)
+		c.routes.misrouted(kind, rj.GetPath(), o)
+		return nil
+	}
+	c.log.Error("collector rejected a message", "kind", kind, "path", rj.GetPath(), "reason", rj.GetReason())
+	return nil
+}
+
+// sendSpooled sends every spooled message routed here, as it comes, and
+// the clock status every clockEvery, until the session ends.
+func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error) error {
 	var sent uint64 // highest seq sent on this stream
 	clockTick := time.NewTicker(clockEvery)
 	defer clockTick.Stop()
@@ -197,7 +233,7 @@ func (c *client) session(ctx context.Context) error {
 		changed := c.spool.wait()
 		for _, m := range c.spool.after(sent) {
 			if c.routes == nil || c.routes.keep(m) {
-				if err := send(m); err != nil {
+				if err := st.send(m); err != nil {
 					return fmt.Errorf("sending report %d: %w", seqOf(m), err)
 				}
 			}
@@ -212,7 +248,7 @@ func (c *client) session(ctx context.Context) error {
 			return errRestart
 		case <-changed:
 		case <-clockTick.C:
-			if err := send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Clock{Clock: c.h.clockStatus()}}); err != nil {
+			if err := st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Clock{Clock: c.h.clockStatus()}}); err != nil {
 				return fmt.Errorf("sending clock status: %w", err)
 			}
 		}

@@ -92,17 +92,7 @@ func (p *Probe) runLive(ctx context.Context) error {
 			}
 		}()
 	}
-	if lc.timestampSource() == "hardware" {
-		// NIC timestamps are on the PHC's time scale already: the phc
-		// source has nothing to correct, and the others do not apply.
-		if p.cfg.Clock.Source == "phc" {
-			for _, pl := range p.pipes {
-				pl.correct = nil
-			}
-		} else {
-			p.log.Warn("hardware timestamps are on the NIC's clock, not the system clock: use -clock phc with them", "clock", p.cfg.Clock.Source)
-		}
-	}
+	p.hardwareClock()
 	p.log.Info("capturing", "interface", lc.cfg.Interface, "workers", len(p.pipes), "timestamps", lc.timestampSource(), "clock", p.cfg.Clock.Source)
 	g, ctx := errgroup.WithContext(ctx)
 	for w, pl := range p.pipes {
@@ -142,6 +132,22 @@ func (p *Probe) runLive(ctx context.Context) error {
 	}
 	p.log.Info("capture stopped", "open_epochs_discarded", open)
 	return err
+}
+
+// hardwareClock takes the NIC's clock for timestamps when the capture has
+// hardware timestamps: they are on the PHC's time scale already, so the
+// phc source has nothing to correct, and the others do not apply.
+func (p *Probe) hardwareClock() {
+	if p.live.timestampSource() != "hardware" {
+		return
+	}
+	if p.cfg.Clock.Source == "phc" {
+		for _, pl := range p.pipes {
+			pl.correct = nil
+		}
+	} else {
+		p.log.Warn("hardware timestamps are on the NIC's clock, not the system clock: use -clock phc with them", "clock", p.cfg.Clock.Source)
+	}
 }
 
 func (lc *liveCapture) closeAll() {
