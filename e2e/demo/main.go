@@ -71,34 +71,86 @@ func run(dir string, keep bool) error {
 	}
 	defer func() { _ = env.Close() }()
 
+	paths, err := makeCaptures(env, root, dir)
+	if err != nil {
+		return err
+	}
+	coll, addrs, err := startCollector(env, dir, paths)
+	if err != nil {
+		return err
+	}
+	if err := replayProbes(env, dir, addrs.GRPC); err != nil {
+		return err
+	}
+	conn, err := harness.Dial(addrs.GRPC)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	q := owlv1.NewQueryServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := printPathTables(ctx, q, coll, dir); err != nil {
+		return err
+	}
+	if err := colateTable(ctx, q, root, filepath.Join(dir, losses[0].name+"-truth.csv"), losses[0].name); err != nil {
+		return err
+	}
+	printHints(dir, addrs.GRPC)
+	if keep {
+		fmt.Println("collector kept running; Ctrl-C to stop")
+		sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		<-sig.Done()
+	}
+	return coll.Stop(10 * time.Second)
+}
+
+// makeCaptures runs tracegen once per entry of losses to make the two
+// captures and the ground truth of each path in dir, and returns the
+// collector config's lines for the paths.
+func makeCaptures(env *harness.Env, root, dir string) (string, error) {
 	var paths strings.Builder
 	for i, l := range losses {
 		prefix := filepath.Join(dir, l.name)
 		args := append([]string{"-in", filepath.Join(root, "testdata", "trace.pcap"), "-out", prefix, "-loss", l.loss, "-seed", fmt.Sprint(i + 1)}, l.args...)
 		tg, err := env.Start("tracegen-"+l.name, "tracegen", args...)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if err := tg.Wait(time.Minute); err != nil {
-			return fmt.Errorf("tracegen: %v\n%s", err, tg.Log())
+			return "", fmt.Errorf("tracegen: %v\n%s", err, tg.Log())
 		}
 		fmt.Print(tg.Log())
 		fmt.Fprintf(&paths, "  - {name: %s, upstream: up-%s, downstream: down-%s}\n", l.name, l.name, l.name)
 	}
+	return paths.String(), nil
+}
+
+// startCollector starts the collector with the given paths and COLATE on,
+// storing its data under dir.
+func startCollector(env *harness.Env, dir, paths string) (*harness.Proc, harness.Addrs, error) {
 	// COLATE on as well: every probe keeps one vector of all its packets
 	// per epoch, so that any flow between any two of them can be asked
 	// for afterwards.
 	cfg := fmt.Sprintf("grpc_listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\ndata_dir: %s\npair_timeout: 5s\nparams:\n  colate: {enabled: true, counters: %d}\npaths:\n%s",
-		filepath.Join(dir, "data"), colateCounters, paths.String())
+		filepath.Join(dir, "data"), colateCounters, paths)
 	coll, addrs, err := env.StartCollector("collector", cfg)
 	if err != nil {
-		return err
+		return nil, addrs, err
 	}
 	fmt.Printf("collector on %s (gRPC) and %s (metrics); %d probes replaying ...\n", addrs.GRPC, addrs.HTTP, 2*len(losses))
+	return coll, addrs, nil
+}
+
+// replayProbes starts an upstream and a downstream probe per path, each
+// replaying its capture to the collector at grpcAddr, and waits for all of
+// them to finish.
+func replayProbes(env *harness.Env, dir, grpcAddr string) error {
 	var probes []*harness.Proc
 	for _, l := range losses {
 		for _, side := range []string{"up", "down"} {
-			p, err := env.Start(side+"-"+l.name, "probe", "-id", side+"-"+l.name, "-collector", addrs.GRPC,
+			p, err := env.Start(side+"-"+l.name, "probe", "-id", side+"-"+l.name, "-collector", grpcAddr,
 				"-file", filepath.Join(dir, l.name+"-"+side+".pcap"), "-colate", "-colate-counters", fmt.Sprint(colateCounters))
 			if err != nil {
 				return err
@@ -111,14 +163,12 @@ func run(dir string, keep bool) error {
 			return fmt.Errorf("probe %s: %v\n%s", p.Name, err, p.Log())
 		}
 	}
-	conn, err := harness.Dial(addrs.GRPC)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	q := owlv1.NewQueryServiceClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	return nil
+}
+
+// printPathTables waits for every path's results over gRPC and prints each
+// beside its ground truth.
+func printPathTables(ctx context.Context, q owlv1.QueryServiceClient, coll *harness.Proc, dir string) error {
 	for _, l := range losses {
 		truths, err := epochTruths(filepath.Join(dir, l.name+"-truth.csv"))
 		if err != nil {
@@ -131,19 +181,15 @@ func run(dir string, keep bool) error {
 		fmt.Printf("\n=== path %s: GetPathStats over gRPC vs ground truth (loss %s %s; 1 s epochs)\n", l.name, l.loss, strings.Join(l.args, " "))
 		printTable(stats, truths)
 	}
-	if err := colateTable(ctx, q, root, filepath.Join(dir, losses[0].name+"-truth.csv"), losses[0].name); err != nil {
-		return err
-	}
+	return nil
+}
+
+// printHints tells where the demo's files are and how to query the
+// collector at grpcAddr by hand.
+func printHints(dir, grpcAddr string) {
 	fmt.Printf("\nlogs, captures and data in %s\n", dir)
-	fmt.Printf("try: grpcurl -plaintext -d '{\"path\":\"loss-1pct\",\"limit\":2}' %s owl.v1.QueryService/GetPathStats\n", addrs.GRPC)
-	fmt.Printf("     grpcurl -plaintext -d '{\"flow\":{\"src\":\"10.99.0.2\",\"dst\":\"10.99.0.1\",\"srcPort\":8080,\"dstPort\":44368,\"protocol\":6},\"upstream\":\"up-loss-0\",\"downstream\":\"down-loss-0\"}' %s owl.v1.QueryService/GetFlowLatencyHistoric\n", addrs.GRPC)
-	if keep {
-		fmt.Println("collector kept running; Ctrl-C to stop")
-		sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		<-sig.Done()
-	}
-	return coll.Stop(10 * time.Second)
+	fmt.Printf("try: grpcurl -plaintext -d '{\"path\":\"loss-1pct\",\"limit\":2}' %s owl.v1.QueryService/GetPathStats\n", grpcAddr)
+	fmt.Printf("     grpcurl -plaintext -d '{\"flow\":{\"src\":\"10.99.0.2\",\"dst\":\"10.99.0.1\",\"srcPort\":8080,\"dstPort\":44368,\"protocol\":6},\"upstream\":\"up-loss-0\",\"downstream\":\"down-loss-0\"}' %s owl.v1.QueryService/GetFlowLatencyHistoric\n", grpcAddr)
 }
 
 // colateCounters is the demo's COLATE vector size (n).

@@ -89,6 +89,7 @@ func open(ifname string) (*capture.LiveSource, *afpacket.TPacket, error) {
 	return in, out, nil
 }
 
+// run relays frames between interfaces a and b until ctx ends or a socket fails.
 func (r *relay) run(ctx context.Context, a, b string) error {
 	inA, outA, err := open(a)
 	if err != nil {
@@ -107,70 +108,78 @@ func (r *relay) run(ctx context.Context, a, b string) error {
 	q := &queue{wake: make(chan struct{}, 1)}
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
-	// a → b, impaired.
-	wg.Go(func() {
-		for ctx.Err() == nil {
-			f, err := inA.Next()
-			if errors.Is(err, capture.ErrTimeout) {
-				continue
-			}
-			if err != nil {
-				errc <- err
-				return
-			}
-			if r.rnd.Float64() < r.loss {
-				r.dropped.Add(1)
-				continue
-			}
-			d := time.Duration(r.model.SampleNS(r.rnd))
-			if r.reorder > 0 && r.rnd.Float64() < r.reorder {
-				d += time.Duration(1 + r.rnd.Int64N(int64(r.reorderExtra)))
-			}
-			data := append([]byte(nil), f.Data...)
-			now := time.Now()
-			q.push(now.Add(d), data)
-			if r.dup > 0 && r.rnd.Float64() < r.dup {
-				q.push(now.Add(d+time.Duration(1+r.rnd.Int64N(int64(20*time.Microsecond)))), data)
-				r.duplicated.Add(1)
-			}
-		}
-	})
-	// Due frames leave by b.
-	wg.Go(func() {
-		for {
-			data, ok := q.pop(ctx)
-			if !ok {
-				return
-			}
-			if err := outB.WritePacketData(data); err != nil {
-				r.log.Warn("sending", "err", err)
-				continue
-			}
-			r.forwarded.Add(1)
-		}
-	})
-	// b → a, as it comes.
-	wg.Go(func() {
-		for ctx.Err() == nil {
-			f, err := inB.Next()
-			if errors.Is(err, capture.ErrTimeout) {
-				continue
-			}
-			if err != nil {
-				errc <- err
-				return
-			}
-			if err := outA.WritePacketData(f.Data); err == nil {
-				r.returned.Add(1)
-			}
-		}
-	})
+	wg.Go(func() { r.impair(ctx, inA, q, errc) })
+	wg.Go(func() { r.release(ctx, q, outB) })
+	wg.Go(func() { r.passBack(ctx, inB, outA, errc) })
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
 	wg.Wait()
 	return err
+}
+
+// impair reads frames a → b from in and queues them with the model's delay,
+// loss, reordering and duplication, until ctx ends or in fails (sent on errc).
+func (r *relay) impair(ctx context.Context, in *capture.LiveSource, q *queue, errc chan<- error) {
+	for ctx.Err() == nil {
+		f, err := in.Next()
+		if errors.Is(err, capture.ErrTimeout) {
+			continue
+		}
+		if err != nil {
+			errc <- err
+			return
+		}
+		if r.rnd.Float64() < r.loss {
+			r.dropped.Add(1)
+			continue
+		}
+		d := time.Duration(r.model.SampleNS(r.rnd))
+		if r.reorder > 0 && r.rnd.Float64() < r.reorder {
+			d += time.Duration(1 + r.rnd.Int64N(int64(r.reorderExtra)))
+		}
+		data := append([]byte(nil), f.Data...)
+		now := time.Now()
+		q.push(now.Add(d), data)
+		if r.dup > 0 && r.rnd.Float64() < r.dup {
+			q.push(now.Add(d+time.Duration(1+r.rnd.Int64N(int64(20*time.Microsecond)))), data)
+			r.duplicated.Add(1)
+		}
+	}
+}
+
+// release sends queued frames out of out (b) as they fall due, until ctx ends.
+func (r *relay) release(ctx context.Context, q *queue, out *afpacket.TPacket) {
+	for {
+		data, ok := q.pop(ctx)
+		if !ok {
+			return
+		}
+		if err := out.WritePacketData(data); err != nil {
+			r.log.Warn("sending", "err", err)
+			continue
+		}
+		r.forwarded.Add(1)
+	}
+}
+
+// passBack forwards frames b → a from in to out at once, until ctx ends or
+// in fails (sent on errc).
+func (r *relay) passBack(ctx context.Context, in *capture.LiveSource, out *afpacket.TPacket, errc chan<- error) {
+	for ctx.Err() == nil {
+		f, err := in.Next()
+		if errors.Is(err, capture.ErrTimeout) {
+			continue
+		}
+		if err != nil {
+			errc <- err
+			return
+		}
+		if err := out.WritePacketData(f.Data); err == nil {
+			r.returned.Add(1)
+		}
+	}
 }
 
 // queue holds frames until they are due, earliest first.

@@ -195,59 +195,13 @@ func runClient(ctx context.Context, cfg config, log *slog.Logger) error {
 	var wg sync.WaitGroup
 
 	for i := 0; i < cfg.bulkFlows; i++ {
-		wg.Go(func() {
-			url := fmt.Sprintf("%s/bulk?rate=%d&dur=%s", base, cfg.bulkRate, cfg.duration)
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if err != nil {
-				return
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return
-			}
-			n, _ := io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			c.bulkBytes.Add(n)
-		})
+		wg.Go(func() { bulkDownload(ctx, cfg, base, &c) })
 	}
 	if cfg.rrRate > 0 {
-		// A fresh connection now and then gives many short TCP flows.
-		wg.Go(func() {
-			tr := &http.Transport{MaxIdleConnsPerHost: 4}
-			cl := &http.Client{Transport: tr}
-			every(ctx, cfg.rrRate, func(i int) {
-				if i%20 == 0 {
-					tr.CloseIdleConnections()
-				}
-				url := fmt.Sprintf("%s/rr?n=%d", base, 200+(i*37)%3000)
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-				if err != nil {
-					return
-				}
-				resp, err := cl.Do(req)
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				c.rr.Add(1)
-			})
-		})
+		wg.Go(func() { requestResponses(ctx, cfg, base, &c) })
 	}
 	if cfg.dnsRate > 0 {
-		wg.Go(func() {
-			cl := &dns.Client{Timeout: time.Second}
-			addr := net.JoinHostPort(cfg.server, strconv.Itoa(cfg.dnsPort))
-			every(ctx, cfg.dnsRate, func(i int) {
-				m := new(dns.Msg)
-				m.SetQuestion(fmt.Sprintf("host%d.example.org.", i%1000), dns.TypeA)
-				if _, _, err := cl.ExchangeContext(ctx, m, addr); err != nil {
-					c.dnsErr.Add(1)
-					return
-				}
-				c.dnsOK.Add(1)
-			})
-		})
+		wg.Go(func() { dnsQueries(ctx, cfg, &c) })
 	}
 	if cfg.udpRate > 0 {
 		conn, err := net.Dial("udp", net.JoinHostPort(cfg.server, strconv.Itoa(cfg.udpPort)))
@@ -255,20 +209,78 @@ func runClient(ctx context.Context, cfg config, log *slog.Logger) error {
 			return fmt.Errorf("dialing UDP sink: %w", err)
 		}
 		defer conn.Close()
-		wg.Go(func() {
-			buf := make([]byte, cfg.udpPayload)
-			every(ctx, cfg.udpRate, func(i int) {
-				_, _ = rand.Read(buf)
-				if _, err := conn.Write(buf); err == nil {
-					c.udp.Add(1)
-				}
-			})
-		})
+		wg.Go(func() { udpStream(ctx, cfg, conn, &c) })
 	}
 	wg.Wait()
 	log.Info("trafficgen client done", "bulk_bytes", c.bulkBytes.Load(), "rr", c.rr.Load(),
 		"dns_ok", c.dnsOK.Load(), "dns_err", c.dnsErr.Load(), "udp", c.udp.Load())
 	return nil
+}
+
+// bulkDownload fetches one paced HTTP bulk download from base and counts its bytes.
+func bulkDownload(ctx context.Context, cfg config, base string, c *counters) {
+	url := fmt.Sprintf("%s/bulk?rate=%d&dur=%s", base, cfg.bulkRate, cfg.duration)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.bulkBytes.Add(n)
+}
+
+// requestResponses makes small HTTP exchanges with base at cfg.rrRate until ctx ends.
+func requestResponses(ctx context.Context, cfg config, base string, c *counters) {
+	// A fresh connection now and then gives many short TCP flows.
+	tr := &http.Transport{MaxIdleConnsPerHost: 4}
+	cl := &http.Client{Transport: tr}
+	every(ctx, cfg.rrRate, func(i int) {
+		if i%20 == 0 {
+			tr.CloseIdleConnections()
+		}
+		url := fmt.Sprintf("%s/rr?n=%d", base, 200+(i*37)%3000)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		c.rr.Add(1)
+	})
+}
+
+// dnsQueries sends DNS A queries to the server at cfg.dnsRate until ctx ends.
+func dnsQueries(ctx context.Context, cfg config, c *counters) {
+	cl := &dns.Client{Timeout: time.Second}
+	addr := net.JoinHostPort(cfg.server, strconv.Itoa(cfg.dnsPort))
+	every(ctx, cfg.dnsRate, func(i int) {
+		m := new(dns.Msg)
+		m.SetQuestion(fmt.Sprintf("host%d.example.org.", i%1000), dns.TypeA)
+		if _, _, err := cl.ExchangeContext(ctx, m, addr); err != nil {
+			c.dnsErr.Add(1)
+			return
+		}
+		c.dnsOK.Add(1)
+	})
+}
+
+// udpStream writes random datagrams to conn at cfg.udpRate until ctx ends.
+func udpStream(ctx context.Context, cfg config, conn net.Conn, c *counters) {
+	buf := make([]byte, cfg.udpPayload)
+	every(ctx, cfg.udpRate, func(i int) {
+		_, _ = rand.Read(buf)
+		if _, err := conn.Write(buf); err == nil {
+			c.udp.Add(1)
+		}
+	})
 }
 
 // every calls f(i) rate times per second until ctx ends, without overlapping calls.
