@@ -128,57 +128,102 @@ func oracleStddev(delays []int64, ids []uint64, m int) (float64, bool) {
 // n, m, b, and counts the flows whose mean is within β.
 func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 77))
-	spanNS := int64(cfg.Span)
-	type pkt struct {
-		flow uint64
-		id   uint64
-		ts   int64
+	tr := newColTraffic(cfg, rng)
+	ms := measureColate(cfg, tr)
+	var rows []ColateRow
+	for _, jb := range colateJobs(cfg) {
+		row, err := runColateJob(cfg, tr, ms, jb)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, row)
 	}
-	var at [3][]pkt
-	flows := map[uint64]*colFlow{}
-	// Flows live within one span so that each is one vector pair.
-	nSpans := int64(cfg.Duration / cfg.Span)
+	if cfg.Output != nil {
+		writeColateTable(cfg, ms, rows)
+	}
+	return rows, nil
+}
+
+// colPkt is one packet as one observation point sees it.
+type colPkt struct {
+	flow uint64
+	id   uint64
+	ts   int64
+}
+
+// colTraffic is the triangle's traffic: the packets each point sees, the
+// flows by hash, and the time grid.
+type colTraffic struct {
+	at     [3][]colPkt
+	flows  map[uint64]*colFlow
+	spanNS int64
+	nSpans int64
+}
+
+// newColTraffic draws the traffic on all six links; flows live within one
+// span so that each is one vector pair.
+func newColTraffic(cfg ColateConfig, rng *rand.Rand) *colTraffic {
+	tr := &colTraffic{flows: map[uint64]*colFlow{}, spanNS: int64(cfg.Span), nSpans: int64(cfg.Duration / cfg.Span)}
 	for a := range 3 {
 		for b := range 3 {
 			if a == b {
 				continue
 			}
-			for e := range nSpans {
+			for e := range tr.nSpans {
 				left := int(cfg.LinkRate * cfg.Span.Seconds())
 				for left > 0 {
 					size := min(left, int(20/math.Pow(1-rng.Float64(), 1/1.1)))
 					left -= size
-					fh := rng.Uint64()
-					base := 50e3 + rng.Float64()*rng.Float64()*5e6 // 50 µs to 5 ms
-					f := &colFlow{src: a, dst: b, vector: e}
-					flows[fh] = f
-					for range size {
-						ts := e*spanNS + rng.Int64N(spanNS-int64(20*time.Millisecond))
-						d := int64(base * (0.5 + 0.5*rng.ExpFloat64()))
-						id := rng.Uint64()
-						at[a] = append(at[a], pkt{fh, id, ts})
-						at[b] = append(at[b], pkt{fh, id, ts + d})
-						f.sumNS += float64(d)
-						f.sqNS2 += float64(d) * float64(d)
-						f.n++
-						f.delays = append(f.delays, d)
-						f.ids = append(f.ids, id)
-					}
+					tr.addFlow(rng, a, b, e, size)
 				}
 			}
 		}
 	}
-	// Measurements for the solver (§5): per-flow timestamp sums within a
-	// vector at the sender, and ρ = (t_R − t_S)/(t_R + t_S).
+	return tr
+}
+
+// addFlow draws one flow of size packets from point a to point b in span
+// e and records its packets at both ends.
+func (tr *colTraffic) addFlow(rng *rand.Rand, a, b int, e int64, size int) {
+	spanNS := tr.spanNS
+	fh := rng.Uint64()
+	base := 50e3 + rng.Float64()*rng.Float64()*5e6 // 50 µs to 5 ms
+	f := &colFlow{src: a, dst: b, vector: e}
+	tr.flows[fh] = f
+	for range size {
+		ts := e*spanNS + rng.Int64N(spanNS-int64(20*time.Millisecond))
+		d := int64(base * (0.5 + 0.5*rng.ExpFloat64()))
+		id := rng.Uint64()
+		tr.at[a] = append(tr.at[a], colPkt{fh, id, ts})
+		tr.at[b] = append(tr.at[b], colPkt{fh, id, ts + d})
+		f.sumNS += float64(d)
+		f.sqNS2 += float64(d) * float64(d)
+		f.n++
+		f.delays = append(f.delays, d)
+		f.ids = append(f.ids, id)
+	}
+}
+
+// colMeasures are the solver's inputs measured on the traffic (§5).
+type colMeasures struct {
+	tMin, tMax, rho float64
+	tX              float64 // mean sum of a vector's relative timestamps
+	vectorSum       float64 // what the solver is given: t_X, or 0 as the paper
+}
+
+// measureColate measures the per-flow timestamp sums within a vector at
+// the sender, ρ = (t_R − t_S)/(t_R + t_S), and t_X.
+func measureColate(cfg ColateConfig, tr *colTraffic) colMeasures {
+	spanNS := tr.spanNS
 	var sums, rhos []float64
 	tS := map[uint64]float64{}
-	for _, p := range at[0] {
-		if f := flows[p.flow]; f.src == 0 {
+	for _, p := range tr.at[0] {
+		if f := tr.flows[p.flow]; f.src == 0 {
 			tS[p.flow] += float64(p.ts - f.vector*spanNS)
 		}
 	}
 	for fh, s := range tS {
-		f := flows[fh]
+		f := tr.flows[fh]
 		sums = append(sums, s)
 		if f.n >= cfg.MinPackets {
 			rhos = append(rhos, f.sumNS/(2*s+f.sumNS))
@@ -190,159 +235,222 @@ func RunColate(cfg ColateConfig) ([]ColateRow, error) {
 	// and spans.
 	var tX float64
 	for x := range 3 {
-		for _, p := range at[x] {
+		for _, p := range tr.at[x] {
 			tX += float64(p.ts % spanNS)
 		}
 	}
-	tX /= float64(3 * nSpans)
+	tX /= float64(3 * tr.nSpans)
 	vectorSum := tX
 	if cfg.PaperThreshold {
 		vectorSum = 0
 	}
-	tMax := sums[len(sums)-1]
-	tMin := float64(cfg.MinPackets) * float64(spanNS) / 2
-	rho := rhos[len(rhos)/2]
-	var rows []ColateRow
-	type job struct {
-		req   [2]float64
-		shape [2]int
+	return colMeasures{
+		tMin:      float64(cfg.MinPackets) * float64(spanNS) / 2,
+		tMax:      sums[len(sums)-1],
+		rho:       rhos[len(rhos)/2],
+		tX:        tX,
+		vectorSum: vectorSum,
 	}
-	var jobs []job
+}
+
+// colJob is one row to evaluate: a requirement to solve for, or a given
+// shape (n, m) when shape[0] > 0.
+type colJob struct {
+	req   [2]float64
+	shape [2]int
+}
+
+// colateJobs lists the requirements, then the given shapes.
+func colateJobs(cfg ColateConfig) []colJob {
+	var jobs []colJob
 	for _, req := range cfg.Requirements {
-		jobs = append(jobs, job{req: req})
+		jobs = append(jobs, colJob{req: req})
 	}
 	for _, sh := range cfg.Shapes {
-		jobs = append(jobs, job{req: [2]float64{0.95, 0.05}, shape: sh})
+		jobs = append(jobs, colJob{req: [2]float64{0.95, 0.05}, shape: sh})
 	}
-	for _, jb := range jobs {
-		req := jb.req
-		row := ColateRow{Alpha: req[0], Beta: req[1]}
-		var p colate.Parameters
-		var err error
-		if jb.shape[0] > 0 {
-			p = colate.Parameters{Counters: jb.shape[0], Subvector: jb.shape[1], Bits: 64}
-			row.Fixed = true
-		} else {
-			p, err = colate.Solve(colate.Requirement{RAMBits: cfg.RAMBits, Alpha: req[0], Beta: req[1], TMin: tMin, TMax: tMax, Rho: rho, VectorSum: vectorSum})
+	return jobs
+}
+
+// runColateJob solves (or takes) the job's parameters, records every
+// point's vectors with them and scores the flows; a solver error goes in
+// the row, other errors are returned.
+func runColateJob(cfg ColateConfig, tr *colTraffic, ms colMeasures, jb colJob) (ColateRow, error) {
+	req := jb.req
+	row := ColateRow{Alpha: req[0], Beta: req[1]}
+	var p colate.Parameters
+	var err error
+	if jb.shape[0] > 0 {
+		p = colate.Parameters{Counters: jb.shape[0], Subvector: jb.shape[1], Bits: 64}
+		row.Fixed = true
+	} else {
+		p, err = colate.Solve(colate.Requirement{RAMBits: cfg.RAMBits, Alpha: req[0], Beta: req[1], TMin: ms.tMin, TMax: ms.tMax, Rho: ms.rho, VectorSum: ms.vectorSum})
+	}
+	row.Params, row.Err = p, err
+	if err != nil {
+		return row, nil
+	}
+	vecs, packets, flowEntries, err := recordColate(cfg, tr, p)
+	if err != nil {
+		return row, err
+	}
+	row.FlowBitsPerP = flowEntries * 96 / packets // a hash and a count per flow, as on the wire
+	if err := row.score(cfg, tr, vecs, p.Subvector); err != nil {
+		return row, err
+	}
+	row.BitsPerPkt = colateWireBits(vecs)/packets - row.FlowBitsPerP
+	return row, nil
+}
+
+// recordColate records every point's packets in one vector per span (and
+// one more) and counts the packets and flow entries they hold.
+func recordColate(cfg ColateConfig, tr *colTraffic, p colate.Parameters) (vecs [3][]*colate.Vector, packets, flowEntries float64, err error) {
+	spanNS := tr.spanNS
+	vc := colate.Config{Counters: p.Counters, Subvector: p.Subvector, Bits: min(64, p.Bits), Span: cfg.Span, Unit: time.Nanosecond, Seed: cfg.Seed}
+	for x := range 3 {
+		for e := range tr.nSpans + 1 {
+			v, err := colate.New(vc, e*spanNS)
+			if err != nil {
+				return vecs, 0, 0, err
+			}
+			vecs[x] = append(vecs[x], v)
 		}
-		row.Params, row.Err = p, err
-		if err != nil {
-			rows = append(rows, row)
+		for _, pk := range tr.at[x] {
+			vecs[x][pk.ts/spanNS].Insert(pk.flow, pk.id, pk.ts)
+		}
+		for _, v := range vecs[x] {
+			packets += float64(v.Packets())
+			flowEntries += float64(v.Flows())
+		}
+	}
+	return vecs, packets, flowEntries, nil
+}
+
+// colScore accumulates the per-flow outcomes of one row.
+type colScore struct {
+	within, withinR, within1  int
+	sdErrs, sdExact, sdOracle []float64
+}
+
+// score estimates every qualifying flow from the vectors and fills in the
+// row's accuracy figures; m is the subvector size.
+func (row *ColateRow) score(cfg ColateConfig, tr *colTraffic, vecs [3][]*colate.Vector, m int) error {
+	var sc colScore
+	for fh, f := range tr.flows {
+		if f.n < cfg.MinPackets {
 			continue
 		}
-		vc := colate.Config{Counters: p.Counters, Subvector: p.Subvector, Bits: min(64, p.Bits), Span: cfg.Span, Unit: time.Nanosecond, Seed: cfg.Seed}
-		vecs := [3][]*colate.Vector{}
-		var packets, flowEntries float64
-		for x := range 3 {
-			for e := range nSpans + 1 {
-				v, err := colate.New(vc, e*spanNS)
-				if err != nil {
-					return nil, err
-				}
-				vecs[x] = append(vecs[x], v)
-			}
-			for _, pk := range at[x] {
-				vecs[x][pk.ts/spanNS].Insert(pk.flow, pk.id, pk.ts)
-			}
-			for _, v := range vecs[x] {
-				packets += float64(v.Packets())
-				flowEntries += float64(v.Flows())
-			}
+		ok, err := sc.addFlow(cfg.Gamma, row.Beta, m, vecs, fh, f)
+		if err != nil {
+			return err
 		}
-		row.FlowBitsPerP = flowEntries * 96 / packets // a hash and a count per flow, as on the wire
-		within, withinR, within1 := 0, 0, 0
-		var sdErrs, sdExact, sdOracle []float64
-		for fh, f := range flows {
-			if f.n < cfg.MinPackets {
-				continue
-			}
-			est, err := colate.Mean(vecs[f.src][f.vector:f.vector+2], vecs[f.dst][f.vector:f.vector+2], fh)
-			if err != nil {
-				continue
-			}
-			q := colate.NewQuery(fh, cfg.Gamma, nil).Robust()
-			for e := f.vector; e <= f.vector+1; e++ {
-				if err := q.Add(vecs[f.src][e], vecs[f.dst][e]); err != nil {
-					return nil, err
-				}
-			}
-			rob, err := q.Estimate()
-			if err != nil {
-				continue
-			}
-			// The same with the exact expectation over pairings.
-			qx := colate.NewQuery(fh, 0, nil).Robust()
-			for e := f.vector; e <= f.vector+1; e++ {
-				if err := qx.Add(vecs[f.src][e], vecs[f.dst][e]); err != nil {
-					return nil, err
-				}
-			}
-			exact, _ := qx.Estimate()
+		if ok {
 			row.Flows++
-			mu := f.sumNS / float64(f.n)
-			if math.Abs(est.MeanNS-mu) <= req[1]*mu {
-				within++
-			}
-			if math.Abs(rob.MeanNS-mu) <= req[1]*mu {
-				withinR++
-			}
-			if math.Abs(rob.MeanNS-mu) <= 0.01*mu {
-				within1++
-			}
-			sd := math.Sqrt(math.Max(f.sqNS2/float64(f.n)-mu*mu, 0))
-			sdErrs = append(sdErrs, math.Abs(rob.StddevNS-sd)/sd)
-			sdExact = append(sdExact, math.Abs(exact.StddevNS-sd)/sd)
-			oracle, ok := oracleStddev(f.delays, f.ids, p.Subvector)
-			if !ok {
-				oracle = math.Inf(1)
-			}
-			sdOracle = append(sdOracle, math.Abs(oracle-sd)/sd)
 		}
-		if row.Flows > 0 {
-			row.Within = float64(within) / float64(row.Flows)
-			row.WithinRobust = float64(withinR) / float64(row.Flows)
-			row.Within1 = float64(within1) / float64(row.Flows)
-		}
-		row.StddevWithin5, row.StddevMedian = within5(sdErrs)
-		row.ExactWithin5, row.ExactMedian = within5(sdExact)
-		row.OracleWithin5, _ = within5(sdOracle)
-		// Stored as the wire form does: each vector's counters at the
-		// width its largest needs.
-		var bits float64
-		for x := range 3 {
-			for _, v := range vecs[x] {
-				b, _ := v.MarshalBinary()
-				bits += 8 * float64(len(b))
-			}
-		}
-		row.BitsPerPkt = bits/packets - row.FlowBitsPerP
-		rows = append(rows, row)
 	}
-	if cfg.Output != nil {
-		mode := "solver with the vectors' sum t_X (one vector per span)"
-		if cfg.PaperThreshold {
-			mode = "the paper's solver (vectors dumped at T)"
-		}
-		fmt.Fprintf(cfg.Output, "COLATE triangle: 3 points, 6 links × %.0f packets/s, %v, %v vectors, M = %.0f bits; measured t_min %.3g (flows of %d packets), t_max %.3g, ρ %.3g, t_X %.3g; %s\n",
-			cfg.LinkRate, cfg.Duration, cfg.Span, cfg.RAMBits, tMin, cfg.MinPackets, tMax, rho, tX, mode)
-		w := tabwriter.NewWriter(cfg.Output, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(w, "α\tβ\tn\tm\tb\tT\tflows\twithin β (paper)\twithin β (robust)\twithin 1% (robust)\tσ within 5% (γ, exact; oracle bound)\tσ median error (γ, exact)\tbits/packet (counters)\t(+ flow counts)\t")
-		for _, r := range rows {
-			if r.Err != nil {
-				fmt.Fprintf(w, "%.2f\t%.2f\t%v\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Alpha, r.Beta, r.Err)
-				continue
-			}
-			a, b := fmt.Sprintf("%.2f", r.Alpha), fmt.Sprintf("%.2f", r.Beta)
-			if r.Fixed {
-				a, b = "given", "n, m"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.3g\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%, %.1f%%; %.1f%%\t%.2f, %.2f\t%.2f\t%.2f\t\n", a, b, r.Params.Counters, r.Params.Subvector,
-				r.Params.Bits, r.Params.Threshold, r.Flows, 100*r.Within, 100*r.WithinRobust, 100*r.Within1, 100*r.StddevWithin5, 100*r.ExactWithin5, 100*r.OracleWithin5,
-				r.StddevMedian, r.ExactMedian, r.BitsPerPkt, r.FlowBitsPerP)
-		}
-		w.Flush()
+	if row.Flows > 0 {
+		row.Within = float64(sc.within) / float64(row.Flows)
+		row.WithinRobust = float64(sc.withinR) / float64(row.Flows)
+		row.Within1 = float64(sc.within1) / float64(row.Flows)
 	}
-	return rows, nil
+	row.StddevWithin5, row.StddevMedian = within5(sc.sdErrs)
+	row.ExactWithin5, row.ExactMedian = within5(sc.sdExact)
+	row.OracleWithin5, _ = within5(sc.sdOracle)
+	return nil
+}
+
+// addFlow estimates one flow (paper's mean, robust with gamma virtual
+// repetitions, robust exact) and scores it; it reports whether the flow
+// counted, i.e. whether the paper's and the robust estimates succeeded.
+func (sc *colScore) addFlow(gamma int, beta float64, m int, vecs [3][]*colate.Vector, fh uint64, f *colFlow) (bool, error) {
+	est, err := colate.Mean(vecs[f.src][f.vector:f.vector+2], vecs[f.dst][f.vector:f.vector+2], fh)
+	if err != nil {
+		return false, nil
+	}
+	q, err := robustQuery(vecs, fh, f, gamma)
+	if err != nil {
+		return false, err
+	}
+	rob, err := q.Estimate()
+	if err != nil {
+		return false, nil
+	}
+	// The same with the exact expectation over pairings.
+	qx, err := robustQuery(vecs, fh, f, 0)
+	if err != nil {
+		return false, err
+	}
+	exact, _ := qx.Estimate()
+	mu := f.sumNS / float64(f.n)
+	if math.Abs(est.MeanNS-mu) <= beta*mu {
+		sc.within++
+	}
+	if math.Abs(rob.MeanNS-mu) <= beta*mu {
+		sc.withinR++
+	}
+	if math.Abs(rob.MeanNS-mu) <= 0.01*mu {
+		sc.within1++
+	}
+	sd := math.Sqrt(math.Max(f.sqNS2/float64(f.n)-mu*mu, 0))
+	sc.sdErrs = append(sc.sdErrs, math.Abs(rob.StddevNS-sd)/sd)
+	sc.sdExact = append(sc.sdExact, math.Abs(exact.StddevNS-sd)/sd)
+	oracle, ok := oracleStddev(f.delays, f.ids, m)
+	if !ok {
+		oracle = math.Inf(1)
+	}
+	sc.sdOracle = append(sc.sdOracle, math.Abs(oracle-sd)/sd)
+	return true, nil
+}
+
+// robustQuery is a robust query for the flow with gamma virtual
+// repetitions (0: the exact expectation), given its vector and the next.
+func robustQuery(vecs [3][]*colate.Vector, fh uint64, f *colFlow, gamma int) (*colate.Query, error) {
+	q := colate.NewQuery(fh, gamma, nil).Robust()
+	for e := f.vector; e <= f.vector+1; e++ {
+		if err := q.Add(vecs[f.src][e], vecs[f.dst][e]); err != nil {
+			return nil, err
+		}
+	}
+	return q, nil
+}
+
+// colateWireBits is the vectors' size stored as the wire form does: each
+// vector's counters at the width its largest needs.
+func colateWireBits(vecs [3][]*colate.Vector) float64 {
+	var bits float64
+	for x := range 3 {
+		for _, v := range vecs[x] {
+			b, _ := v.MarshalBinary()
+			bits += 8 * float64(len(b))
+		}
+	}
+	return bits
+}
+
+// writeColateTable prints the measurements and one line per row.
+func writeColateTable(cfg ColateConfig, ms colMeasures, rows []ColateRow) {
+	mode := "solver with the vectors' sum t_X (one vector per span)"
+	if cfg.PaperThreshold {
+		mode = "the paper's solver (vectors dumped at T)"
+	}
+	fmt.Fprintf(cfg.Output, "COLATE triangle: 3 points, 6 links × %.0f packets/s, %v, %v vectors, M = %.0f bits; measured t_min %.3g (flows of %d packets), t_max %.3g, ρ %.3g, t_X %.3g; %s\n",
+		cfg.LinkRate, cfg.Duration, cfg.Span, cfg.RAMBits, ms.tMin, cfg.MinPackets, ms.tMax, ms.rho, ms.tX, mode)
+	w := tabwriter.NewWriter(cfg.Output, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "α\tβ\tn\tm\tb\tT\tflows\twithin β (paper)\twithin β (robust)\twithin 1% (robust)\tσ within 5% (γ, exact; oracle bound)\tσ median error (γ, exact)\tbits/packet (counters)\t(+ flow counts)\t")
+	for _, r := range rows {
+		if r.Err != nil {
+			fmt.Fprintf(w, "%.2f\t%.2f\t%v\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Alpha, r.Beta, r.Err)
+			continue
+		}
+		a, b := fmt.Sprintf("%.2f", r.Alpha), fmt.Sprintf("%.2f", r.Beta)
+		if r.Fixed {
+			a, b = "given", "n, m"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%.3g\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f%%, %.1f%%; %.1f%%\t%.2f, %.2f\t%.2f\t%.2f\t\n", a, b, r.Params.Counters, r.Params.Subvector,
+			r.Params.Bits, r.Params.Threshold, r.Flows, 100*r.Within, 100*r.WithinRobust, 100*r.Within1, 100*r.StddevWithin5, 100*r.ExactWithin5, 100*r.OracleWithin5,
+			r.StddevMedian, r.ExactMedian, r.BitsPerPkt, r.FlowBitsPerP)
+	}
+	w.Flush()
 }
 
 // within5 returns the share of relative errors at most 5% and their median.
