@@ -3997,7 +3997,7 @@ type GetFlowLatencyHistoricRequest struct {
 	// for; 0 means the collector's default.
 	Beta float64 `protobuf:"fixed64,7,opt,name=beta,proto3" json:"beta,omitempty"`
 	// estimator is "robust" (the default: the flow's counters that hold a
-	// packet seen at one point only are left out, see README) or "paper"
+	// packet seen at one point only are left out, see docs/colate.md) or "paper"
 	// (COLATE's Theorem 2 as published).
 	Estimator     string `protobuf:"bytes,8,opt,name=estimator,proto3" json:"estimator,omitempty"`
 	unknownFields protoimpl.UnknownFields
