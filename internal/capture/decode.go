@@ -167,59 +167,19 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 		parser = d.parser6
 	}
 	err := parser.DecodeLayers(frame, &d.decoded)
-	if d.inner != nil && err == nil && len(d.decoded) > 0 && d.decoded[len(d.decoded)-1] == layers.LayerTypeUDP &&
-		uint16(d.udp.DstPort) == d.cfg.VXLANPort && d.vxlan.DecodeFromBytes(d.udp.Payload, gopacket.NilDecodeFeedback) == nil {
-		// VXLAN on a port gopacket does not know: decode the inner frame.
-		// The inner layers overwrite the outer ones, as for 4789.
-		vni := d.vxlan.VNI
-		err = d.inner.DecodeLayers(d.vxlan.Payload, &d.decoded)
-		d.decoded = append(d.decoded[:0:0], append([]gopacket.LayerType{layers.LayerTypeVXLAN}, d.decoded...)...)
-		d.vxlan.VNI = vni
-		parser = d.inner
+	if d.inner != nil && err == nil {
+		parser, err = d.decodeVXLAN(parser)
 	}
-	// Find the innermost IP layer and the transport layer after it.
-	ipIdx, l4 := -1, gopacket.LayerTypeZero
-	var tag uint32
-	for i, t := range d.decoded {
-		switch t {
-		case layers.LayerTypeDot1Q:
-			tag = uint32(d.dot1q.VLANIdentifier)
-		case layers.LayerTypeVXLAN:
-			tag = 1<<24 | d.vxlan.VNI
-		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
-			ipIdx, l4 = i, gopacket.LayerTypeZero
-		case layers.LayerTypeTCP, layers.LayerTypeUDP, layers.LayerTypeICMPv4, layers.LayerTypeICMPv6:
-			if ipIdx >= 0 && l4 == gopacket.LayerTypeZero {
-				l4 = t
-			}
-		}
-	}
-	if ipIdx < 0 {
-		if len(frame) < d.linkLen {
-			return &DecodeError{Reason: ReasonTruncated, Err: fmt.Errorf("%d-byte frame is shorter than its link header", len(frame))}
-		}
-		if err != nil {
-			return decodeFailure(parser, err)
-		}
-		return ErrNotIP
-	}
-	if err != nil && l4 == gopacket.LayerTypeZero {
-		// The IP header decoded but a later header is broken. A transport
-		// header cut by the snap length is not an error of the packet:
-		// the identity then covers the bytes that are there. A broken
-		// tunnel header is: the innermost packet is out of reach.
-		last := d.decoded[len(d.decoded)-1]
-		ipLast := last == layers.LayerTypeIPv4 || last == layers.LayerTypeIPv6 ||
-			last == layers.LayerTypeIPv6Fragment || layers.LayerClassIPv6Extension.Contains(last)
-		if !parser.Truncated || !ipLast {
-			return decodeFailure(parser, err)
+	ipIdx, l4, tag := d.innermostIP()
+	if ipIdx < 0 || err != nil && l4 == gopacket.LayerTypeZero {
+		if err = d.frameError(frame, parser, err, ipIdx); err != nil {
+			return err
 		}
 	}
 
 	b := d.scratch[:0]
 	var ipPayload []byte
-	ipType := d.decoded[ipIdx]
-	if ipType == layers.LayerTypeIPv4 {
+	if d.decoded[ipIdx] == layers.LayerTypeIPv4 {
 		b = appendIPv4(b, d.ip4.Contents, d.cfg.NATSafe)
 		ipPayload = d.ip4.Payload
 		p.Flow.Src = netip.AddrFrom4([4]byte(d.ip4.SrcIP))
@@ -227,29 +187,7 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 		p.Flow.Proto = uint8(d.ip4.Protocol)
 		p.IPLen = int(d.ip4.Length)
 	} else {
-		b = appendIPv6(b, d.ip6.Contents, d.cfg.NATSafe)
-		ipPayload = d.ip6.Payload
-		p.Flow.Src = netip.AddrFrom16([16]byte(d.ip6.SrcIP))
-		p.Flow.Dst = netip.AddrFrom16([16]byte(d.ip6.DstIP))
-		p.IPLen = 40 + int(d.ip6.Length)
-		next := uint8(d.ip6.NextHeader)
-		if d.ip6.HopByHop != nil {
-			next = uint8(d.ip6.HopByHop.NextHeader)
-		}
-		// The extension headers lie between the fixed header (and the
-		// Hop-by-Hop header, which the IPv6 layer consumed) and the
-		// transport header, or what is left after the last one.
-		rest := d.l4Bytes(l4)
-		if l4 == gopacket.LayerTypeZero {
-			rest = d.ip6Tail(ipIdx)
-		}
-		extLen := len(ipPayload) - len(rest)
-		if extLen > 0 {
-			b = appendIPv6Ext(b, next, ipPayload[:extLen])
-			next = lastNextHeader(next, ipPayload[:extLen])
-			ipPayload = rest
-		}
-		p.Flow.Proto = next
+		b, ipPayload = d.appendIPv6Headers(b, ipIdx, l4, p)
 	}
 
 	p.Flow.SrcPort, p.Flow.DstPort, p.Flow.Tag = 0, 0, 0
@@ -293,6 +231,101 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 	p.ID = xxh3.HashSeed(b, d.cfg.Seed)
 	p.TimeNS = tsNS
 	return nil
+}
+
+// decodeVXLAN decodes the inner frame of VXLAN on the configured port, when
+// the frame decoded by parser carries one; it returns the parser that ran
+// last and its error.
+func (d *Decoder) decodeVXLAN(parser *gopacket.DecodingLayerParser) (*gopacket.DecodingLayerParser, error) {
+	var err error
+	if len(d.decoded) > 0 && d.decoded[len(d.decoded)-1] == layers.LayerTypeUDP &&
+		uint16(d.udp.DstPort) == d.cfg.VXLANPort && d.vxlan.DecodeFromBytes(d.udp.Payload, gopacket.NilDecodeFeedback) == nil {
+		// VXLAN on a port gopacket does not know: decode the inner frame.
+		// The inner layers overwrite the outer ones, as for 4789.
+		vni := d.vxlan.VNI
+		err = d.inner.DecodeLayers(d.vxlan.Payload, &d.decoded)
+		d.decoded = append(d.decoded[:0:0], append([]gopacket.LayerType{layers.LayerTypeVXLAN}, d.decoded...)...)
+		d.vxlan.VNI = vni
+		parser = d.inner
+	}
+	return parser, err
+}
+
+// innermostIP finds the innermost IP layer among the decoded ones (-1 if
+// none), the transport layer after it, and the innermost VLAN or VXLAN tag.
+func (d *Decoder) innermostIP() (ipIdx int, l4 gopacket.LayerType, tag uint32) {
+	ipIdx, l4 = -1, gopacket.LayerTypeZero
+	for i, t := range d.decoded {
+		switch t {
+		case layers.LayerTypeDot1Q:
+			tag = uint32(d.dot1q.VLANIdentifier)
+		case layers.LayerTypeVXLAN:
+			tag = 1<<24 | d.vxlan.VNI
+		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
+			ipIdx, l4 = i, gopacket.LayerTypeZero
+		case layers.LayerTypeTCP, layers.LayerTypeUDP, layers.LayerTypeICMPv4, layers.LayerTypeICMPv6:
+			if ipIdx >= 0 && l4 == gopacket.LayerTypeZero {
+				l4 = t
+			}
+		}
+	}
+	return ipIdx, l4, tag
+}
+
+// frameError returns the error for a frame without an IP packet (ipIdx < 0)
+// or whose decoding failed after the IP header, or nil when the packet is
+// usable all the same (a transport header cut by the snap length).
+func (d *Decoder) frameError(frame []byte, parser *gopacket.DecodingLayerParser, err error, ipIdx int) error {
+	if ipIdx < 0 {
+		if len(frame) < d.linkLen {
+			return &DecodeError{Reason: ReasonTruncated, Err: fmt.Errorf("%d-byte frame is shorter than its link header", len(frame))}
+		}
+		if err != nil {
+			return decodeFailure(parser, err)
+		}
+		return ErrNotIP
+	}
+	// The IP header decoded but a later header is broken. A transport
+	// header cut by the snap length is not an error of the packet:
+	// the identity then covers the bytes that are there. A broken
+	// tunnel header is: the innermost packet is out of reach.
+	last := d.decoded[len(d.decoded)-1]
+	ipLast := last == layers.LayerTypeIPv4 || last == layers.LayerTypeIPv6 ||
+		last == layers.LayerTypeIPv6Fragment || layers.LayerClassIPv6Extension.Contains(last)
+	if !parser.Truncated || !ipLast {
+		return decodeFailure(parser, err)
+	}
+	return nil
+}
+
+// appendIPv6Headers appends the identity bytes of the IPv6 header at ipIdx
+// and its extension headers to b, fills p's addresses, protocol and IP
+// length, and returns the IP payload after the extension headers.
+func (d *Decoder) appendIPv6Headers(b []byte, ipIdx int, l4 gopacket.LayerType, p *Packet) ([]byte, []byte) {
+	b = appendIPv6(b, d.ip6.Contents, d.cfg.NATSafe)
+	ipPayload := d.ip6.Payload
+	p.Flow.Src = netip.AddrFrom16([16]byte(d.ip6.SrcIP))
+	p.Flow.Dst = netip.AddrFrom16([16]byte(d.ip6.DstIP))
+	p.IPLen = 40 + int(d.ip6.Length)
+	next := uint8(d.ip6.NextHeader)
+	if d.ip6.HopByHop != nil {
+		next = uint8(d.ip6.HopByHop.NextHeader)
+	}
+	// The extension headers lie between the fixed header (and the
+	// Hop-by-Hop header, which the IPv6 layer consumed) and the
+	// transport header, or what is left after the last one.
+	rest := d.l4Bytes(l4)
+	if l4 == gopacket.LayerTypeZero {
+		rest = d.ip6Tail(ipIdx)
+	}
+	extLen := len(ipPayload) - len(rest)
+	if extLen > 0 {
+		b = appendIPv6Ext(b, next, ipPayload[:extLen])
+		next = lastNextHeader(next, ipPayload[:extLen])
+		ipPayload = rest
+	}
+	p.Flow.Proto = next
+	return b, ipPayload
 }
 
 // l4Bytes returns the transport header and payload of the decoded layer t.

@@ -189,50 +189,76 @@ func Compute(up, down *rda.RDA, u Usable, method StddevMethod) (Estimate, error)
 	}
 	cfg := up.Config()
 	est := Estimate{Buckets: cfg.Banks * cfg.Buckets}
-	ok := func(l, i int) bool {
-		if !u[l][i] {
-			return false
-		}
-		a, b := up.Buckets(l)[i], down.Buckets(l)[i]
-		return a.ID == b.ID && a.Count == b.Count && a.Check == b.Check && a.Count > 0
-	}
+	pair := bucketPair{up: up, down: down, u: u}
 	// Mean: every usable bucket of every bank. A bank whose buckets are all
 	// usable holds every common packet once; then the pooled ratio is the
 	// exact mean.
-	var sum, cnt float64
-	var isum, icnt int64
-	for l := 0; l < cfg.Banks; l++ {
-		for i := 0; i < cfg.Buckets; i++ {
-			if !ok(l, i) {
-				if !up.Buckets(l)[i].Empty() || !down.Buckets(l)[i].Empty() {
-					est.ExcludedBuckets++
-				}
-				continue
-			}
-			a, b := up.Buckets(l)[i], down.Buckets(l)[i]
-			est.UsableBuckets++
-			isum += b.SumNS - a.SumNS
-			icnt += a.Count
-		}
-	}
-	sum, cnt = float64(isum), float64(icnt)
+	isum, icnt := pair.sums(cfg, &est)
+	sum, cnt := float64(isum), float64(icnt)
 	if icnt == 0 {
 		return est, ErrNoSamples
 	}
 	est.MeanNS = sum / cnt
 	est.SumNS, est.Count = sum/float64(cfg.Banks), cnt/float64(cfg.Banks)
+	est.StddevCenteredNS = pair.centeredStddev(cfg, est.MeanNS)
+	est.StddevCollapsedNS = pair.collapsedStddev(cfg, est.MeanNS)
+	est.StddevNS = est.StddevCenteredNS
+	if method == StddevCollapsed {
+		est.StddevNS = est.StddevCollapsedNS
+	}
+	return est, nil
+}
 
+// bucketPair is the two sides' repaired RDAs and the usable mask.
+type bucketPair struct {
+	up, down *rda.RDA
+	u        Usable
+}
+
+// ok reports whether bucket i of bank l is usable and both sides agree
+// on it (same ID xor, count and check) and it holds packets.
+func (p bucketPair) ok(l, i int) bool {
+	if !p.u[l][i] {
+		return false
+	}
+	a, b := p.up.Buckets(l)[i], p.down.Buckets(l)[i]
+	return a.ID == b.ID && a.Count == b.Count && a.Check == b.Check && a.Count > 0
+}
+
+// sums returns the delay sum and packet count over every usable bucket,
+// counting in est the usable buckets and the excluded non-empty ones.
+func (p bucketPair) sums(cfg rda.Config, est *Estimate) (isum, icnt int64) {
+	for l := 0; l < cfg.Banks; l++ {
+		for i := 0; i < cfg.Buckets; i++ {
+			if !p.ok(l, i) {
+				if !p.up.Buckets(l)[i].Empty() || !p.down.Buckets(l)[i].Empty() {
+					est.ExcludedBuckets++
+				}
+				continue
+			}
+			a, b := p.up.Buckets(l)[i], p.down.Buckets(l)[i]
+			est.UsableBuckets++
+			isum += b.SumNS - a.SumNS
+			icnt += a.Count
+		}
+	}
+	return isum, icnt
+}
+
+// centeredStddev is the standard deviation from every usable bucket's
+// deviation from the mean (zero when no bank allows it).
+func (p bucketPair) centeredStddev(cfg rda.Config, mean float64) float64 {
 	// Centered: Σ (R_i − c_i·μ)² has expectation σ²·(C − Σc_i²/C) per bank.
 	var sq, dof float64
 	for l := 0; l < cfg.Banks; l++ {
 		var bsq, bc, bc2 float64
 		for i := 0; i < cfg.Buckets; i++ {
-			if !ok(l, i) {
+			if !p.ok(l, i) {
 				continue
 			}
-			a, b := up.Buckets(l)[i], down.Buckets(l)[i]
+			a, b := p.up.Buckets(l)[i], p.down.Buckets(l)[i]
 			c := float64(a.Count)
-			r := float64(b.SumNS-a.SumNS) - c*est.MeanNS
+			r := float64(b.SumNS-a.SumNS) - c*mean
 			bsq += r * r
 			bc += c
 			bc2 += c * c
@@ -243,24 +269,29 @@ func Compute(up, down *rda.RDA, u Usable, method StddevMethod) (Estimate, error)
 		}
 	}
 	if dof > 0 {
-		est.StddevCenteredNS = math.Sqrt(sq / dof)
+		return math.Sqrt(sq / dof)
 	}
+	return 0
+}
 
+// collapsedStddev is the standard deviation by the paper's selective
+// collapse (Alg. 2, 3; zero when no pair of buckets allows it).
+func (p bucketPair) collapsedStddev(cfg rda.Config, mean float64) float64 {
 	// Selective collapse: pair consecutive usable non-empty buckets of a
 	// bank, whatever their position, and sign the second of each pair.
 	var csq, ccount float64
 	for l := 0; l < cfg.Banks; l++ {
 		var prev = -1
 		for i := 0; i < cfg.Buckets; i++ {
-			if !ok(l, i) {
+			if !p.ok(l, i) {
 				continue
 			}
 			if prev < 0 {
 				prev = i
 				continue
 			}
-			ap, bp := up.Buckets(l)[prev], down.Buckets(l)[prev]
-			aq, bq := up.Buckets(l)[i], down.Buckets(l)[i]
+			ap, bp := p.up.Buckets(l)[prev], p.down.Buckets(l)[prev]
+			aq, bq := p.up.Buckets(l)[i], p.down.Buckets(l)[i]
 			d := float64((bp.SumNS - bq.SumNS) - (ap.SumNS - aq.SumNS))
 			csq += d * d
 			ccount += float64(ap.Count + aq.Count)
@@ -268,13 +299,9 @@ func Compute(up, down *rda.RDA, u Usable, method StddevMethod) (Estimate, error)
 		}
 	}
 	if ccount > 0 {
-		est.StddevCollapsedNS = math.Sqrt(math.Max(csq/ccount-est.MeanNS*est.MeanNS, 0))
+		return math.Sqrt(math.Max(csq/ccount-mean*mean, 0))
 	}
-	est.StddevNS = est.StddevCenteredNS
-	if method == StddevCollapsed {
-		est.StddevNS = est.StddevCollapsedNS
-	}
-	return est, nil
+	return 0
 }
 
 // Size suggests the buckets per bank for a set difference of about d

@@ -200,25 +200,8 @@ func (q *Query) Add(s, r *Vector) error { return q.AddPair(s, r, nil) }
 // AddPair is Add with the pair's statistics, when the caller keeps them
 // (nil: computed here when needed).
 func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
-	for _, v := range []*Vector{s, r} {
-		if v == nil {
-			continue
-		}
-		if v.flowsFull {
-			q.fullTables++
-		}
-		if q.cfg == nil {
-			c := v.cfg
-			q.cfg = &c
-		}
-		a, b := *q.cfg, v.cfg
-		if a.Counters != b.Counters || a.Subvector != b.Subvector || a.Seed != b.Seed || a.Unit != b.Unit {
-			return fmt.Errorf("%w: n %d/%d, m %d/%d, seed %x/%x, unit %v/%v", ErrMismatch,
-				a.Counters, b.Counters, a.Subvector, b.Subvector, a.Seed, b.Seed, a.Unit, b.Unit)
-		}
-		if !q.haveRef {
-			q.ref, q.haveRef = v.startNS, true
-		}
+	if err := q.checkVectors(s, r); err != nil {
+		return err
 	}
 	var ps, pr uint32
 	if s != nil {
@@ -247,44 +230,11 @@ func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 	if paired {
 		q.noise += scale * st.Spread
 	}
-	// Each side's absolute timestamp sum: Theorem 2's relative one plus
-	// p_f times the vector's start.
-	side := func(v *Vector, p uint32, packets *uint64, sum *float64) {
-		if v == nil || p == 0 {
-			return
-		}
-		q.overflow = q.overflow || v.overflow
-		*packets += uint64(p)
-		*sum += v.FlowSum(q.flow)*unit + float64(p)*float64(v.startNS-q.ref)
-		if !paired {
-			q.noise += scale * v.ownSpread()
-		}
-	}
-	side(s, ps, &q.ps, &q.sumS)
-	side(r, pr, &q.pr, &q.sumR)
+	q.addSide(s, ps, &q.ps, &q.sumS, unit, scale, paired)
+	q.addSide(r, pr, &q.pr, &q.sumR, unit, scale, paired)
 	var left []bool
 	if q.robust {
-		if s == nil || r == nil || s.startNS != r.startNS || ps == 0 || pr == 0 {
-			q.robUnpaired++
-		} else {
-			sum, l, noise := robustPair(s, r, q.flow, st)
-			left = l
-			k := m - float64(countTrue(l))
-			q.robSum += sum * unit
-			// The sum is of the delays of the packets the downstream
-			// point saw (counters with a lost one are taken from their
-			// downstream side): the mean is over those.
-			q.robPackets += float64(pr)
-			q.robLeft += countTrue(l)
-			if k > 0 {
-				// k counters of noise, scaled up to m; and the
-				// packets of the m − k counters left out, estimated
-				// from the others' (a binomial share of p).
-				pe := float64(pr)
-				mu := sum * unit / pe
-				q.robNoise += (m / k) * (m / k) * (k*noise*unit*unit + (m-k)*(pe/m)*(1-1/m)*mu*mu)
-			}
-		}
+		left = q.addRobust(s, r, ps, pr, st)
 	}
 	if paired && ps == pr && q.gamma >= 0 {
 		q.sq += q.repetitions(s, r, left)
@@ -292,6 +242,76 @@ func (q *Query) AddPair(s, r *Vector, st *PairStats) error {
 		q.sqEpochs++
 	}
 	return nil
+}
+
+// checkVectors counts full flow tables, takes the query's settings and
+// time reference from the first vector, and checks that the vectors
+// (either may be nil) share them.
+func (q *Query) checkVectors(s, r *Vector) error {
+	for _, v := range []*Vector{s, r} {
+		if v == nil {
+			continue
+		}
+		if v.flowsFull {
+			q.fullTables++
+		}
+		if q.cfg == nil {
+			c := v.cfg
+			q.cfg = &c
+		}
+		a, b := *q.cfg, v.cfg
+		if a.Counters != b.Counters || a.Subvector != b.Subvector || a.Seed != b.Seed || a.Unit != b.Unit {
+			return fmt.Errorf("%w: n %d/%d, m %d/%d, seed %x/%x, unit %v/%v", ErrMismatch,
+				a.Counters, b.Counters, a.Subvector, b.Subvector, a.Seed, b.Seed, a.Unit, b.Unit)
+		}
+		if !q.haveRef {
+			q.ref, q.haveRef = v.startNS, true
+		}
+	}
+	return nil
+}
+
+// addSide adds one side's absolute timestamp sum, Theorem 2's relative
+// one plus p_f times the vector's start, and its noise when unpaired.
+func (q *Query) addSide(v *Vector, p uint32, packets *uint64, sum *float64, unit, scale float64, paired bool) {
+	if v == nil || p == 0 {
+		return
+	}
+	q.overflow = q.overflow || v.overflow
+	*packets += uint64(p)
+	*sum += v.FlowSum(q.flow)*unit + float64(p)*float64(v.startNS-q.ref)
+	if !paired {
+		q.noise += scale * v.ownSpread()
+	}
+}
+
+// addRobust adds the robust estimate of one epoch's vector pair, or
+// counts the epoch as unpaired; it returns the counters left out.
+func (q *Query) addRobust(s, r *Vector, ps, pr uint32, st *PairStats) (left []bool) {
+	if s == nil || r == nil || s.startNS != r.startNS || ps == 0 || pr == 0 {
+		q.robUnpaired++
+		return nil
+	}
+	m := float64(q.cfg.Subvector)
+	unit := float64(q.cfg.Unit)
+	sum, l, noise := robustPair(s, r, q.flow, st)
+	left = l
+	k := m - float64(countTrue(l))
+	q.robSum += sum * unit
+	// The sum is of the delays of the packets the downstream
+	// point saw (counters with a lost one are taken from their
+	// downstream side): the mean is over those.
+	q.robPackets += float64(pr)
+	q.robLeft += countTrue(l)
+	if k > 0 {
+		// k counters of noise, scaled up to m; and the
+		// packets of the m − k counters left out, estimated
+		// from the others' (a binomial share of p).
+		pe := float64(pr)
+		mu := sum * unit / pe
+		q.robNoise += (m / k) * (m / k) * (k*noise*unit*unit + (m-k)*(pe/m)*(1-1/m)*mu*mu)
+	}
+	return left
 }
 
 // ownSpread is the variance of the vector's counters, computed once per

@@ -88,14 +88,46 @@ func median(sorted []float64) float64 {
 // the other flows' share, is scaled up to all m counters.
 func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left []bool, noise float64) {
 	m := s.cfg.Subvector
-	cut, total, total2, count := st.Cut, st.LightSum, st.LightSum2, st.Counters
-	up := make([]float64, m)
-	own := make([]float64, m)
+	up, own := flowCounters(s, r, flowHash)
+	foldCrossers(up, own, float64(s.cfg.Span)/float64(s.cfg.Unit))
+	ln := fitLine(up, own, st.Cut)
+	perCounter := float64(s.FlowPackets(flowHash)) / float64(m)
+	massCut, downCut := massCuts(up, own, perCounter)
+	left, offLine := ln.classify(up, own, massCut)
+	ps := ln.keep(up, own, offLine, massCut, downCut, st)
+	if ps.k == 0 || ps.count <= 0 {
+		return 0, left, 0
+	}
+	share := ps.total / float64(ps.count)
+	// A counter's noise: the other flows' part (the spread of the light
+	// counters), and for the counters recovered through the ratio, the
+	// spread of the kept ones around the line (MAD × 1.4826 as σ).
+	noise = max(ps.total2/float64(ps.count)-share*share, 0)
+	if ps.k > 0 {
+		sd := 1.4826 * ln.oMAD
+		noise += float64(ps.recovered) * sd * sd / float64(ps.k)
+	}
+	return (ps.kept - float64(ps.k)*share) * float64(m) / float64(ps.k), left, noise
+}
+
+// flowCounters reads the flow's m counters of both vectors: up holds
+// S_j and own the difference D_j = R_j − S_j.
+func flowCounters(s, r *Vector, flowHash uint64) (up, own []float64) {
+	m := s.cfg.Subvector
+	up = make([]float64, m)
+	own = make([]float64, m)
 	for j := range own {
 		i := s.index(flowHash, uint64(j))
 		up[j] = float64(s.counter(i))
 		own[j] = float64(r.counter(i)) - up[j]
 	}
+	return up, own
+}
+
+// foldCrossers brings the differences own, in place and by whole epochs,
+// back up to the flow's line where packets crossing the epoch's end took
+// an epoch away.
+func foldCrossers(up, own []float64, epoch float64) {
 	// A packet that crossed the epoch's end on its way is in S_j of this
 	// epoch, near its end, and in R_j of the next one: D_j is short by
 	// about an epoch (the rest, its delay, is in the next epoch's D_j).
@@ -103,7 +135,6 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	// counters may hold one. Each D_j is brought, by whole epochs, to
 	// within half an epoch of the flow's line, whose ratio is taken from
 	// the differences folded into [−δ/4, 3δ/4) (δ the epoch).
-	epoch := float64(s.cfg.Span) / float64(s.cfg.Unit)
 	var raw, folded []float64
 	for j := range own {
 		if up[j] > 0 {
@@ -127,6 +158,20 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 			own[j] += epoch * max(0, math.Round((fMed*up[j]-own[j])/epoch))
 		}
 	}
+}
+
+// pairLine is the flow's line D ≈ ρ·S and how its counters lie off it.
+type pairLine struct {
+	rho        float64   // ρ, the ratio D/S of the line
+	off        []float64 // D_j − ρ·S_j per counter
+	oMed, oMAD float64   // median and MAD of off
+	scale      float64   // robust scale of off
+}
+
+// fitLine takes the flow's line through the median ratio of its counters
+// and measures how far they lie off it.
+func fitLine(up, own []float64, cut float64) pairLine {
+	m := len(own)
 	var ratios []float64
 	for j := range own {
 		if up[j] > 0 {
@@ -144,6 +189,13 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	oMed, oMAD := medMAD(slices.Clone(off))
 	slices.Sort(abs)
 	scale := max(oMAD, 0.05*median(abs), cut/outlierFactor/8)
+	return pairLine{rho: rho, off: off, oMed: oMed, oMAD: oMAD, scale: scale}
+}
+
+// massCuts returns the upstream mass (massCut) and downstream mass
+// (downCut) above which a counter is taken for one shared with another
+// flow, each +Inf when the flow is too light for the test.
+func massCuts(up, own []float64, perCounter float64) (massCut, downCut float64) {
 	// A counter the flow shares with another flow's subvector holds that
 	// flow's share of packets too: its mass stands out from the flow's
 	// other counters (N_j ≈ p/m each) while its ratio does not.
@@ -151,8 +203,7 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	// a counter whose mass lies massFactor standard deviations above
 	// the median's holds another flow's too.
 	uMed := median(sortedCopy(up))
-	perCounter := float64(s.FlowPackets(flowHash)) / float64(m)
-	massCut := math.Inf(1)
+	massCut = math.Inf(1)
 	// Below massMinPackets per counter, a counter's mass says more about
 	// when its packets came than about how many there were: no test.
 	if perCounter >= massMinPackets && uMed > 0 {
@@ -164,24 +215,28 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	// point first), pushing D below the line and R above the flow's
 	// other counters' R: such a counter is left out instead (the mass
 	// test on S alone misses it when that flow is lighter).
-	downs := make([]float64, 0, m)
+	downs := make([]float64, 0, len(own))
 	for j := range own {
 		if up[j] > 0 {
 			downs = append(downs, up[j]+own[j])
 		}
 	}
-	downCut := math.Inf(1)
+	downCut = math.Inf(1)
 	if dMed := median(sortedCopy(downs)); perCounter >= massMinPackets && dMed > 0 {
 		downCut = dMed * (1 + reverseFactor/math.Sqrt(perCounter))
 	}
+	return massCut, downCut
+}
+
+// classify marks the counters off the line and those left out (off the
+// line or too heavy), and refits ρ as the ratio of the kept counters' sums.
+func (ln *pairLine) classify(up, own []float64, massCut float64) (left, offLine []bool) {
+	m := len(own)
 	left = make([]bool, m)
-	var kept float64
-	k := 0
-	offLine := make([]bool, m)
-	recovered := 0
+	offLine = make([]bool, m)
 	var sumD, sumS float64
 	for j := range own {
-		offLine[j] = math.Abs(off[j]-oMed) > outlierFactor*scale
+		offLine[j] = math.Abs(ln.off[j]-ln.oMed) > outlierFactor*ln.scale
 		left[j] = offLine[j] || up[j] > massCut
 		if !left[j] {
 			sumD += own[j]
@@ -191,8 +246,25 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	if sumS > 0 {
 		// The ratio of the counters kept, a steadier ρ than the median
 		// of single counters' ratios.
-		rho = sumD / sumS
+		ln.rho = sumD / sumS
 	}
+	return left, offLine
+}
+
+// pairSums are the sums robustPair's estimate is made of.
+type pairSums struct {
+	kept          float64 // the kept counters' differences
+	k             int     // counters kept
+	recovered     int     // kept counters recovered through the ratio
+	total, total2 float64 // the light counters' sums, less the flow's own
+	count         int     // the light counters, less the flow's own
+}
+
+// keep sums the flow's kept counters, recovering those with a one-sided
+// packet through the ratio, and takes them out of st's light counters.
+func (ln *pairLine) keep(up, own []float64, offLine []bool, massCut, downCut float64, st *PairStats) pairSums {
+	ps := pairSums{total: st.LightSum, total2: st.LightSum2, count: st.Counters}
+	cut, rho, off, oMed := st.Cut, ln.rho, ln.off, ln.oMed
 	for j, d := range own {
 		switch {
 		case up[j] > massCut:
@@ -203,7 +275,7 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 			// the other way, on both sides; no clean side.
 			continue
 		case offLine[j]:
-			recovered++
+			ps.recovered++
 			// A one-sided packet on one side: the flow's part comes
 			// from the other side through the ratio, D ≈ ρ·S and
 			// R ≈ (1 + ρ)·S. Below the line, S got the packet; above
@@ -214,28 +286,16 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 				d = rho * up[j]
 			}
 		}
-		kept += d
-		k++
+		ps.kept += d
+		ps.k++
 		if math.Abs(d) <= cut {
 			// The flow's own counters are not the others' share.
-			total -= d
-			total2 -= d * d
-			count--
+			ps.total -= d
+			ps.total2 -= d * d
+			ps.count--
 		}
 	}
-	if k == 0 || count <= 0 {
-		return 0, left, 0
-	}
-	share := total / float64(count)
-	// A counter's noise: the other flows' part (the spread of the light
-	// counters), and for the counters recovered through the ratio, the
-	// spread of the kept ones around the line (MAD × 1.4826 as σ).
-	noise = max(total2/float64(count)-share*share, 0)
-	if k > 0 {
-		sd := 1.4826 * oMAD
-		noise += float64(recovered) * sd * sd / float64(k)
-	}
-	return (kept - float64(k)*share) * float64(m) / float64(k), left, noise
+	return ps
 }
 
 // PairStats are what a query needs of two vectors with one start beyond

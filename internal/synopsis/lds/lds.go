@@ -248,14 +248,37 @@ func EstimateFlow(up, down *LDS, flow uint64, w uint64, opts Options) (FlowEstim
 	if w == 0 {
 		w = 1
 	}
-	type cand struct {
-		row           int
-		sum           int64
-		count, scaled float64
-	}
 	cfg := up.cfg
-	var cands []cand
 	est := FlowEstimate{UpPackets: math.Inf(1), DownPackets: math.Inf(1)}
+	cands := flowCells(up, down, flow, w, &est)
+	est.Usable = len(cands)
+	if len(cands) == 0 {
+		return est, ErrNoCell
+	}
+	// Rows sampled too thinly for this flow's size are left out.
+	if opts.MinCellPackets > 0 {
+		cands = dropThinRows(cfg, cands, est.UpPackets, w, opts.MinCellPackets)
+	}
+	perRow := selectCells(cands, opts.Alpha, &est)
+	// Samples: the packets behind the selected cells of the best row
+	// (rows hold the same packets again), scaled back from sampling.
+	best := bestRow(perRow)
+	est.Samples, est.StddevNS = rowSpread(cfg, perRow[best], best, est.MeanNS, w)
+	return est, nil
+}
+
+// cellCand is one of the flow's cells that both ends agree on.
+type cellCand struct {
+	row           int
+	sum           int64
+	count, scaled float64
+}
+
+// flowCells returns the flow's cells both ends agree on, row by row, and
+// sets est's count-min packet counts and loss.
+func flowCells(up, down *LDS, flow uint64, w uint64, est *FlowEstimate) []cellCand {
+	cfg := up.cfg
+	var cands []cellCand
 	for r := 0; r < cfg.Rows; r++ {
 		p := cfg.rate(r)
 		b := up.base(r, flow)
@@ -266,7 +289,7 @@ func EstimateFlow(up, down *LDS, flow uint64, w uint64, opts Options) (FlowEstim
 			upN += a.Count
 			downN += d.Count
 			if a.Count == d.Count && a.Digest == d.Digest && a.Count > 0 {
-				cands = append(cands, cand{row: r, sum: d.SumNS - a.SumNS, count: float64(a.Count), scaled: float64(a.Count) / p})
+				cands = append(cands, cellCand{row: r, sum: d.SumNS - a.SumNS, count: float64(a.Count), scaled: float64(a.Count) / p})
 			}
 		}
 		upP, downP := float64(upN)/p/float64(w), float64(downN)/p/float64(w)
@@ -275,30 +298,35 @@ func EstimateFlow(up, down *LDS, flow uint64, w uint64, opts Options) (FlowEstim
 		}
 		est.DownPackets = min(est.DownPackets, downP)
 	}
-	est.Usable = len(cands)
-	if len(cands) == 0 {
-		return est, ErrNoCell
-	}
-	// Rows sampled too thinly for this flow's size are left out.
-	if opts.MinCellPackets > 0 {
-		var kept []cand
-		for _, c := range cands {
-			if est.UpPackets*float64(w)*cfg.rate(c.row)/float64(cfg.K) >= opts.MinCellPackets {
-				kept = append(kept, c)
-			}
-		}
-		if len(kept) > 0 {
-			cands = kept
+	return cands
+}
+
+// dropThinRows leaves out the cells of rows that give each of the flow's
+// cells fewer than minPackets of its packets, unless no cell is left.
+func dropThinRows(cfg Config, cands []cellCand, upPackets float64, w uint64, minPackets float64) []cellCand {
+	var kept []cellCand
+	for _, c := range cands {
+		if upPackets*float64(w)*cfg.rate(c.row)/float64(cfg.K) >= minPackets {
+			kept = append(kept, c)
 		}
 	}
+	if len(kept) > 0 {
+		return kept
+	}
+	return cands
+}
+
+// selectCells keeps the cells within (1+α) of the least loaded one, sets
+// est's mean and cell count from them, and returns them by row.
+func selectCells(cands []cellCand, alpha float64, est *FlowEstimate) map[int][]cellCand {
 	minScaled := math.Inf(1)
 	for _, c := range cands {
 		minScaled = min(minScaled, c.scaled)
 	}
 	var sum, n float64
-	perRow := map[int][]cand{}
+	perRow := map[int][]cellCand{}
 	for _, c := range cands {
-		if c.scaled > (1+opts.Alpha)*minScaled {
+		if c.scaled > (1+alpha)*minScaled {
 			continue
 		}
 		sum += float64(c.sum)
@@ -307,31 +335,42 @@ func EstimateFlow(up, down *LDS, flow uint64, w uint64, opts Options) (FlowEstim
 		perRow[c.row] = append(perRow[c.row], c)
 	}
 	est.MeanNS = sum / n
-	// Samples: the packets behind the selected cells of the best row
-	// (rows hold the same packets again), scaled back from sampling.
+	return perRow
+}
+
+// bestRow is the row with the most selected cells, the highest on a tie
+// (-1 when there is none).
+func bestRow(perRow map[int][]cellCand) int {
 	best := -1
 	for r, cs := range perRow {
 		if best < 0 || len(cs) > len(perRow[best]) || (len(cs) == len(perRow[best]) && r > best) {
 			best = r
 		}
 	}
+	return best
+}
+
+// rowSpread returns the packets behind the cells cs of row best, scaled
+// back from sampling and weight w, and the standard deviation from their
+// spread around mean (zero when fewer than two cells allow).
+func rowSpread(cfg Config, cs []cellCand, best int, mean float64, w uint64) (samples, stddev float64) {
 	var bc, bc2, bsq float64
-	for _, c := range perRow[best] {
+	for _, c := range cs {
 		bc += c.count
 		bc2 += c.count * c.count
 	}
-	est.Samples = bc / cfg.rate(best) / float64(w)
-	if len(perRow[best]) >= 2 {
-		for _, c := range perRow[best] {
-			r := float64(c.sum) - c.count*est.MeanNS
+	samples = bc / cfg.rate(best) / float64(w)
+	if len(cs) >= 2 {
+		for _, c := range cs {
+			r := float64(c.sum) - c.count*mean
 			bsq += r * r
 		}
 		if dof := bc - bc2/bc; dof > 0 {
 			// Each cell's sum is weighted by w: divide the weight out.
-			est.StddevNS = math.Sqrt(bsq/dof) / math.Sqrt(float64(w))
+			stddev = math.Sqrt(bsq/dof) / math.Sqrt(float64(w))
 		}
 	}
-	return est, nil
+	return samples, stddev
 }
 
 // AppendBinary appends the wire form:
