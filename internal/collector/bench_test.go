@@ -218,7 +218,7 @@ func BenchmarkColateQuery(b *testing.B) {
 				}
 				for probe, v := range map[string]*colate.Vector{"a": s, "b": r} {
 					raw, _ := v.MarshalBinary()
-					if err := c.colateVector(probe, &owlv1.ColateVector{Epoch: e, Vector: raw}); err != nil {
+					if err := c.colates.put(probe, &owlv1.ColateVector{Epoch: e, Vector: raw}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -229,9 +229,9 @@ func BenchmarkColateQuery(b *testing.B) {
 				if run.cold {
 					// The first query over a range reads every counter
 					// of the pairs; later ones (any flow) do not.
-					c.colatePairs.Purge()
+					c.colates.pairs.Purge()
 				}
-				res, err := c.flowLatencyHistoric(context.Background(), req)
+				res, err := c.colates.historic(context.Background(), req)
 				if err != nil || res.GetVectors() != uint32(epochs) {
 					b.Fatalf("%v %v", res, err)
 				}

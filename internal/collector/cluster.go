@@ -84,7 +84,7 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 				c.m.clusterChanges.Inc()
 				c.pathsGen.Add(1)
 				c.resendPaths()
-				c.prunePeers()
+				c.peers.prune(cl.Members())
 				c.askAgain()
 			}
 		}
@@ -116,63 +116,65 @@ func forwarded(ctx context.Context) bool {
 
 // peerConns are the gRPC connections to the other collectors.
 type peerConns struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	maxMessageBytes int
+
+	connsMu sync.Mutex // guards conns
+	conns   map[string]*grpc.ClientConn
 }
 
 // peer is a query client for the collector at addr, and a context that
 // marks the call as forwarded.
 func (c *Collector) peer(ctx context.Context, addr string) (owlv1.QueryServiceClient, context.Context, error) {
-	conn, err := c.peerConn(addr)
+	conn, err := c.peers.get(addr)
 	if err != nil {
 		return nil, nil, err
 	}
 	return owlv1.NewQueryServiceClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, c.cl.Name()), nil
 }
 
-// peerConn is the connection to the collector at addr.
-func (c *Collector) peerConn(addr string) (*grpc.ClientConn, error) {
-	c.peers.mu.Lock()
-	defer c.peers.mu.Unlock()
-	if conn := c.peers.conns[addr]; conn != nil {
+// get is the connection to the collector at addr, made once.
+func (p *peerConns) get(addr string) (*grpc.ClientConn, error) {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	if conn := p.conns[addr]; conn != nil {
 		return conn, nil
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.cfg.MaxMessageBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.maxMessageBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("collector %s: %w", addr, err)
 	}
-	if c.peers.conns == nil {
-		c.peers.conns = map[string]*grpc.ClientConn{}
+	if p.conns == nil {
+		p.conns = map[string]*grpc.ClientConn{}
 	}
-	c.peers.conns[addr] = conn
+	p.conns[addr] = conn
 	return conn, nil
 }
 
-// prunePeers closes the connections to collectors no longer members.
-func (c *Collector) prunePeers() {
+// prune closes the connections to collectors no longer members.
+func (p *peerConns) prune(members []cluster.Member) {
 	live := map[string]bool{}
-	for _, m := range c.cl.Members() {
+	for _, m := range members {
 		live[m.GRPC] = true
 	}
-	c.peers.mu.Lock()
-	defer c.peers.mu.Unlock()
-	for addr, conn := range c.peers.conns {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	for addr, conn := range p.conns {
 		if !live[addr] {
 			conn.Close()
-			delete(c.peers.conns, addr)
+			delete(p.conns, addr)
 		}
 	}
 }
 
-// closePeers closes the connections to the other collectors.
-func (c *Collector) closePeers() {
-	c.peers.mu.Lock()
-	defer c.peers.mu.Unlock()
-	for _, conn := range c.peers.conns {
+// close closes every connection.
+func (p *peerConns) close() {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	for _, conn := range p.conns {
 		conn.Close()
 	}
-	c.peers.conns = nil
+	p.conns = nil
 }
 
 // peerTimeout bounds a query passed to another collector when the caller
@@ -334,7 +336,7 @@ func (c *Collector) handOver(ps *pathState, epoch int64, role owlv1.Role) {
 		if m.Self {
 			continue
 		}
-		conn, err := c.peerConn(m.GRPC)
+		conn, err := c.peers.get(m.GRPC)
 		var r *owlv1.TakePendingResponse
 		if err == nil {
 			r, err = owlv1.NewClusterServiceClient(conn).TakePending(ctx, &owlv1.TakePendingRequest{Path: ps.path.Name, Epoch: epoch, Role: role})

@@ -14,23 +14,36 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/colate"
 )
+
+// colates keeps the probes' COLATE vectors and answers the queries over
+// them. Safe for concurrent use (the store and the cache are).
+type colates struct {
+	cfg   Config
+	store *store.Store
+	m     *metrics
+	now   func() time.Time
+	pairs *lru.Cache[pairKey, *colate.PairStats] // statistics of pairs of vectors, kept between queries
+}
+
+func newColates(cfg Config, st *store.Store, m *metrics, now func() time.Time) *colates {
+	pairs, _ := lru.New[pairKey, *colate.PairStats](pairStatsCache) // size > 0: no error
+	return &colates{cfg: cfg, store: st, m: m, now: now, pairs: pairs}
+}
 
 // packetCountSource names where GetFlowLatencyHistoric's p_f comes from.
 const packetCountSource = "probe flow table: exact per-vector packet counts of every flow"
 
-// colateVector checks and stores a probe's COLATE vector.
-func (c *Collector) colateVector(probe string, v *owlv1.ColateVector) error {
+// put checks and stores a probe's COLATE vector.
+func (c *colates) put(probe string, v *owlv1.ColateVector) error {
 	if !c.cfg.Params.Colate.Enabled {
 		c.m.rejected.WithLabelValues("colate_off").Inc()
 		return &rejection{"the collector does not take COLATE vectors (params.colate.enabled is false)"}
-	}
-	if owner, self := c.owner(colateKey); !self {
-		c.m.rejected.WithLabelValues("not_owner").Inc()
-		return &notOwner{key: colateKey, owner: owner}
 	}
 	cfg := c.cfg.Params.ColateConfig()
 	vec, err := colate.Unmarshal(v.GetVector(), cfg)
@@ -82,13 +95,13 @@ const pairStatsCache = 1 << 18
 // pairStats returns the statistics of two stored vectors, computed once
 // (reading both whole) and then kept: the next flow asked for over the
 // same range reads only its own counters.
-func (c *Collector) pairStats(up, down string, epoch int64, s, r *colate.Vector) *colate.PairStats {
+func (c *colates) pairStats(up, down string, epoch int64, s, r *colate.Vector) *colate.PairStats {
 	k := pairKey{up, down, epoch}
-	if st, ok := c.colatePairs.Get(k); ok {
+	if st, ok := c.pairs.Get(k); ok {
 		return st
 	}
 	st := colate.NewPairStats(s, r)
-	c.colatePairs.Add(k, st)
+	c.pairs.Add(k, st)
 	return st
 }
 
@@ -104,9 +117,9 @@ type historic struct {
 	first, last               int64 // ns
 }
 
-// flowLatencyHistoric answers GetFlowLatencyHistoric from the stored
+// historic answers GetFlowLatencyHistoric from the stored
 // vectors of the two points, one epoch's pair at a time.
-func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+func (c *colates) historic(ctx context.Context, req *owlv1.GetFlowLatencyHistoricRequest) (*owlv1.GetFlowLatencyHistoricResponse, error) {
 	h, err := c.newHistoric(req)
 	if err != nil {
 		return nil, err
@@ -127,7 +140,7 @@ func (c *Collector) flowLatencyHistoric(ctx context.Context, req *owlv1.GetFlowL
 }
 
 // newHistoric checks a request and fills in its defaults.
-func (c *Collector) newHistoric(req *owlv1.GetFlowLatencyHistoricRequest) (*historic, error) {
+func (c *colates) newHistoric(req *owlv1.GetFlowLatencyHistoricRequest) (*historic, error) {
 	if !c.cfg.Params.Colate.Enabled {
 		return nil, status.Error(codes.FailedPrecondition, "COLATE is off: set params.colate.enabled (and -colate on the probes)")
 	}
@@ -148,7 +161,7 @@ func (c *Collector) newHistoric(req *owlv1.GetFlowLatencyHistoricRequest) (*hist
 	}
 	h := &historic{req: req, fh: key.Hash(c.cfg.Params.LDS.Seed),
 		out: &owlv1.GetFlowLatencyHistoricResponse{Beta: beta, PacketCountSource: packetCountSource, Estimator: "paper"}}
-	if h.from, h.to, err = c.epochRange(req.GetFrom(), req.GetTo()); err != nil {
+	if h.from, h.to, err = epochRange(c.cfg.Params.Epoch, req.GetFrom(), req.GetTo()); err != nil {
 		return nil, err
 	}
 	h.q = colate.NewQuery(h.fh, gamma, rand.New(rand.NewPCG(h.fh, 1)))
@@ -165,7 +178,7 @@ func (c *Collector) newHistoric(req *owlv1.GetFlowLatencyHistoricRequest) (*hist
 
 // addHistoricPair adds one epoch's vectors of the two points (either may
 // be missing) to the query.
-func (c *Collector) addHistoricPair(h *historic, e int64, va, vb *owlv1.ColateVector) error {
+func (c *colates) addHistoricPair(h *historic, e int64, va, vb *owlv1.ColateVector) error {
 	cfg := c.cfg.Params.ColateConfig()
 	var s, r *colate.Vector
 	var err error
@@ -203,7 +216,7 @@ func (c *Collector) addHistoricPair(h *historic, e int64, va, vb *owlv1.ColateVe
 }
 
 // finishHistoric estimates the flow from what the query gathered.
-func (c *Collector) finishHistoric(h *historic) (*owlv1.GetFlowLatencyHistoricResponse, error) {
+func (c *colates) finishHistoric(h *historic) (*owlv1.GetFlowLatencyHistoricResponse, error) {
 	out := h.out
 	est, err := h.q.Estimate()
 	out.Packets, out.DownstreamPackets, out.Vectors = est.Packets, est.DownPackets, uint32(est.Vectors)
@@ -252,8 +265,8 @@ func historicNotes(est colate.FlowEstimate) []string {
 	return notes
 }
 
-// listColateVectors answers ListColateVectors.
-func (c *Collector) listColateVectors(req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
+// list answers ListColateVectors.
+func (c *colates) list(req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
 	if req.GetProbeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "probe_id is required")
 	}
@@ -261,7 +274,7 @@ func (c *Collector) listColateVectors(req *owlv1.ListColateVectorsRequest) (*owl
 	if limit == 0 {
 		limit = 100
 	}
-	from, to, err := c.epochRange(req.GetFrom(), req.GetTo())
+	from, to, err := epochRange(c.cfg.Params.Epoch, req.GetFrom(), req.GetTo())
 	if err != nil {
 		return nil, err
 	}

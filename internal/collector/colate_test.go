@@ -114,7 +114,7 @@ func colateHistoric(t *testing.T, oneSided int) {
 	vecs, flows := colateTraffic(t, c, 5, oneSided)
 	for probe, vs := range vecs {
 		for _, v := range vs {
-			if err := c.colateVector(probe, v); err != nil {
+			if err := c.colates.put(probe, v); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -130,7 +130,7 @@ func colateHistoric(t *testing.T, oneSided int) {
 		tl := &tally{}
 		results[est] = tl
 		for _, f := range flows {
-			res, err := c.flowLatencyHistoric(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(f.key), Upstream: "a", Downstream: "b", Estimator: est})
+			res, err := c.colates.historic(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(f.key), Upstream: "a", Downstream: "b", Estimator: est})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +183,7 @@ func colateHistoric(t *testing.T, oneSided int) {
 	}
 
 	// A range that holds no vector, and an unknown flow.
-	res, err := c.flowLatencyHistoric(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(flows[0].key), Upstream: "a", Downstream: "b",
+	res, err := c.colates.historic(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(flows[0].key), Upstream: "a", Downstream: "b",
 		From: timestamppb.New(time.Unix(0, c.cfg.Params.Epoch.StartNS(100)))})
 	if err != nil || res.GetVectors() != 0 || !strings.Contains(res.GetNote(), "no packets") {
 		t.Errorf("empty range: %v %v", res, err)
@@ -193,11 +193,11 @@ func colateHistoric(t *testing.T, oneSided int) {
 		{Flow: netpath.FlowToProto(flows[0].key), Upstream: "a", Downstream: "b", Estimator: "magic"},
 		{Upstream: "a", Downstream: "b"},
 	} {
-		if _, err := c.flowLatencyHistoric(ctx, bad); status.Code(err) != codes.InvalidArgument {
+		if _, err := c.colates.historic(ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%v: %v", bad, err)
 		}
 	}
-	list, err := c.listColateVectors(&owlv1.ListColateVectorsRequest{ProbeId: "a"})
+	list, err := c.colates.list(&owlv1.ListColateVectorsRequest{ProbeId: "a"})
 	if err != nil || len(list.GetVectors()) != 6 || list.GetVectors()[0].GetFlows() < 40 || list.GetStoredBytes() == 0 {
 		t.Errorf("list: %v %v", list, err)
 	}
@@ -211,17 +211,17 @@ func TestColateVectorRejected(t *testing.T) {
 	v, _ := colate.New(other, 0)
 	raw, _ := v.MarshalBinary()
 	var rej *rejection
-	if err := c.colateVector("a", &owlv1.ColateVector{Epoch: 0, Vector: raw}); err == nil || !errors.As(err, &rej) {
+	if err := c.colates.put("a", &owlv1.ColateVector{Epoch: 0, Vector: raw}); err == nil || !errors.As(err, &rej) {
 		t.Errorf("vector of another shape: %v", err)
 	}
 	good, _ := colate.New(cfg.Params.ColateConfig(), 0)
 	raw, _ = good.MarshalBinary()
-	if err := c.colateVector("a", &owlv1.ColateVector{Epoch: 3, Vector: raw}); err == nil || !strings.Contains(err.Error(), "starts at") {
+	if err := c.colates.put("a", &owlv1.ColateVector{Epoch: 3, Vector: raw}); err == nil || !strings.Contains(err.Error(), "starts at") {
 		t.Errorf("vector filed under another epoch: %v", err)
 	}
 	off := testConfig(t)
 	c2 := newTest(t, off)
-	if err := c2.colateVector("a", &owlv1.ColateVector{Vector: raw}); err == nil {
+	if err := c2.colates.put("a", &owlv1.ColateVector{Vector: raw}); err == nil {
 		t.Error("collector without COLATE took a vector")
 	}
 }

@@ -5,15 +5,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/cluster"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/store"
-	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 )
 
@@ -24,24 +20,23 @@ import (
 // gRPC services in ingest.go, query.go and cluster.go. Its methods are
 // safe for concurrent use.
 type Collector struct {
-	cfg      Config
-	log      *slog.Logger
-	store    *store.Store
-	m        *metrics
-	now      func() time.Time
-	opts     lda.Options
-	weightOf func(capture.FlowKey) uint64 // LDS flow weights
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	m     *metrics
+	now   func() time.Time
 
 	paths    map[string]*pathState // fixed after New
 	pathList []netpath.Path
 	probes   *registry
 	watchers *hub
+	worker   *worker
 
 	cl       *cluster.Cluster // nil without a cluster; set before serving
 	pathsGen atomic.Uint64    // counts changes of the cluster's members
 	peers    peerConns
 
-	colatePairs *lru.Cache[pairKey, *colate.PairStats]
+	colates *colates
 }
 
 // New opens the store, loads the reports a previous run left waiting and
@@ -54,14 +49,13 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Collector{
-		cfg: cfg, log: log, store: st, now: time.Now,
-		opts:  lda.Options{Bounds: lda.DelayBounds{MinNS: int64(cfg.DelayBounds.Min), MaxNS: int64(cfg.DelayBounds.Max)}},
-		paths: map[string]*pathState{},
-	}
+	c := &Collector{cfg: cfg, log: log, store: st, now: time.Now, paths: map[string]*pathState{}, peers: peerConns{maxMessageBytes: cfg.MaxMessageBytes}}
 	c.m = newMetrics()
-	c.probes = newRegistry(cfg.Params, c.m, log, func() time.Time { return c.now() })
+	now := func() time.Time { return c.now() } // tests move c.now
+	c.probes = newRegistry(cfg.Params, c.m, log, now)
 	c.watchers = newHub(c.m.watchersDropped)
+	c.worker = &worker{cfg: cfg, log: log, store: st, m: c.m, now: now, paths: c.paths, probes: c.probes, watchers: c.watchers,
+		opts: lda.Options{Bounds: lda.DelayBounds{MinNS: int64(cfg.DelayBounds.Min), MaxNS: int64(cfg.DelayBounds.Max)}}}
 	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_cluster_members", Help: "Live collectors of the cluster (1 without one)."},
 		func() float64 { return float64(len(c.members())) }))
 	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_owned_paths", Help: "Configured paths this collector owns (all without a cluster)."},
@@ -74,8 +68,8 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 			}
 			return float64(n)
 		}))
-	c.colatePairs, _ = lru.New[pairKey, *colate.PairStats](pairStatsCache) // size > 0: no error
-	if c.weightOf, err = cfg.Params.WeightOf(); err != nil {
+	c.colates = newColates(cfg, st, c.m, now)
+	if c.worker.weightOf, err = cfg.Params.WeightOf(); err != nil {
 		st.Close()
 		return nil, err
 	}

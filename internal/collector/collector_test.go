@@ -48,7 +48,7 @@ func newTest(t testing.TB, cfg Config) *Collector {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, ps := range c.paths {
-		wg.Go(func() { c.work(ctx, ps) })
+		wg.Go(func() { c.worker.work(ctx, ps) })
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return c

@@ -17,11 +17,11 @@ import (
 )
 
 // estimateFlow estimates one flow from an epoch's two sketches.
-func (c *Collector) estimateFlow(path string, epoch int64, up, down *lds.LDS, f capture.FlowKey) *owlv1.FlowStats {
-	est, err := lds.EstimateFlow(up, down, f.Hash(c.cfg.Params.LDS.Seed), c.weightOf(f), lds.DefaultOptions())
+func (wk *worker) estimateFlow(path string, epoch int64, up, down *lds.LDS, f capture.FlowKey) *owlv1.FlowStats {
+	est, err := lds.EstimateFlow(up, down, f.Hash(wk.cfg.Params.LDS.Seed), wk.weightOf(f), lds.DefaultOptions())
 	fs := &owlv1.FlowStats{
 		Path: path, Epoch: epoch, Flow: netpath.FlowToProto(f),
-		Start:   timestamppb.New(time.Unix(0, c.cfg.Params.Epoch.StartNS(epoch))),
+		Start:   timestamppb.New(time.Unix(0, wk.cfg.Params.Epoch.StartNS(epoch))),
 		Packets: est.UpPackets, Lost: est.Lost, Epochs: 1,
 	}
 	if err == nil {
@@ -37,7 +37,7 @@ func (c *Collector) estimateFlow(path string, epoch int64, up, down *lds.LDS, f 
 // topFlows repairs the epoch's sketches with what RDA reconciliation found,
 // estimates the flows the two sides' RAP tables name, and adds them and the
 // repaired sketches to w. It returns the results, heaviest first.
-func (c *Collector) topFlows(path string, epoch int64, up, down *side, remove [2][]reconcile.Packet, w *store.Write) []*owlv1.FlowStats {
+func (wk *worker) topFlows(path string, epoch int64, up, down *side, remove [2][]reconcile.Packet, w *store.Write) []*owlv1.FlowStats {
 	if up.lds == nil || down.lds == nil {
 		return nil
 	}
@@ -50,12 +50,12 @@ func (c *Collector) topFlows(path string, epoch int64, up, down *side, remove [2
 			if err != nil {
 				continue
 			}
-			h := f.Hash(c.cfg.Params.LDS.Seed)
+			h := f.Hash(wk.cfg.Params.LDS.Seed)
 			if seen[h] {
 				continue
 			}
 			seen[h] = true
-			fs := c.estimateFlow(path, epoch, upL, downL, f)
+			fs := wk.estimateFlow(path, epoch, upL, downL, f)
 			fs.Top = true
 			// The count-min estimate is an upper bound like the RAP
 			// counter; the smaller of the two is the better.
@@ -79,17 +79,17 @@ func (c *Collector) topFlows(path string, epoch int64, up, down *side, remove [2
 // pruneFlows drops the sketches and per-flow results that are older than
 // the flow retention, counted back from each path's newest epoch (so that
 // replays of old captures keep theirs).
-func (c *Collector) pruneFlows() {
-	keep := int64(c.cfg.Flows.Retention / c.cfg.Params.Epoch.Length)
-	for name, ps := range c.paths {
+func (wk *worker) pruneFlows() {
+	keep := int64(wk.cfg.Flows.Retention / wk.cfg.Params.Epoch.Length)
+	for name, ps := range wk.paths {
 		ps.mu.Lock()
 		newest, ok := ps.newest, ps.seen
 		ps.mu.Unlock()
 		if !ok {
 			continue
 		}
-		if _, err := c.store.PruneFlows(name, newest-keep); err != nil {
-			c.log.Error("pruning per-flow data", "path", name, "err", err)
+		if _, err := wk.store.PruneFlows(name, newest-keep); err != nil {
+			wk.log.Error("pruning per-flow data", "path", name, "err", err)
 		}
 	}
 }

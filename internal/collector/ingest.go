@@ -100,7 +100,7 @@ func (c *Collector) handle(sess *session, m *owlv1.ProbeMessage) error {
 		c.probes.clockUpdate(sess.probe, a.Clock)
 		return nil
 	case *owlv1.ProbeMessage_Colate:
-		err := c.colateVector(sess.probe, a.Colate)
+		err := c.takeColate(sess.probe, a.Colate)
 		return c.answer(sess, owlv1.Reject_KIND_COLATE, "", a.Colate.GetEpoch(), a.Colate.GetSeq(), err)
 	case *owlv1.ProbeMessage_Report:
 		r := a.Report
@@ -187,6 +187,16 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 		pc.Paths = append(pc.Paths, a)
 	}
 	return pc
+}
+
+// takeColate stores a probe's COLATE vector, unless another collector of
+// the cluster owns the vectors.
+func (c *Collector) takeColate(probe string, v *owlv1.ColateVector) error {
+	if owner, self := c.owner(colateKey); !self {
+		c.m.rejected.WithLabelValues("not_owner").Inc()
+		return &notOwner{key: colateKey, owner: owner}
+	}
+	return c.colates.put(probe, v)
 }
 
 // report takes one epoch report of a probe. A nil error means the report is

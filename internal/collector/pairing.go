@@ -293,7 +293,7 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	pr := ps.pending[epoch]
 	up, down := pr.up, pr.down
 	ps.mu.Unlock()
-	res := c.missingResult(ps.path.Name, epoch, up, down)
+	res := c.worker.missingResult(ps.path.Name, epoch, up, down)
 	err := c.store.PutResult(res, false)
 	ps.mu.Lock()
 	pr.timingOut = false
@@ -307,7 +307,7 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 		return
 	}
 	c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", epoch, "status", res.Status)
-	c.publish(res, nil)
+	c.worker.publish(res, nil)
 	for _, s := range []*side{up, down} {
 		if s != nil {
 			c.probes.release(s.Probe, ps.path.Name, epoch)

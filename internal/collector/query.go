@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
@@ -64,7 +65,7 @@ func (s queryService) GetPathStats(ctx context.Context, req *owlv1.GetPathStatsR
 	if s.c.paths[req.GetPath()] == nil {
 		return nil, status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
 	}
-	from, to, err := s.c.epochRange(req.GetFrom(), req.GetTo())
+	from, to, err := epochRange(s.c.cfg.Params.Epoch, req.GetFrom(), req.GetTo())
 	if err != nil {
 		return nil, err
 	}
@@ -139,8 +140,7 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 // epochRange turns a request's time range into epochs: those that start
 // at or after from, up to the one that holds to (unbounded when unset).
 // Every query that takes a range uses it.
-func (c *Collector) epochRange(from, to *timestamppb.Timestamp) (int64, int64, error) {
-	ep := c.cfg.Params.Epoch
+func epochRange(ep epoch.Config, from, to *timestamppb.Timestamp) (int64, int64, error) {
 	lo, hi := int64(math.MinInt64/2), int64(math.MaxInt64/2)
 	if from != nil {
 		if err := from.CheckValid(); err != nil {
@@ -175,7 +175,7 @@ func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsR
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	lo, hi, err := s.c.epochRange(req.GetFrom(), req.GetTo())
+	lo, hi, err := epochRange(s.c.cfg.Params.Epoch, req.GetFrom(), req.GetTo())
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsR
 				decodeErr = err
 				return false
 			}
-			out = append(out, s.c.estimateFlow(req.GetPath(), e, up, down, f))
+			out = append(out, s.c.worker.estimateFlow(req.GetPath(), e, up, down, f))
 		}
 		if len(out) > limit {
 			out = out[1:]
@@ -223,7 +223,7 @@ func (s queryService) TopFlows(ctx context.Context, req *owlv1.TopFlowsRequest) 
 	}); ok {
 		return r, err
 	}
-	lo, hi, err := s.c.epochRange(req.GetFrom(), req.GetTo())
+	lo, hi, err := epochRange(s.c.cfg.Params.Epoch, req.GetFrom(), req.GetTo())
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +285,7 @@ func (s queryService) GetFlowLatencyHistoric(ctx context.Context, req *owlv1.Get
 	}); ok {
 		return r, err
 	}
-	return s.c.flowLatencyHistoric(ctx, req)
+	return s.c.colates.historic(ctx, req)
 }
 
 func (s queryService) ListColateVectors(ctx context.Context, req *owlv1.ListColateVectorsRequest) (*owlv1.ListColateVectorsResponse, error) {
@@ -294,5 +294,5 @@ func (s queryService) ListColateVectors(ctx context.Context, req *owlv1.ListCola
 	}); ok {
 		return r, err
 	}
-	return s.c.listColateVectors(req)
+	return s.c.colates.list(req)
 }

@@ -17,7 +17,7 @@ import (
 // timeout for a probe that is not connected, and counts the bytes
 // exchanged.
 type sessionRepairs struct {
-	c         *Collector
+	wk        *worker
 	ps        *pathState
 	epoch     int64
 	exchanged atomic.Uint64 // bytes, from the two sides' goroutines
@@ -34,7 +34,7 @@ func (r *sessionRepairs) probe(s reconcile.Side) string {
 
 func (r *sessionRepairs) session(ctx context.Context, s reconcile.Side) (*session, error) {
 	probe := r.probe(s)
-	sess := r.c.probes.waitSession(ctx, probe, r.c.cfg.PairTimeout)
+	sess := r.wk.probes.waitSession(ctx, probe, r.wk.cfg.PairTimeout)
 	if sess == nil {
 		return nil, fmt.Errorf("%s is not connected", probe)
 	}
@@ -43,7 +43,7 @@ func (r *sessionRepairs) session(ctx context.Context, s reconcile.Side) (*sessio
 
 func (r *sessionRepairs) count(n int) {
 	r.exchanged.Add(uint64(n))
-	r.c.m.exchanged.WithLabelValues(r.ps.path.Name).Add(float64(n))
+	r.wk.m.exchanged.WithLabelValues(r.ps.path.Name).Add(float64(n))
 }
 
 // Rebuild asks the side's probe for the epoch's RDA at buckets.
@@ -61,7 +61,7 @@ func (r *sessionRepairs) Rebuild(ctx context.Context, s reconcile.Side, buckets 
 	if err != nil {
 		return nil, fmt.Errorf("rebuilt RDA from %s: %w", sess.probe, err)
 	}
-	if err := params.SameRDAHashing(r.c.cfg.Params.RDA, out.Config()); err != nil {
+	if err := params.SameRDAHashing(r.wk.cfg.Params.RDA, out.Config()); err != nil {
 		return nil, fmt.Errorf("rebuilt RDA from %s: %w", sess.probe, err)
 	}
 	return out, nil
@@ -90,7 +90,7 @@ func (r *sessionRepairs) fetch(ctx context.Context, s reconcile.Side, req *owlv1
 
 // noteSetDifference remembers the set difference of a path's epoch and, when
 // the RDA size the probes use no longer fits, tells them a new one.
-func (c *Collector) noteSetDifference(ps *pathState, d reconcile.Difference) {
+func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	size := d.Size()
 	for _, r := range d.Residual {
 		size += 2 * len(r) // at least two undecoded packets per residual bucket
@@ -100,7 +100,7 @@ func (c *Collector) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	if len(ps.recentDiff) > 8 {
 		ps.recentDiff = ps.recentDiff[1:]
 	}
-	want := reconcile.Size(slices.Max(ps.recentDiff), c.cfg.RDA.MinBuckets, c.cfg.RDA.MaxBuckets)
+	want := reconcile.Size(slices.Max(ps.recentDiff), wk.cfg.RDA.MinBuckets, wk.cfg.RDA.MaxBuckets)
 	cur := ps.rdaBuckets
 	change := want > cur || want < cur/4
 	if change {
@@ -110,10 +110,10 @@ func (c *Collector) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	if !change {
 		return
 	}
-	c.log.Info("resizing RDA", "path", ps.path.Name, "buckets", want, "was", cur)
+	wk.log.Info("resizing RDA", "path", ps.path.Name, "buckets", want, "was", cur)
 	msg := &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_RdaSize{RdaSize: &owlv1.RDASize{Path: ps.path.Name, Buckets: uint32(want)}}}
 	for _, probe := range []string{ps.path.Upstream, ps.path.Downstream} {
-		if s := c.probes.session(probe); s != nil {
+		if s := wk.probes.session(probe); s != nil {
 			_ = s.send(msg)
 		}
 	}

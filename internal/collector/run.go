@@ -72,7 +72,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			return err
 		}
 		l.addrs.Gossip = c.cl.Gossip()
-		defer c.closePeers()
+		defer c.peers.close()
 	}
 	gs := c.grpcServer()
 	hs := &http.Server{Handler: c.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
@@ -94,7 +94,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	for _, ps := range c.paths {
 		g.Go(func() error {
-			c.work(gctx, ps)
+			c.worker.work(gctx, ps)
 			return nil
 		})
 	}
@@ -152,7 +152,7 @@ func (c *Collector) sweepLoop(ctx context.Context) {
 		case <-t.C:
 			c.sweep()
 			if time.Since(lastPrune) > time.Minute {
-				c.pruneFlows()
+				c.worker.pruneFlows()
 				lastPrune = time.Now()
 			}
 		}

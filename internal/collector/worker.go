@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
@@ -18,10 +20,26 @@ import (
 // boundaryKeep is how many epochs of boundary records a path keeps.
 const boundaryKeep = 16
 
+// worker reconciles, stores and publishes the epochs whose two sides are
+// in: one goroutine per path (work) takes its path's epochs in order from
+// the pairing table's queue, so that paths proceed in parallel.
+type worker struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *store.Store
+	m        *metrics
+	now      func() time.Time
+	opts     lda.Options
+	weightOf func(capture.FlowKey) uint64 // LDS flow weights
+	paths    map[string]*pathState
+	probes   *registry
+	watchers *hub
+}
+
 // work runs a path's reconciliations one after the other until ctx ends.
 // One worker per path keeps a path's epochs in order and lets paths
 // proceed in parallel.
-func (c *Collector) work(ctx context.Context, ps *pathState) {
+func (wk *worker) work(ctx context.Context, ps *pathState) {
 	for {
 		ps.mu.Lock()
 		var e int64
@@ -39,11 +57,11 @@ func (c *Collector) work(ctx context.Context, ps *pathState) {
 			}
 			continue
 		}
-		if err := c.reconcileEpoch(ctx, ps, e); err != nil {
+		if err := wk.reconcileEpoch(ctx, ps, e); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			c.log.Error("reconciling epoch", "path", ps.path.Name, "epoch", e, "err", err)
+			wk.log.Error("reconciling epoch", "path", ps.path.Name, "epoch", e, "err", err)
 		}
 	}
 }
@@ -62,47 +80,47 @@ type epochWork struct {
 // reconcileEpoch turns both sides of one epoch into a stored result:
 // estimate (LDA, then RDA where both sides sent one), per-flow results,
 // boundary matching, one store transaction, then publish and release.
-func (c *Collector) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64) error {
+func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64) error {
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
 	ps.mu.Unlock()
 	if pr == nil || !pr.complete() {
 		return nil // done already
 	}
-	w := &epochWork{ps: ps, epoch: epoch, pr: pr, res: c.baseResult(ps.path.Name, epoch, pr.up, pr.down)}
-	c.estimateLDA(w.res, pr.up, pr.down)
+	w := &epochWork{ps: ps, epoch: epoch, pr: pr, res: wk.baseResult(ps.path.Name, epoch, pr.up, pr.down)}
+	wk.estimateLDA(w.res, pr.up, pr.down)
 	if pr.up.rda != nil && pr.down.rda != nil {
-		c.estimateRDA(ctx, w)
+		wk.estimateRDA(ctx, w)
 	}
 	if w.res.Status == owlv1.ResultStatus_RESULT_STATUS_UNSPECIFIED {
 		w.res.Status = owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES
 	}
 	sw := store.Write{Results: []*owlv1.PathStats{w.res}, Done: []store.EpochRef{{Path: ps.path.Name, Epoch: epoch}}}
-	flows := c.topFlows(ps.path.Name, epoch, pr.up, pr.down, w.remove, &sw)
+	flows := wk.topFlows(ps.path.Name, epoch, pr.up, pr.down, w.remove, &sw)
 	if w.bd != nil {
-		c.matchBoundaries(w, &sw)
+		wk.matchBoundaries(w, &sw)
 	}
 	for _, r := range sw.Results {
-		judgeClocks(r, c.cfg.ClockUncertaintyShare)
+		judgeClocks(r, wk.cfg.ClockUncertaintyShare)
 	}
-	if err := c.store.Apply(sw); err != nil {
+	if err := wk.store.Apply(sw); err != nil {
 		return fmt.Errorf("storing result: %w", err)
 	}
-	c.finish(w)
-	c.publish(w.res, pr)
-	c.m.flows(ps.path.Name, flows, c.cfg.Flows.MetricsTop)
+	wk.finish(w)
+	wk.publish(w.res, pr)
+	wk.m.flows(ps.path.Name, flows, wk.cfg.Flows.MetricsTop)
 	for _, u := range w.updated {
-		c.publishUpdate(u)
+		wk.publishUpdate(u)
 	}
-	c.settle(ps, epoch)
-	c.probes.release(ps.path.Upstream, ps.path.Name, epoch)
-	c.probes.release(ps.path.Downstream, ps.path.Name, epoch)
+	wk.settle(ps, epoch)
+	wk.probes.release(ps.path.Upstream, ps.path.Name, epoch)
+	wk.probes.release(ps.path.Downstream, ps.path.Name, epoch)
 	return nil
 }
 
 // finish takes a stored epoch out of the pairing table and keeps its
 // boundary record for its neighbours.
-func (c *Collector) finish(w *epochWork) {
+func (wk *worker) finish(w *epochWork) {
 	ps, epoch := w.ps, w.epoch
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -125,14 +143,14 @@ func (c *Collector) finish(w *epochWork) {
 // matchBoundaries matches the epoch's boundary record with both
 // neighbouring epochs' (whichever came first) and adds the changed records
 // and results to sw.
-func (c *Collector) matchBoundaries(w *epochWork, sw *store.Write) {
+func (wk *worker) matchBoundaries(w *epochWork, sw *store.Write) {
 	path, epoch, bd := w.ps.path.Name, w.epoch, w.bd
 	ref := func(e int64) store.EpochRef { return store.EpochRef{Path: path, Epoch: e} }
-	if prev := c.boundaryOf(w.ps, epoch-1); prev != nil && prev.match(bd) {
+	if prev := wk.boundaryOf(w.ps, epoch-1); prev != nil && prev.match(bd) {
 		w.updated = append(w.updated, prev.res)
 		sw.Boundaries = append(sw.Boundaries, store.Boundary{EpochRef: ref(epoch - 1), Data: prev.encode()})
 	}
-	if next := c.boundaryOf(w.ps, epoch+1); next != nil && bd.match(next) {
+	if next := wk.boundaryOf(w.ps, epoch+1); next != nil && bd.match(next) {
 		w.updated = append(w.updated, next.res)
 		sw.Boundaries = append(sw.Boundaries, store.Boundary{EpochRef: ref(epoch + 1), Data: next.encode()})
 	}
@@ -142,24 +160,24 @@ func (c *Collector) matchBoundaries(w *epochWork, sw *store.Write) {
 }
 
 // boundaryOf returns an epoch's boundary record from memory or the store.
-func (c *Collector) boundaryOf(ps *pathState, epoch int64) *boundary {
+func (wk *worker) boundaryOf(ps *pathState, epoch int64) *boundary {
 	ps.mu.Lock()
 	b := ps.boundaries[epoch]
 	ps.mu.Unlock()
 	if b != nil {
 		return b
 	}
-	data, err := c.store.BoundaryData(ps.path.Name, epoch)
+	data, err := wk.store.BoundaryData(ps.path.Name, epoch)
 	if err != nil || data == nil {
 		return nil
 	}
-	res, err := c.store.Result(ps.path.Name, epoch)
+	res, err := wk.store.Result(ps.path.Name, epoch)
 	if err != nil || res == nil {
 		return nil
 	}
 	b, err = decodeBoundary(epoch, data, res)
 	if err != nil {
-		c.log.Error("dropping unreadable boundary record", "path", ps.path.Name, "epoch", epoch, "err", err)
+		wk.log.Error("dropping unreadable boundary record", "path", ps.path.Name, "epoch", epoch, "err", err)
 		return nil
 	}
 	ps.mu.Lock()
@@ -171,7 +189,7 @@ func (c *Collector) boundaryOf(ps *pathState, epoch int64) *boundary {
 // settle counts into the metrics the loss of epochs whose boundary matching
 // is over: the epoch before one just reconciled, and the epoch itself once
 // its successor is reconciled too. sweep settles the rest after a timeout.
-func (c *Collector) settle(ps *pathState, epoch int64) {
+func (wk *worker) settle(ps *pathState, epoch int64) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for _, e := range []int64{epoch - 1, epoch} {
@@ -183,18 +201,18 @@ func (c *Collector) settle(ps *pathState, epoch int64) {
 			continue
 		}
 		b.settled = true
-		c.m.settled(b.res)
+		wk.m.settled(b.res)
 	}
 }
 
 // baseResult fills what every result of a pair has.
-func (c *Collector) baseResult(path string, epoch int64, up, down *side) *owlv1.PathStats {
-	ep := c.cfg.Params.Epoch
+func (wk *worker) baseResult(path string, epoch int64, up, down *side) *owlv1.PathStats {
+	ep := wk.cfg.Params.Epoch
 	res := &owlv1.PathStats{
 		Path: path, Epoch: epoch,
 		Start:    timestamppb.New(time.Unix(0, ep.StartNS(epoch))),
 		Length:   durationpb.New(ep.Length),
-		Computed: timestamppb.New(c.now()),
+		Computed: timestamppb.New(wk.now()),
 	}
 	for _, s := range []*side{up, down} {
 		if s == nil {
@@ -214,23 +232,23 @@ func (c *Collector) baseResult(path string, epoch int64, up, down *side) *owlv1.
 }
 
 // missingResult is the result of an epoch one side of which never came.
-func (c *Collector) missingResult(path string, epoch int64, up, down *side) *owlv1.PathStats {
-	res := c.baseResult(path, epoch, up, down)
-	defer judgeClocks(res, c.cfg.ClockUncertaintyShare)
+func (wk *worker) missingResult(path string, epoch int64, up, down *side) *owlv1.PathStats {
+	res := wk.baseResult(path, epoch, up, down)
+	defer judgeClocks(res, wk.cfg.ClockUncertaintyShare)
 	if up == nil {
 		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM
-		res.Detail = fmt.Sprintf("no report from upstream probe within %v", c.cfg.PairTimeout)
+		res.Detail = fmt.Sprintf("no report from upstream probe within %v", wk.cfg.PairTimeout)
 	} else {
 		res.Status = owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM
-		res.Detail = fmt.Sprintf("no report from downstream probe within %v", c.cfg.PairTimeout)
+		res.Detail = fmt.Sprintf("no report from downstream probe within %v", wk.cfg.PairTimeout)
 	}
 	return res
 }
 
 // estimateLDA sets the LDA's estimate, as the result's estimate and in the
 // LDA fields.
-func (c *Collector) estimateLDA(res *owlv1.PathStats, up, down *side) {
-	est, err := lda.EstimatePair(up.lda, down.lda, c.opts)
+func (wk *worker) estimateLDA(res *owlv1.PathStats, up, down *side) {
+	est, err := lda.EstimatePair(up.lda, down.lda, wk.opts)
 	res.UpstreamPackets, res.DownstreamPackets, res.Lost = est.UpPackets, est.DownPackets, est.LostPackets
 	res.Estimator = "lda"
 	switch {
@@ -250,22 +268,22 @@ func (c *Collector) estimateLDA(res *owlv1.PathStats, up, down *side) {
 // estimateRDA runs the reconciliation policy (reconcile.Epoch) on the
 // epoch's RDAs with the path's probes answering its repairs, and writes
 // its outcome into the result. Where it fails, the LDA's estimate stays.
-func (c *Collector) estimateRDA(ctx context.Context, w *epochWork) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.RDA.RequestTimeout)
+func (wk *worker) estimateRDA(ctx context.Context, w *epochWork) {
+	ctx, cancel := context.WithTimeout(ctx, wk.cfg.RDA.RequestTimeout)
 	defer cancel()
 	path := w.ps.path.Name
-	rep := &sessionRepairs{c: c, ps: w.ps, epoch: w.epoch}
-	in := reconcile.Input{Up: w.pr.up.rda, Down: w.pr.down.rda, StartNS: c.cfg.Params.Epoch.StartNS(w.epoch),
-		Log: c.log.With("path", path, "epoch", w.epoch)}
-	out, err := reconcile.Epoch(ctx, in, rep, c.cfg.RDA.limits())
+	rep := &sessionRepairs{wk: wk, ps: w.ps, epoch: w.epoch}
+	in := reconcile.Input{Up: w.pr.up.rda, Down: w.pr.down.rda, StartNS: wk.cfg.Params.Epoch.StartNS(w.epoch),
+		Log: wk.log.With("path", path, "epoch", w.epoch)}
+	out, err := reconcile.Epoch(ctx, in, rep, wk.cfg.RDA.limits())
 	res := w.res
 	res.Rebuilds = uint32(out.Rebuilds)
 	res.ExchangedBytes += rep.exchanged.Load()
-	c.m.rebuilds.WithLabelValues(path).Add(float64(out.Rebuilds))
+	wk.m.rebuilds.WithLabelValues(path).Add(float64(out.Rebuilds))
 	if out.Peeled {
 		res.RdaBuckets, res.Decoded = uint32(out.Buckets), out.Diff.Complete()
-		c.m.rdaOutcome(path, out.Diff.Complete(), out.Rebuilds)
-		c.noteSetDifference(w.ps, out.Diff)
+		wk.m.rdaOutcome(path, out.Diff.Complete(), out.Rebuilds)
+		wk.noteSetDifference(w.ps, out.Diff)
 	}
 	if out.Computed {
 		res.UnusableBuckets = uint32(out.Estimate.ExcludedBuckets)
@@ -273,7 +291,7 @@ func (c *Collector) estimateRDA(ctx context.Context, w *epochWork) {
 		w.remove = out.Remove
 	}
 	if err != nil {
-		c.log.Warn("RDA reconciliation failed; keeping the LDA estimate", "path", path, "epoch", w.epoch, "err", err)
+		wk.log.Warn("RDA reconciliation failed; keeping the LDA estimate", "path", path, "epoch", w.epoch, "err", err)
 		return
 	}
 	est := out.Estimate
@@ -290,24 +308,24 @@ func (c *Collector) estimateRDA(ctx context.Context, w *epochWork) {
 	}
 	w.bd = &boundary{epoch: w.epoch, lost: out.BoundaryLost, extra: out.BoundaryExtra,
 		n: est.Count, sumNS: est.SumNS, sqNS: est.Count * (est.StddevNS*est.StddevNS + est.MeanNS*est.MeanNS),
-		res: res, at: c.now()}
+		res: res, at: wk.now()}
 }
 
 // publish updates metrics and hands a new result to watchers.
-func (c *Collector) publish(res *owlv1.PathStats, pr *pairing) {
-	c.m.observe(res)
+func (wk *worker) publish(res *owlv1.PathStats, pr *pairing) {
+	wk.m.observe(res)
 	if pr != nil && pr.complete() {
 		closed := max(pr.up.Report.GetClosedUnixNs(), pr.down.Report.GetClosedUnixNs())
 		if closed > 0 {
-			c.m.resultDelay.Observe(c.now().Sub(time.Unix(0, closed)).Seconds())
+			wk.m.resultDelay.Observe(wk.now().Sub(time.Unix(0, closed)).Seconds())
 		}
 	}
-	c.watchers.notify(res)
+	wk.watchers.notify(res)
 }
 
 // publishUpdate hands watchers a result that changed after it was first
 // published (boundary matching with a neighbouring epoch).
-func (c *Collector) publishUpdate(res *owlv1.PathStats) {
-	c.m.latest(res)
-	c.watchers.notify(res)
+func (wk *worker) publishUpdate(res *owlv1.PathStats) {
+	wk.m.latest(res)
+	wk.watchers.notify(res)
 }
