@@ -52,7 +52,7 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	c := &Collector{cfg: cfg, log: log, store: st, now: time.Now, paths: map[string]*pathState{}, peers: peerConns{maxMessageBytes: cfg.MaxMessageBytes}}
 	c.m = newMetrics()
 	now := func() time.Time { return c.now() } // tests move c.now
-	c.probes = newRegistry(cfg.Params, c.m, log, now)
+	c.probes = newRegistry(cfg.Params, cfg.Paths, c.m, log, now)
 	c.watchers = newHub(c.m.watchersDropped)
 	c.worker = &worker{cfg: cfg, log: log, store: st, m: c.m, now: now, paths: c.paths, probes: c.probes, watchers: c.watchers,
 		opts: lda.Options{Bounds: lda.DelayBounds{MinNS: int64(cfg.DelayBounds.Min), MaxNS: int64(cfg.DelayBounds.Max)}}}

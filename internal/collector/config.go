@@ -147,6 +147,9 @@ func (c Config) Validate() error {
 	if err := c.Params.Validate(); err != nil {
 		return fmt.Errorf("params: %w", err)
 	}
+	if len(c.Paths) == 0 && !c.Params.Colate.Enabled {
+		return errors.New("paths: none configured, and COLATE is off: the collector would measure nothing")
+	}
 	seen := map[string]bool{}
 	for _, p := range c.Paths {
 		if err := p.Validate(); err != nil {

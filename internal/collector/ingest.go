@@ -3,6 +3,7 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -56,19 +57,31 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		return err
 	}
 	received := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err == nil {
-				err = c.handle(sess, m)
-			}
-			if err != nil {
-				received <- err
-				return
-			}
+	go c.receive(sess, received)
+	return sess.pump(received)
+}
+
+// receive handles a probe's messages in order until the stream or a
+// message fails; the error goes to received. A message whose handling
+// panics (a damaged store) ends its stream, not the collector.
+func (c *Collector) receive(sess *session, received chan<- error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("handling a probe's message failed with a panic; its stream ends", "probe", sess.probe, "panic", p, "stack", string(debug.Stack()))
+			received <- status.Errorf(codes.Internal, "the collector failed on a message: %v", p)
 		}
 	}()
-	return sess.pump(received)
+	for {
+		m, err := sess.stream.Recv()
+		if err == nil {
+			err = c.handle(sess, m)
+		}
+		if err != nil {
+			received <- err
+			return
+		}
+	}
 }
 
 // openSession sends a new stream its path configuration and makes it the

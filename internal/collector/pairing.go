@@ -192,7 +192,9 @@ func (c *Collector) restore() error {
 		if err != nil {
 			continue // it was checked when it came
 		}
-		ps.pairingFor(p.Report.GetEpoch(), p.Received).set(s)
+		// The pair timeout counts from now: the other side's probe has
+		// had no chance to send while this collector was down.
+		ps.pairingFor(p.Report.GetEpoch(), c.now()).set(s)
 		n++
 	}
 	if n > 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -138,28 +139,43 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 }
 
 // epochRange turns a request's time range into epochs: those that start
-// at or after from, up to the one that holds to (unbounded when unset).
-// Every query that takes a range uses it.
-func epochRange(ep epoch.Config, from, to *timestamppb.Timestamp) (int64, int64, error) {
-	lo, hi := int64(math.MinInt64/2), int64(math.MaxInt64/2)
+// at or after from, up to the one that holds to (unbounded when unset, or
+// beyond the years nanoseconds since 1970 can count). Every query that
+// takes a range uses it; lo > hi means no epoch.
+func epochRange(ep epoch.Config, from, to *timestamppb.Timestamp) (lo, hi int64, err error) {
+	lo, hi = math.MinInt64/2, math.MaxInt64/2
 	if from != nil {
 		if err := from.CheckValid(); err != nil {
 			return 0, 0, status.Errorf(codes.InvalidArgument, "from: %v", err)
 		}
-		e, off := ep.Of(from.AsTime().UnixNano())
-		lo = e
-		if off > 0 {
-			lo++ // epochs that start at or after from
+		switch t := from.AsTime(); {
+		case t.After(lastNS):
+			return 1, 0, nil // after every epoch
+		case !t.Before(firstNS):
+			e, off := ep.Of(t.UnixNano())
+			lo = e
+			if off > 0 {
+				lo++ // epochs that start at or after from
+			}
 		}
 	}
 	if to != nil {
 		if err := to.CheckValid(); err != nil {
 			return 0, 0, status.Errorf(codes.InvalidArgument, "to: %v", err)
 		}
-		hi, _ = ep.Of(to.AsTime().UnixNano())
+		switch t := to.AsTime(); {
+		case t.Before(firstNS):
+			return 1, 0, nil // before every epoch
+		case !t.After(lastNS):
+			hi, _ = ep.Of(t.UnixNano())
+		}
 	}
 	return lo, hi, nil
 }
+
+// firstNS and lastNS are the first and last times in nanoseconds since
+// 1970 that an int64 holds (years 1677 to 2262).
+var firstNS, lastNS = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
 
 // GetFlowStats estimates one flow in every retained epoch of the range.
 func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsRequest) (*owlv1.GetFlowStatsResponse, error) {

@@ -21,6 +21,7 @@ import (
 // stream or touches the store while holding its lock.
 type registry struct {
 	params params.Params
+	known  map[string]bool // probes named by a path (nil: any probe, for COLATE)
 	m      *metrics
 	log    *slog.Logger
 	now    func() time.Time
@@ -43,8 +44,17 @@ type probeState struct {
 	reports   uint64
 }
 
-func newRegistry(p params.Params, m *metrics, log *slog.Logger, now func() time.Time) *registry {
-	return &registry{params: p, m: m, log: log, now: now,
+// newRegistry makes a registry for the probes of paths; with COLATE on,
+// a probe in no path is welcome too (it records vectors).
+func newRegistry(p params.Params, paths []netpath.Path, m *metrics, log *slog.Logger, now func() time.Time) *registry {
+	var known map[string]bool
+	if !p.Colate.Enabled {
+		known = map[string]bool{}
+		for _, x := range paths {
+			known[x.Upstream], known[x.Downstream] = true, true
+		}
+	}
+	return &registry{params: p, known: known, m: m, log: log, now: now,
 		probes: map[string]*probeState{}, sessions: map[string][]*session{}, joined: make(chan struct{})}
 }
 
@@ -54,13 +64,18 @@ type rejection struct{ reason string }
 
 func (r *rejection) Error() string { return r.reason }
 
-// hello registers a probe stream, or rejects it when its parameters differ
-// from the deployment's. The caller then sends the probe its paths and
+// hello registers a probe stream, or rejects it when no path names it (with
+// COLATE off) or its parameters differ from the deployment's. The caller then sends the probe its paths and
 // adds the session (addSession).
 func (r *registry) hello(h *owlv1.Hello, addr string) error {
 	id := h.GetProbeId()
 	if !netpath.ValidName(id) {
 		return &rejection{fmt.Sprintf("probe id %q: use 1–128 letters, digits or ._:-", id)}
+	}
+	if r.known != nil && !r.known[id] {
+		// Not kept in the registry: any number of unknown ids may knock.
+		r.log.Error("rejecting probe: it is in no configured path", "probe", id, "addr", addr)
+		return &rejection{fmt.Sprintf("probe %q is in no configured path (and COLATE is off): name it as a path's upstream or downstream in the collector's paths", id)}
 	}
 	p, err := params.FromProto(h.GetParams())
 	if err == nil {

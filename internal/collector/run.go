@@ -8,13 +8,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
@@ -114,15 +118,41 @@ func (c *Collector) Run(ctx context.Context) error {
 
 // grpcServer is the gRPC server with every service and reflection.
 func (c *Collector) grpcServer() *grpc.Server {
-	gs := grpc.NewServer(
-		grpc.MaxRecvMsgSize(c.cfg.MaxMessageBytes),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	gs := grpc.NewServer(c.serverOptions()...)
 	owlv1.RegisterProbeServiceServer(gs, probeService{c: c})
 	owlv1.RegisterQueryServiceServer(gs, queryService{c: c})
 	owlv1.RegisterClusterServiceServer(gs, clusterService{c: c})
 	reflection.Register(gs)
 	return gs
+}
+
+// serverOptions bound messages and keepalives, and make a call that
+// panics (or faults on a damaged store) fail alone, with its error logged.
+func (c *Collector) serverOptions() []grpc.ServerOption {
+	onPanic := recovery.WithRecoveryHandler(func(p any) error {
+		c.log.Error("a call failed with a panic; the collector goes on", "panic", p, "stack", string(debug.Stack()))
+		return status.Errorf(codes.Internal, "the collector failed on this call: %v", p)
+	})
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(c.cfg.MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(onPanic), faultsAsPanicsUnary),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(onPanic), faultsAsPanicsStream),
+	}
+}
+
+// faultsAsPanicsUnary makes a memory fault in a call (a read of a damaged
+// store's mapped file) a panic, which the recovery interceptor turns into
+// that call's error instead of the end of the process.
+func faultsAsPanicsUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return h(ctx, req)
+}
+
+// faultsAsPanicsStream is faultsAsPanicsUnary for streams.
+func faultsAsPanicsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return h(srv, ss)
 }
 
 // httpHandler serves /metrics and /healthz.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -57,13 +58,25 @@ func (wk *worker) work(ctx context.Context, ps *pathState) {
 			}
 			continue
 		}
-		if err := wk.reconcileEpoch(ctx, ps, e); err != nil {
+		if err := wk.reconcileSafely(ctx, ps, e); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			wk.log.Error("reconciling epoch", "path", ps.path.Name, "epoch", e, "err", err)
 		}
 	}
+}
+
+// reconcileSafely reconciles an epoch; a panic (a damaged store) fails
+// that epoch alone.
+func (wk *worker) reconcileSafely(ctx context.Context, ps *pathState, epoch int64) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return wk.reconcileEpoch(ctx, ps, epoch)
 }
 
 // epochWork is one epoch on its way from two sides to a stored result.

@@ -109,7 +109,10 @@ func prefixes(ss []string) ([]netip.Prefix, error) {
 			}
 			p = netip.PrefixFrom(a, a.BitLen())
 		}
-		out = append(out, p.Masked())
+		if p != p.Masked() {
+			return nil, fmt.Errorf("%q has bits set past its /%d: write %s (or %s/%d for the one address)", s, p.Bits(), p.Masked(), p.Addr(), p.Addr().BitLen())
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }

@@ -50,6 +50,7 @@ func TestValidate(t *testing.T) {
 		{Name: "x y", Upstream: "a", Downstream: "b"},
 		{Name: "p", Upstream: "a", Downstream: "a"},
 		{Name: "p", Upstream: "a", Downstream: "b", Selector: Selector{SrcCIDRs: []string{"10.0.0.0/33"}}},
+		{Name: "p", Upstream: "a", Downstream: "b", Selector: Selector{SrcCIDRs: []string{"10.1.2.3/8"}}}, // host bits: a typo
 		{Name: "p", Upstream: "a", Downstream: "b", Selector: Selector{Protocol: "tcpx"}},
 		{Name: "p", Upstream: "a", Downstream: "b", Selector: Selector{DstPorts: []string{"90-80"}}},
 		{Name: "p", Upstream: "a", Downstream: "b", Selector: Selector{DstPorts: []string{"70000"}}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,11 +88,13 @@ func (c *client) run(ctx context.Context) error {
 		if time.Since(start) > 10*time.Second {
 			backoff = minBackoff
 		}
-		c.log.Warn("collector stream ended; reconnecting", "err", err, "in", backoff, "unacked", c.spool.len())
+		// Jittered, so that probes cut off together do not come back together.
+		wait := time.Duration(float64(backoff) * (0.75 + 0.5*rand.Float64()))
+		c.log.Warn("collector stream ended; reconnecting", "err", err, "in", wait, "unacked", c.spool.len())
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, c.reconnectMax)
 	}

@@ -28,7 +28,8 @@ type Config struct {
 	Sources []SourceConfig `yaml:"sources"`
 	// Params must equal the collector's: identity, epoch grid, synopses.
 	Params params.Params `yaml:"params"`
-	// SpoolMaxEpochs bounds the reports kept until acknowledged.
+	// SpoolMaxEpochs bounds the epochs whose reports (one per path) and COLATE
+	// vectors are kept until acknowledged; past it the oldest epoch goes.
 	SpoolMaxEpochs int `yaml:"spool_max_epochs"`
 	// ExitWhenDone makes the probe exit once its file sources are read and
 	// every report is acknowledged.
@@ -84,7 +85,7 @@ func DefaultConfig() Config {
 		Params:         params.Default(),
 		SpoolMaxEpochs: 3600,
 		ExitWhenDone:   true,
-		ReconnectMax:   10 * time.Second,
+		ReconnectMax:   2 * time.Second,
 		DrainTimeout:   10 * time.Second,
 		ReleaseTimeout: 60 * time.Second,
 		TopFlows:       20,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -46,8 +47,17 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	for _, s := range cfg.Sources {
+		if s.File == "" {
+			continue
+		}
+		if _, err := os.Stat(s.File); err != nil {
+			return nil, fmt.Errorf("capture file: %w", err)
+		}
+	}
 	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{}),
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
+	p.spool.log = log
 	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
 	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, grid: cfg.Params.Epoch, clock: p.clockOver, emit: p.spool.add,
 		emitVector: func(v *owlv1.ColateVector) {

@@ -3,8 +3,11 @@ package probe
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -356,5 +359,37 @@ func TestPipelineRecordsColate(t *testing.T) {
 	first, last := v.Span()
 	if first != base || last != base+90*ms || vecs[0].FirstUnixNs != first {
 		t.Errorf("span %d..%d", first-base, last-base)
+	}
+}
+
+// TestMissingCaptureFile: a capture file that is not there is refused
+// when the probe is made, before it connects anywhere.
+func TestMissingCaptureFile(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID = "a"
+	cfg.Sources = []SourceConfig{{File: filepath.Join(t.TempDir(), "missing.pcap")}}
+	_, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "missing.pcap") {
+		t.Fatalf("missing capture file: %v", err)
+	}
+}
+
+// TestSpoolCountsEpochs: the spool's bound is in epochs, whatever the
+// number of paths: three paths' reports of two epochs fit a spool of two,
+// and a third epoch drops the whole oldest one.
+func TestSpoolCountsEpochs(t *testing.T) {
+	s := newSpool(2)
+	for e := int64(1); e <= 2; e++ {
+		for _, p := range []string{"p1", "p2", "p3"} {
+			s.add(&owlv1.EpochReport{Path: p, Epoch: e})
+		}
+		s.addVector(&owlv1.ColateVector{Epoch: e})
+	}
+	if s.len() != 8 || s.droppedTotal() != 0 {
+		t.Fatalf("two epochs of three paths and a vector: len %d, dropped %d", s.len(), s.droppedTotal())
+	}
+	s.add(&owlv1.EpochReport{Path: "p1", Epoch: 3})
+	if s.len() != 5 || s.droppedTotal() != 4 || epochOf(s.after(0)[0]) != 2 {
+		t.Fatalf("a third epoch: len %d, dropped %d, first %v", s.len(), s.droppedTotal(), s.after(0)[0])
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -46,9 +47,20 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("creating data directory: %w", err)
 	}
 	path := filepath.Join(dir, "owl.db")
-	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: 5 * time.Second})
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		return nil, fmt.Errorf("%s is empty (0 bytes): it was truncated, and its history is gone; %s", path, damagedAdvice)
+	}
+	var db *bolt.DB
+	err := guard(func() (err error) {
+		db, err = bolt.Open(path, 0o644, &bolt.Options{Timeout: 5 * time.Second})
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
+		return nil, fmt.Errorf("opening %s: %w; %s", path, err, damagedAdvice)
+	}
+	if err := guard(func() error { return check(db) }); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s is damaged: %w; %s", path, err, damagedAdvice)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS, bucketColate, bucketColateTime} {
@@ -76,6 +88,39 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return st, nil
+}
+
+// damagedAdvice says what to do about a damaged database.
+const damagedAdvice = "restore it from a backup, or move it away to start with no history (the probes send again what was not acknowledged)"
+
+// check reads every page of the database (bbolt's consistency check).
+func check(db *bolt.DB) error {
+	return db.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			if len(errs) < 3 {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// guard runs f on a goroutine of its own where a damaged file's faults (a
+// page past the end of a truncated file) and panics (a page of garbage)
+// become errors.
+func guard(f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		debug.SetPanicOnFault(true)
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("reading it failed: %v", r)
+			}
+		}()
+		done <- f()
+	}()
+	return <-done
 }
 
 // Close closes the database.

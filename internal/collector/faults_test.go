@@ -1,0 +1,141 @@
+package collector
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
+)
+
+// TestRestoredSideTimesOutFromRestart: a side stored long before a
+// restart waits a whole pair timeout after it for its other side, instead
+// of timing out at once (its probe's partner has had no chance to send).
+func TestRestoredSideTimesOutFromRestart(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	c.now = func() time.Time { return time.Unix(1000, 0) } // received long ago
+	up, _ := ldaPair(t, cfg.Params.LDA, 100, 77, 3)
+	if err := c.report("a", report("p", 9, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c2 := newTest(t, cfg)
+	defer c2.Close()
+	c2.sweep()
+	if r, _ := c2.store.Result("p", 9); r != nil {
+		t.Fatalf("restored side timed out at the restart: %v", r.GetStatus())
+	}
+	c2.now = func() time.Time { return time.Now().Add(cfg.PairTimeout) }
+	c2.sweep()
+	if r, _ := c2.store.Result("p", 9); r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM {
+		t.Fatalf("after a pair timeout from the restart: %v", r)
+	}
+}
+
+// panicky is a query service whose ListPaths panics.
+type panicky struct {
+	owlv1.UnimplementedQueryServiceServer
+}
+
+func (panicky) ListPaths(context.Context, *owlv1.ListPathsRequest) (*owlv1.ListPathsResponse, error) {
+	var m map[string]int
+	m["boom"]++ // a nil map: a panic, as a damaged record would cause
+	return nil, nil
+}
+
+func (panicky) ListProbes(context.Context, *owlv1.ListProbesRequest) (*owlv1.ListProbesResponse, error) {
+	return &owlv1.ListProbesResponse{}, nil
+}
+
+// TestPanickingCallFailsAlone: a call that panics gets an INTERNAL error;
+// the server goes on answering other calls.
+func TestPanickingCallFailsAlone(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	defer c.Close()
+	l := bufconn.Listen(1 << 20)
+	s := grpc.NewServer(c.serverOptions()...)
+	owlv1.RegisterQueryServiceServer(s, panicky{})
+	go s.Serve(l)
+	defer s.Stop()
+	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		return l.DialContext(ctx)
+	}), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	q := owlv1.NewQueryServiceClient(conn)
+	_, err = q.ListPaths(context.Background(), &owlv1.ListPathsRequest{})
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "nil map") {
+		t.Fatalf("panicking call: %v", err)
+	}
+	if _, err := q.ListProbes(context.Background(), &owlv1.ListProbesRequest{}); err != nil {
+		t.Fatalf("the server did not go on: %v", err)
+	}
+}
+
+// TestRangeBeyondNanoseconds: a time range past what nanoseconds since
+// 1970 count selects nothing (from 9999-12-31) or everything (to
+// 9999-12-31), instead of overflowing into every epoch.
+func TestRangeBeyondNanoseconds(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	up, down := ldaPair(t, cfg.Params.LDA, 200, 500, 4)
+	for _, e := range []int64{1_800_000_000, 1_800_000_001} {
+		_ = c.report("a", report("p", e, owlv1.Role_ROLE_UPSTREAM, up))
+		_ = c.report("b", report("p", e, owlv1.Role_ROLE_DOWNSTREAM, down))
+		waitResult(t, c, "p", e, anyResult)
+	}
+	far := timestamppb.New(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
+	early := timestamppb.New(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC))
+	q := queryService{c: c}
+	for _, tc := range []struct {
+		from, to *timestamppb.Timestamp
+		want     int
+	}{{far, nil, 0}, {nil, far, 2}, {early, nil, 2}, {nil, early, 0}, {early, far, 2}} {
+		r, err := q.GetPathStats(context.Background(), &owlv1.GetPathStatsRequest{Path: "p", From: tc.from, To: tc.to})
+		if err != nil || len(r.GetStats()) != tc.want {
+			t.Errorf("from %v to %v: %d results, want %d (%v)", tc.from.AsTime(), tc.to.AsTime(), len(r.GetStats()), tc.want, err)
+		}
+	}
+}
+
+// TestConfigurationMistakes: a collector with no path (and COLATE off)
+// and a probe in no path are refused with a clear error.
+func TestConfigurationMistakes(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Paths = nil
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "paths") {
+		t.Errorf("no paths: %v", err)
+	}
+	cfg.Params.Colate.Enabled = true
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("no paths, COLATE on (a COLATE-only deployment): %v", err)
+	}
+	cfg = testConfig(t)
+	cfg.Paths = append(cfg.Paths, netpath.Path{Name: "q", Upstream: "c", Downstream: "d", Selector: netpath.Selector{SrcCIDRs: []string{"10.1.2.3/8"}}})
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "10.0.0.0/8") {
+		t.Errorf("a CIDR with host bits: %v", err)
+	}
+	c := newTest(t, testConfig(t))
+	defer c.Close()
+	err := c.probes.hello(&owlv1.Hello{ProbeId: "stray", Params: cfg.Params.ToProto()}, "x")
+	if err == nil || !strings.Contains(err.Error(), "no configured path") {
+		t.Errorf("a probe in no path: %v", err)
+	}
+	if n := len(c.probes.infos()); n != 0 {
+		t.Errorf("a stray probe id is kept: %d probes", n)
+	}
+}
