@@ -49,9 +49,8 @@ type panicky struct {
 }
 
 func (panicky) ListPaths(context.Context, *owlv1.ListPathsRequest) (*owlv1.ListPathsResponse, error) {
-	var m map[string]int
-	m["boom"]++ // a nil map: a panic, as a damaged record would cause
-	return nil, nil
+	panic("a damaged record") // as a read of a damaged store would
+
 }
 
 func (panicky) ListProbes(context.Context, *owlv1.ListProbesRequest) (*owlv1.ListProbesResponse, error) {
@@ -77,7 +76,7 @@ func TestPanickingCallFailsAlone(t *testing.T) {
 	defer conn.Close()
 	q := owlv1.NewQueryServiceClient(conn)
 	_, err = q.ListPaths(context.Background(), &owlv1.ListPathsRequest{})
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "nil map") {
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "a damaged record") {
 		t.Fatalf("panicking call: %v", err)
 	}
 	if _, err := q.ListProbes(context.Background(), &owlv1.ListProbesRequest{}); err != nil {
