@@ -97,6 +97,10 @@ func TestPTPCorrection(t *testing.T) {
     upstream: a-raw
     downstream: b-raw
     selector: {dst_cidrs: [10.253.0.2/32]}
+  - name: lost
+    upstream: c-lost
+    downstream: b-fixed
+    selector: {dst_cidrs: [192.0.2.0/24]}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +121,7 @@ func TestPTPCorrection(t *testing.T) {
 		probe(pb, "b-fixed", "db", "-clock-fault", fault.String()),
 		probe(pb, "b-raw", "db", "-clock-fault", fault.String(), "-clock-correct=false", "-dump", bRawDump),
 		// Nothing answers at .99: this probe's clock never synchronizes.
+		// (A probe must be in a path; its path "lost" carries nothing.)
 		probe(pb, "c-lost", "db", "-clock-server", "10.252.0.99"),
 	}
 	logs := func() string {
