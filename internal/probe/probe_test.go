@@ -392,4 +392,9 @@ func TestSpoolCountsEpochs(t *testing.T) {
 	if s.len() != 5 || s.droppedTotal() != 4 || epochOf(s.after(0)[0]) != 2 {
 		t.Fatalf("a third epoch: len %d, dropped %d, first %v", s.len(), s.droppedTotal(), s.after(0)[0])
 	}
+	// A late message of an older epoch still keeps the bound.
+	s.addVector(&owlv1.ColateVector{Epoch: 1})
+	if len(s.epochs) != 2 || s.droppedTotal() != 8 {
+		t.Fatalf("a late older epoch: %d epochs held, dropped %d", len(s.epochs), s.droppedTotal())
+	}
 }

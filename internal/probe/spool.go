@@ -2,6 +2,7 @@ package probe
 
 import (
 	"log/slog"
+	"math"
 	"sync"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -91,7 +92,7 @@ func (s *spool) addVector(v *owlv1.ColateVector) {
 func (s *spool) take(epoch int64) (uint64, []*owlv1.ProbeMessage) {
 	var gone []*owlv1.ProbeMessage
 	if s.epochs[epoch] == 0 && len(s.epochs) >= s.max {
-		oldest := epoch
+		oldest := int64(math.MaxInt64)
 		for e := range s.epochs {
 			oldest = min(oldest, e)
 		}
