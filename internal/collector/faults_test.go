@@ -138,3 +138,35 @@ func TestConfigurationMistakes(t *testing.T) {
 		t.Errorf("a stray probe id is kept: %d probes", n)
 	}
 }
+
+// TestSideArrivingDuringTimeOut: the other side comes after a sweep chose
+// to time an epoch out and before it wrote the missing-side result: the
+// epoch is reconciled, never reported as missing a side.
+func TestSideArrivingDuringTimeOut(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	start := time.Now()
+	c.now = func() time.Time { return start }
+	up, down := ldaPair(t, cfg.Params.LDA, 100, 900, 5)
+	if err := c.report("a", report("p", 4, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	ps := c.paths["p"]
+	plan := c.planSweep(ps, start.Add(cfg.PairTimeout))
+	if len(plan.timeOut) != 1 {
+		t.Fatalf("sweep plan %+v", plan)
+	}
+	if err := c.report("b", report("p", 4, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
+		t.Fatal(err)
+	}
+	c.timeOut(ps, 4)
+	r := waitResult(t, c, "p", 4, anyResult)
+	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || r.GetMeanNs() != 900 {
+		t.Fatalf("result %v %v", r.GetStatus(), r.GetMeanNs())
+	}
+	time.Sleep(100 * time.Millisecond) // nothing may overwrite it
+	if r, _ := c.store.Result("p", 4); r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
+		t.Fatalf("overwritten: %v", r.GetStatus())
+	}
+}

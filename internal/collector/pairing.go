@@ -22,6 +22,12 @@ type pathState struct {
 	path netpath.Path
 	wake chan struct{} // signals the path's worker
 
+	// ingestMu orders the store's pending rows of the path: it is held
+	// across a side's check, store write and placement, and across a lone
+	// side's removal, so that a copy of a side cannot slip between them.
+	// It is taken before mu, never across a stream send.
+	ingestMu sync.Mutex
+
 	mu         sync.Mutex // guards every field below
 	pending    map[int64]*pairing
 	queue      []int64 // epochs with both sides in, for the worker
@@ -143,6 +149,8 @@ func (ps *pathState) place(s *side) bool {
 // (sent again after a reconnect), is counted and dropped.
 func (c *Collector) pairSide(ps *pathState, s *side) error {
 	path, epoch := ps.path.Name, s.Report.GetEpoch()
+	ps.ingestMu.Lock()
+	defer ps.ingestMu.Unlock()
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
 	dup, known := pr.has(s), pr != nil
@@ -238,9 +246,7 @@ func (c *Collector) sweep() {
 			c.timeOut(ps, e)
 		}
 		for _, e := range plan.drop {
-			if err := c.store.DeletePending(ps.path.Name, e); err != nil {
-				c.log.Error("dropping lone report", "path", ps.path.Name, "epoch", e, "err", err)
-			}
+			c.forget(ps, e)
 		}
 		for _, a := range plan.ask {
 			go c.handOver(ps, a.epoch, a.role)
@@ -274,7 +280,6 @@ func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
 			plan.timeOut = append(plan.timeOut, e)
 		}
 		if pr.timedOut && age >= c.cfg.PairTimeout+c.cfg.PairRetention {
-			delete(ps.pending, e)
 			plan.drop = append(plan.drop, e)
 		}
 	}
@@ -288,11 +293,37 @@ func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
 	return plan
 }
 
+// forget drops a lone side kept past its retention, from memory and the
+// store, unless a side came for the epoch meanwhile.
+func (c *Collector) forget(ps *pathState, epoch int64) {
+	ps.ingestMu.Lock()
+	defer ps.ingestMu.Unlock()
+	ps.mu.Lock()
+	pr := ps.pending[epoch]
+	lone := pr != nil && pr.timedOut && !pr.complete() && !pr.timingOut && !pr.asking
+	if lone {
+		delete(ps.pending, epoch)
+	}
+	ps.mu.Unlock()
+	if !lone {
+		return
+	}
+	if err := c.store.DeletePending(ps.path.Name, epoch); err != nil {
+		c.log.Error("dropping lone report", "path", ps.path.Name, "epoch", epoch, "err", err)
+	}
+}
+
 // timeOut writes the missing-side result of an epoch, publishes it and
 // releases the side that came. A side that came meanwhile is queued now.
 func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
+	if pr.complete() { // the other side came since the sweep decided
+		pr.timingOut = false
+		ps.enqueue(epoch)
+		ps.mu.Unlock()
+		return
+	}
 	up, down := pr.up, pr.down
 	ps.mu.Unlock()
 	res := c.worker.missingResult(ps.path.Name, epoch, up, down)
@@ -328,6 +359,8 @@ func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owl
 	if ps == nil {
 		return nil, fmt.Errorf("path %q is not configured", path)
 	}
+	ps.ingestMu.Lock()
+	defer ps.ingestMu.Unlock()
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
 	if pr == nil || pr.complete() || pr.asking || pr.timingOut {

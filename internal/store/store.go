@@ -58,7 +58,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w; %s", path, err, damagedAdvice)
 	}
-	if err := guard(func() error { return check(db) }); err != nil {
+	if err := guard(func() error { return check(db, path) }); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("%s is damaged: %w; %s", path, err, damagedAdvice)
 	}
@@ -93,9 +93,19 @@ func Open(dir string) (*Store, error) {
 // damagedAdvice says what to do about a damaged database.
 const damagedAdvice = "restore it from a backup, or move it away to start with no history (the probes send again what was not acknowledged)"
 
-// check reads every page of the database (bbolt's consistency check).
-func check(db *bolt.DB) error {
+// check reads every page of the database (bbolt's consistency check),
+// after making sure that every page it will read is inside the file: the
+// check walks pages on a goroutine of bbolt's own, where a read past the
+// end of a truncated file would be a fault guard cannot catch.
+func check(db *bolt.DB, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
 	return db.View(func(tx *bolt.Tx) error {
+		if tx.Size() > fi.Size() {
+			return fmt.Errorf("truncated: its pages need %d bytes, the file has %d", tx.Size(), fi.Size())
+		}
 		var errs []error
 		for err := range tx.Check() {
 			if len(errs) < 3 {
