@@ -122,18 +122,10 @@ func (r *relay) run(ctx context.Context, a, b string) error {
 // impair reads frames a → b from in and queues them with the model's delay,
 // loss, reordering and duplication, until ctx ends or in fails (sent on errc).
 func (r *relay) impair(ctx context.Context, in *capture.LiveSource, q *queue, errc chan<- error) {
-	for ctx.Err() == nil {
-		f, err := in.Next()
-		if errors.Is(err, capture.ErrTimeout) {
-			continue
-		}
-		if err != nil {
-			errc <- err
-			return
-		}
+	eachFrame(ctx, in, errc, func(f capture.Frame) {
 		if r.rnd.Float64() < r.loss {
 			r.dropped.Add(1)
-			continue
+			return
 		}
 		d := time.Duration(r.model.SampleNS(r.rnd))
 		if r.reorder > 0 && r.rnd.Float64() < r.reorder {
@@ -146,6 +138,22 @@ func (r *relay) impair(ctx context.Context, in *capture.LiveSource, q *queue, er
 			q.push(now.Add(d+time.Duration(1+r.rnd.Int64N(int64(20*time.Microsecond)))), data)
 			r.duplicated.Add(1)
 		}
+	})
+}
+
+// eachFrame hands every frame read from in to f until ctx ends or in
+// fails (its error sent on errc).
+func eachFrame(ctx context.Context, in *capture.LiveSource, errc chan<- error, f func(capture.Frame)) {
+	for ctx.Err() == nil {
+		fr, err := in.Next()
+		if errors.Is(err, capture.ErrTimeout) {
+			continue
+		}
+		if err != nil {
+			errc <- err
+			return
+		}
+		f(fr)
 	}
 }
 
@@ -167,19 +175,11 @@ func (r *relay) release(ctx context.Context, q *queue, out *afpacket.TPacket) {
 // passBack forwards frames b → a from in to out at once, until ctx ends or
 // in fails (sent on errc).
 func (r *relay) passBack(ctx context.Context, in *capture.LiveSource, out *afpacket.TPacket, errc chan<- error) {
-	for ctx.Err() == nil {
-		f, err := in.Next()
-		if errors.Is(err, capture.ErrTimeout) {
-			continue
-		}
-		if err != nil {
-			errc <- err
-			return
-		}
+	eachFrame(ctx, in, errc, func(f capture.Frame) {
 		if err := out.WritePacketData(f.Data); err == nil {
 			r.returned.Add(1)
 		}
-	}
+	})
 }
 
 // queue holds frames until they are due, earliest first.

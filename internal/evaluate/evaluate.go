@@ -50,20 +50,34 @@ func Build(link layers.LinkType, frames []sim.Frame, id capture.IdentityConfig, 
 	if err != nil {
 		return nil, err
 	}
+	s.Packets = foldFrames(dec, frames, w, func(l *lda.LDA, off int64, p *capture.Packet) {
+		l.Insert(p.ID, off)
+	}, func(err error) { s.Failed[capture.ReasonOf(err)]++ })
+	return s, nil
+}
+
+// foldFrames decodes frames, as a probe does, and hands each packet to
+// fold with its epoch's value and its offset in the epoch; a frame that
+// does not decode goes to failed (nil: skipped), a packet whose epoch had
+// closed is counted late by w. It closes every epoch at the end and
+// returns the number of packets decoded.
+func foldFrames[T any](dec *capture.Decoder, frames []sim.Frame, w *epoch.Window[T], fold func(v T, offNS int64, p *capture.Packet), failed func(error)) int {
 	var p capture.Packet
+	decoded := 0
 	for _, f := range frames {
 		if err := dec.Decode(f.Data, f.TimeNS, &p); err != nil {
-			s.Failed[capture.ReasonOf(err)]++
+			if failed != nil {
+				failed(err)
+			}
 			continue
 		}
-		s.Packets++
-		l, off, ok := w.Get(p.TimeNS)
-		if ok {
-			l.Insert(p.ID, off)
+		decoded++
+		if v, off, ok := w.Get(p.TimeNS); ok {
+			fold(v, off, &p)
 		}
 	}
 	w.Flush()
-	return s, nil
+	return decoded
 }
 
 // LDARow sets one epoch's LDA estimate beside its truth.

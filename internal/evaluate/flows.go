@@ -45,20 +45,11 @@ func BuildFlows(link layers.LinkType, frames []sim.Frame, id capture.IdentityCon
 	if err != nil {
 		return nil, err
 	}
-	var p capture.Packet
-	for _, f := range frames {
-		if dec.Decode(f.Data, f.TimeNS, &p) != nil {
-			continue
-		}
-		v, off, ok := w.Get(p.TimeNS)
-		if !ok {
-			continue
-		}
+	foldFrames(dec, frames, w, func(v both, off int64, p *capture.Packet) {
 		fh := p.Flow.Hash(cfg.Seed)
 		v.l.Insert(fh, p.ID, off, 1)
 		v.r.Add(fh, &p.Flow)
-	}
-	w.Flush()
+	}, nil)
 	return s, nil
 }
 

@@ -33,16 +33,9 @@ func BuildPackets(link layers.LinkType, frames []sim.Frame, id capture.IdentityC
 	if err != nil {
 		return nil, err
 	}
-	var p capture.Packet
-	for _, f := range frames {
-		if dec.Decode(f.Data, f.TimeNS, &p) != nil {
-			continue
-		}
-		if l, off, ok := w.Get(p.TimeNS); ok {
-			*l = append(*l, reconcile.Packet{ID: p.ID, Entry: reconcile.Entry{OffsetNS: off}})
-		}
-	}
-	w.Flush()
+	foldFrames(dec, frames, w, func(l *[]reconcile.Packet, off int64, p *capture.Packet) {
+		*l = append(*l, reconcile.Packet{ID: p.ID, Entry: reconcile.Entry{OffsetNS: off}})
+	}, nil)
 	return out, nil
 }
 
