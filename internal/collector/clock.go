@@ -31,7 +31,7 @@ func judgeClocks(res *owlv1.PathStats, share float64) {
 			notes = append(notes, note)
 		}
 	}
-	if res.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_OK && res.ClockUncertaintyNs > share*math.Abs(res.GetMeanNs()) {
+	if (res.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_OK || res.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_PARTIAL) && res.ClockUncertaintyNs > share*math.Abs(res.GetMeanNs()) {
 		notes = append(notes, fmt.Sprintf("clock uncertainty ±%.0f ns is more than %.0f%% of the mean %.0f ns",
 			res.ClockUncertaintyNs, 100*share, res.GetMeanNs()))
 	}

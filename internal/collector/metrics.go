@@ -196,6 +196,8 @@ func statusName(s owlv1.ResultStatus) string {
 	switch s {
 	case owlv1.ResultStatus_RESULT_STATUS_OK:
 		return "ok"
+	case owlv1.ResultStatus_RESULT_STATUS_PARTIAL:
+		return "partial"
 	case owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES:
 		return "no_samples"
 	case owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM:

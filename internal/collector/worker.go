@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -108,6 +109,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	if w.res.Status == owlv1.ResultStatus_RESULT_STATUS_UNSPECIFIED {
 		w.res.Status = owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES
 	}
+	markPartial(w.res, pr.up, pr.down)
 	sw := store.Write{Results: []*owlv1.PathStats{w.res}, Done: []store.EpochRef{{Path: ps.path.Name, Epoch: epoch}}}
 	flows := wk.topFlows(ps.path.Name, epoch, pr.up, pr.down, w.remove, &sw)
 	if w.bd != nil {
@@ -242,6 +244,24 @@ func (wk *worker) baseResult(path string, epoch int64, up, down *side) *owlv1.Pa
 		res.DownstreamClock, res.DownstreamCounters = down.Report.GetClock(), down.Report.GetCounters()
 	}
 	return res
+}
+
+// markPartial turns an OK result into a PARTIAL one when a side saw part
+// of the epoch only, saying which and why: its loss counts packets that
+// side was not there to see.
+func markPartial(res *owlv1.PathStats, up, down *side) {
+	if res.Status != owlv1.ResultStatus_RESULT_STATUS_OK {
+		return
+	}
+	var why []string
+	for _, s := range []*side{up, down} {
+		if p := s.Report.GetPartial(); p != "" {
+			why = append(why, fmt.Sprintf("%s probe %s: %s", roleName(s.Report.GetRole()), s.Probe, p))
+		}
+	}
+	if len(why) > 0 {
+		res.Status, res.Detail = owlv1.ResultStatus_RESULT_STATUS_PARTIAL, strings.Join(why, "; ")
+	}
 }
 
 // missingResult is the result of an epoch one side of which never came.

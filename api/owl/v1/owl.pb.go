@@ -152,6 +152,10 @@ const (
 	ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM ResultStatus = 4
 	// MISMATCH: the sides' parameters differ.
 	ResultStatus_RESULT_STATUS_MISMATCH ResultStatus = 5
+	// PARTIAL: both sides reported and an estimate was made, but a side saw
+	// part of the epoch only (its capture started or stopped inside it):
+	// the delays are of the packets both saw, the loss counts the rest.
+	ResultStatus_RESULT_STATUS_PARTIAL ResultStatus = 6
 )
 
 // Enum value maps for ResultStatus.
@@ -163,6 +167,7 @@ var (
 		3: "RESULT_STATUS_MISSING_UPSTREAM",
 		4: "RESULT_STATUS_MISSING_DOWNSTREAM",
 		5: "RESULT_STATUS_MISMATCH",
+		6: "RESULT_STATUS_PARTIAL",
 	}
 	ResultStatus_value = map[string]int32{
 		"RESULT_STATUS_UNSPECIFIED":        0,
@@ -171,6 +176,7 @@ var (
 		"RESULT_STATUS_MISSING_UPSTREAM":   3,
 		"RESULT_STATUS_MISSING_DOWNSTREAM": 4,
 		"RESULT_STATUS_MISMATCH":           5,
+		"RESULT_STATUS_PARTIAL":            6,
 	}
 )
 
@@ -254,7 +260,7 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -303,7 +309,432 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51, 0}
+}
+
+// EpochCopy is what a collector stored for one path and epoch.
+type EpochCopy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Epoch int64                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// result is unset while the epoch waits for a side.
+	Result *PathStats    `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	Flows  []*StoredFlow `protobuf:"bytes,4,rep,name=flows,proto3" json:"flows,omitempty"`
+	// lds_up and lds_down are the epoch's sketches (wire form), kept for
+	// queries of any flow; both empty when there are none.
+	LdsUp   []byte `protobuf:"bytes,5,opt,name=lds_up,json=ldsUp,proto3" json:"lds_up,omitempty"`
+	LdsDown []byte `protobuf:"bytes,6,opt,name=lds_down,json=ldsDown,proto3" json:"lds_down,omitempty"`
+	// boundary is the record matching packets across the epoch's end.
+	Boundary []byte `protobuf:"bytes,7,opt,name=boundary,proto3" json:"boundary,omitempty"`
+	// lone are the sides that came while the other had not: kept by the
+	// replica until the epoch is done, handed over if the owner is gone.
+	Lone []*LoneSide `protobuf:"bytes,8,rep,name=lone,proto3" json:"lone,omitempty"`
+	// done says the epoch's sides are used up: the replica forgets its
+	// copies of them.
+	Done          bool `protobuf:"varint,9,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpochCopy) Reset() {
+	*x = EpochCopy{}
+	mi := &file_owl_v1_owl_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpochCopy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpochCopy) ProtoMessage() {}
+
+func (x *EpochCopy) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpochCopy.ProtoReflect.Descriptor instead.
+func (*EpochCopy) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EpochCopy) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *EpochCopy) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *EpochCopy) GetResult() *PathStats {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *EpochCopy) GetFlows() []*StoredFlow {
+	if x != nil {
+		return x.Flows
+	}
+	return nil
+}
+
+func (x *EpochCopy) GetLdsUp() []byte {
+	if x != nil {
+		return x.LdsUp
+	}
+	return nil
+}
+
+func (x *EpochCopy) GetLdsDown() []byte {
+	if x != nil {
+		return x.LdsDown
+	}
+	return nil
+}
+
+func (x *EpochCopy) GetBoundary() []byte {
+	if x != nil {
+		return x.Boundary
+	}
+	return nil
+}
+
+func (x *EpochCopy) GetLone() []*LoneSide {
+	if x != nil {
+		return x.Lone
+	}
+	return nil
+}
+
+func (x *EpochCopy) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+type StoredFlow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hash is the flow key's hash the result is stored under.
+	Hash          uint64     `protobuf:"varint,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Stats         *FlowStats `protobuf:"bytes,2,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredFlow) Reset() {
+	*x = StoredFlow{}
+	mi := &file_owl_v1_owl_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredFlow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredFlow) ProtoMessage() {}
+
+func (x *StoredFlow) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredFlow.ProtoReflect.Descriptor instead.
+func (*StoredFlow) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StoredFlow) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+func (x *StoredFlow) GetStats() *FlowStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+type LoneSide struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Probe         string                 `protobuf:"bytes,1,opt,name=probe,proto3" json:"probe,omitempty"`
+	Received      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=received,proto3" json:"received,omitempty"`
+	Report        *EpochReport           `protobuf:"bytes,3,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoneSide) Reset() {
+	*x = LoneSide{}
+	mi := &file_owl_v1_owl_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoneSide) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoneSide) ProtoMessage() {}
+
+func (x *LoneSide) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoneSide.ProtoReflect.Descriptor instead.
+func (*LoneSide) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LoneSide) GetProbe() string {
+	if x != nil {
+		return x.Probe
+	}
+	return ""
+}
+
+func (x *LoneSide) GetReceived() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Received
+	}
+	return nil
+}
+
+func (x *LoneSide) GetReport() *EpochReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+type ReplicateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from names the member that sends.
+	From          string       `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Epochs        []*EpochCopy `protobuf:"bytes,2,rep,name=epochs,proto3" json:"epochs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateRequest) Reset() {
+	*x = ReplicateRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateRequest) ProtoMessage() {}
+
+func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
+func (*ReplicateRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ReplicateRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReplicateRequest) GetEpochs() []*EpochCopy {
+	if x != nil {
+		return x.Epochs
+	}
+	return nil
+}
+
+type ReplicateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateResponse) Reset() {
+	*x = ReplicateResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateResponse) ProtoMessage() {}
+
+func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
+func (*ReplicateResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{4}
+}
+
+type ExportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// held are the epochs the caller has complete results of already.
+	Held          []*EpochSpan `protobuf:"bytes,2,rep,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportRequest) Reset() {
+	*x = ExportRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportRequest) ProtoMessage() {}
+
+func (x *ExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
+func (*ExportRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ExportRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ExportRequest) GetHeld() []*EpochSpan {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+// EpochSpan is the epochs first to last, both included.
+type EpochSpan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         int64                  `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Last          int64                  `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpochSpan) Reset() {
+	*x = EpochSpan{}
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpochSpan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpochSpan) ProtoMessage() {}
+
+func (x *EpochSpan) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpochSpan.ProtoReflect.Descriptor instead.
+func (*EpochSpan) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EpochSpan) GetFirst() int64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *EpochSpan) GetLast() int64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
 }
 
 type TakePendingRequest struct {
@@ -318,7 +749,7 @@ type TakePendingRequest struct {
 
 func (x *TakePendingRequest) Reset() {
 	*x = TakePendingRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[0]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +761,7 @@ func (x *TakePendingRequest) String() string {
 func (*TakePendingRequest) ProtoMessage() {}
 
 func (x *TakePendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[0]
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +774,7 @@ func (x *TakePendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakePendingRequest.ProtoReflect.Descriptor instead.
 func (*TakePendingRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TakePendingRequest) GetPath() string {
@@ -378,7 +809,7 @@ type TakePendingResponse struct {
 
 func (x *TakePendingResponse) Reset() {
 	*x = TakePendingResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[1]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +821,7 @@ func (x *TakePendingResponse) String() string {
 func (*TakePendingResponse) ProtoMessage() {}
 
 func (x *TakePendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[1]
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +834,7 @@ func (x *TakePendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakePendingResponse.ProtoReflect.Descriptor instead.
 func (*TakePendingResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{1}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TakePendingResponse) GetProbe() string {
@@ -437,7 +868,7 @@ type ProbeMessage struct {
 
 func (x *ProbeMessage) Reset() {
 	*x = ProbeMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[2]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +880,7 @@ func (x *ProbeMessage) String() string {
 func (*ProbeMessage) ProtoMessage() {}
 
 func (x *ProbeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[2]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +893,7 @@ func (x *ProbeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeMessage.ProtoReflect.Descriptor instead.
 func (*ProbeMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{2}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProbeMessage) GetMsg() isProbeMessage_Msg {
@@ -586,7 +1017,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +1029,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[3]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +1042,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{3}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Hello) GetProbeId() string {
@@ -661,7 +1092,7 @@ type SynopsisParams struct {
 
 func (x *SynopsisParams) Reset() {
 	*x = SynopsisParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +1104,7 @@ func (x *SynopsisParams) String() string {
 func (*SynopsisParams) ProtoMessage() {}
 
 func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[4]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +1117,7 @@ func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynopsisParams.ProtoReflect.Descriptor instead.
 func (*SynopsisParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{4}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SynopsisParams) GetIdentity() *IdentityParams {
@@ -756,7 +1187,7 @@ type ColateParams struct {
 
 func (x *ColateParams) Reset() {
 	*x = ColateParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +1199,7 @@ func (x *ColateParams) String() string {
 func (*ColateParams) ProtoMessage() {}
 
 func (x *ColateParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[5]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1212,7 @@ func (x *ColateParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateParams.ProtoReflect.Descriptor instead.
 func (*ColateParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{5}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ColateParams) GetCounters() uint32 {
@@ -841,7 +1272,7 @@ type ColateVector struct {
 
 func (x *ColateVector) Reset() {
 	*x = ColateVector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1284,7 @@ func (x *ColateVector) String() string {
 func (*ColateVector) ProtoMessage() {}
 
 func (x *ColateVector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1297,7 @@ func (x *ColateVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVector.ProtoReflect.Descriptor instead.
 func (*ColateVector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ColateVector) GetEpoch() int64 {
@@ -931,7 +1362,7 @@ type LDSParams struct {
 
 func (x *LDSParams) Reset() {
 	*x = LDSParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1374,7 @@ func (x *LDSParams) String() string {
 func (*LDSParams) ProtoMessage() {}
 
 func (x *LDSParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1387,7 @@ func (x *LDSParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
 func (*LDSParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LDSParams) GetRows() uint32 {
@@ -1004,7 +1435,7 @@ type FlowWeight struct {
 
 func (x *FlowWeight) Reset() {
 	*x = FlowWeight{}
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1447,7 @@ func (x *FlowWeight) String() string {
 func (*FlowWeight) ProtoMessage() {}
 
 func (x *FlowWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1460,7 @@ func (x *FlowWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
 func (*FlowWeight) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FlowWeight) GetSelector() *Selector {
@@ -1057,7 +1488,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1500,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1513,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -1117,7 +1548,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1560,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1573,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -1170,7 +1601,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1613,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1626,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -1232,7 +1663,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1675,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1688,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -1305,14 +1736,17 @@ type EpochReport struct {
 	// lds is the Lossy Difference Sketch (wire form) for per-flow delays.
 	Lds []byte `protobuf:"bytes,12,opt,name=lds,proto3" json:"lds,omitempty"`
 	// top_flows are the heaviest flows of the epoch by the probe's RAP table.
-	TopFlows      []*TopFlow `protobuf:"bytes,13,rep,name=top_flows,json=topFlows,proto3" json:"top_flows,omitempty"`
+	TopFlows []*TopFlow `protobuf:"bytes,13,rep,name=top_flows,json=topFlows,proto3" json:"top_flows,omitempty"`
+	// partial, when set, says the probe saw part of the epoch only, and why
+	// (its capture started or stopped inside it).
+	Partial       string `protobuf:"bytes,14,opt,name=partial,proto3" json:"partial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1758,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1771,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -1431,6 +1865,13 @@ func (x *EpochReport) GetTopFlows() []*TopFlow {
 	return nil
 }
 
+func (x *EpochReport) GetPartial() string {
+	if x != nil {
+		return x.Partial
+	}
+	return ""
+}
+
 // FlowKey is a 5-tuple.
 type FlowKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1445,7 +1886,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1898,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1911,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FlowKey) GetSrc() string {
@@ -1519,7 +1960,7 @@ type TopFlow struct {
 
 func (x *TopFlow) Reset() {
 	*x = TopFlow{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1972,7 @@ func (x *TopFlow) String() string {
 func (*TopFlow) ProtoMessage() {}
 
 func (x *TopFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1985,7 @@ func (x *TopFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
 func (*TopFlow) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TopFlow) GetFlow() *FlowKey {
@@ -1584,7 +2025,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +2037,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +2050,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -1689,7 +2130,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +2142,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +2155,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -1805,7 +2246,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2258,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2271,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -1962,7 +2403,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2415,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2428,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -2007,7 +2448,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2460,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2473,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -2068,7 +2509,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2521,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2534,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -2150,7 +2591,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2603,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2616,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -2234,7 +2675,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2687,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2700,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -2301,7 +2742,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2754,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2767,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -2361,7 +2802,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2814,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2827,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RDASize) GetPath() string {
@@ -2417,7 +2858,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2870,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2883,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -2476,7 +2917,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2929,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2942,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -2544,7 +2985,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2997,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +3010,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -2610,7 +3051,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +3063,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +3076,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Reject) GetPath() string {
@@ -2680,7 +3121,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +3133,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +3146,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Path) GetName() string {
@@ -2752,7 +3193,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +3205,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3218,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -2823,7 +3264,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +3276,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +3289,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 type ListProbesResponse struct {
@@ -2862,7 +3303,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3315,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3328,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -2922,7 +3363,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3375,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3388,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -3014,7 +3455,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3467,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3480,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 type ListPathsResponse struct {
@@ -3051,7 +3492,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3504,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3517,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -3100,7 +3541,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3553,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3566,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -3168,7 +3609,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3621,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3634,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -3220,7 +3661,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3673,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3686,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -3325,7 +3766,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3778,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3791,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PathStats) GetPath() string {
@@ -3598,7 +4039,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +4051,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +4064,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -3670,7 +4111,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3682,7 +4123,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3695,7 +4136,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -3739,7 +4180,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3751,7 +4192,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3764,7 +4205,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -3872,7 +4313,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +4325,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4338,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -3944,7 +4385,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4397,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4410,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -4006,7 +4447,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4018,7 +4459,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4031,7 +4472,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -4138,7 +4579,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4150,7 +4591,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4163,7 +4604,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -4305,7 +4746,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4317,7 +4758,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4330,7 +4771,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -4372,7 +4813,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4384,7 +4825,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4397,7 +4838,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -4430,7 +4871,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4442,7 +4883,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4455,7 +4896,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -4522,7 +4963,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4975,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4988,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 type ListCollectorsResponse struct {
@@ -4559,7 +5000,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +5012,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +5025,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -4617,7 +5058,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4629,7 +5070,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4642,7 +5083,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -4698,7 +5139,35 @@ var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
-	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"`\n" +
+	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x92\x02\n" +
+	"\tEpochCopy\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12)\n" +
+	"\x06result\x18\x03 \x01(\v2\x11.owl.v1.PathStatsR\x06result\x12(\n" +
+	"\x05flows\x18\x04 \x03(\v2\x12.owl.v1.StoredFlowR\x05flows\x12\x15\n" +
+	"\x06lds_up\x18\x05 \x01(\fR\x05ldsUp\x12\x19\n" +
+	"\blds_down\x18\x06 \x01(\fR\aldsDown\x12\x1a\n" +
+	"\bboundary\x18\a \x01(\fR\bboundary\x12$\n" +
+	"\x04lone\x18\b \x03(\v2\x10.owl.v1.LoneSideR\x04lone\x12\x12\n" +
+	"\x04done\x18\t \x01(\bR\x04done\"I\n" +
+	"\n" +
+	"StoredFlow\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\x04R\x04hash\x12'\n" +
+	"\x05stats\x18\x02 \x01(\v2\x11.owl.v1.FlowStatsR\x05stats\"\x85\x01\n" +
+	"\bLoneSide\x12\x14\n" +
+	"\x05probe\x18\x01 \x01(\tR\x05probe\x126\n" +
+	"\breceived\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\breceived\x12+\n" +
+	"\x06report\x18\x03 \x01(\v2\x13.owl.v1.EpochReportR\x06report\"Q\n" +
+	"\x10ReplicateRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12)\n" +
+	"\x06epochs\x18\x02 \x03(\v2\x11.owl.v1.EpochCopyR\x06epochs\"\x13\n" +
+	"\x11ReplicateResponse\"J\n" +
+	"\rExportRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12%\n" +
+	"\x04held\x18\x02 \x03(\v2\x11.owl.v1.EpochSpanR\x04held\"5\n" +
+	"\tEpochSpan\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x03R\x05first\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\x03R\x04last\"`\n" +
 	"\x12TakePendingRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
@@ -4767,7 +5236,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tRDAParams\x12\x14\n" +
 	"\x05banks\x18\x01 \x01(\rR\x05banks\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12\x14\n" +
-	"\x05check\x18\x03 \x01(\bR\x05check\"\x9a\x03\n" +
+	"\x05check\x18\x03 \x01(\bR\x05check\"\xb4\x03\n" +
 	"\vEpochReport\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
@@ -4782,7 +5251,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	" \x01(\x04R\fcacheEntries\x12%\n" +
 	"\x0ecache_complete\x18\v \x01(\bR\rcacheComplete\x12\x10\n" +
 	"\x03lds\x18\f \x01(\fR\x03lds\x12,\n" +
-	"\ttop_flows\x18\r \x03(\v2\x0f.owl.v1.TopFlowR\btopFlows\"\x7f\n" +
+	"\ttop_flows\x18\r \x03(\v2\x0f.owl.v1.TopFlowR\btopFlows\x12\x18\n" +
+	"\apartial\x18\x0e \x01(\tR\apartial\"\x7f\n" +
 	"\aFlowKey\x12\x10\n" +
 	"\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x19\n" +
@@ -5075,14 +5545,15 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x18CLOCK_STATE_SYNCHRONIZED\x10\x01\x12\x18\n" +
 	"\x14CLOCK_STATE_HOLDOVER\x10\x02\x12\x19\n" +
 	"\x15CLOCK_STATE_ACQUIRING\x10\x03\x12\x1e\n" +
-	"\x1aCLOCK_STATE_UNSYNCHRONIZED\x10\x04*\xc7\x01\n" +
+	"\x1aCLOCK_STATE_UNSYNCHRONIZED\x10\x04*\xe2\x01\n" +
 	"\fResultStatus\x12\x1d\n" +
 	"\x19RESULT_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10RESULT_STATUS_OK\x10\x01\x12\x1c\n" +
 	"\x18RESULT_STATUS_NO_SAMPLES\x10\x02\x12\"\n" +
 	"\x1eRESULT_STATUS_MISSING_UPSTREAM\x10\x03\x12$\n" +
 	" RESULT_STATUS_MISSING_DOWNSTREAM\x10\x04\x12\x1a\n" +
-	"\x16RESULT_STATUS_MISMATCH\x10\x052M\n" +
+	"\x16RESULT_STATUS_MISMATCH\x10\x05\x12\x19\n" +
+	"\x15RESULT_STATUS_PARTIAL\x10\x062M\n" +
 	"\fProbeService\x12=\n" +
 	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xc4\x05\n" +
 	"\fQueryService\x12C\n" +
@@ -5095,9 +5566,11 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponse\x12g\n" +
 	"\x16GetFlowLatencyHistoric\x12%.owl.v1.GetFlowLatencyHistoricRequest\x1a&.owl.v1.GetFlowLatencyHistoricResponse\x12X\n" +
 	"\x11ListColateVectors\x12 .owl.v1.ListColateVectorsRequest\x1a!.owl.v1.ListColateVectorsResponse\x12O\n" +
-	"\x0eListCollectors\x12\x1d.owl.v1.ListCollectorsRequest\x1a\x1e.owl.v1.ListCollectorsResponse2X\n" +
+	"\x0eListCollectors\x12\x1d.owl.v1.ListCollectorsRequest\x1a\x1e.owl.v1.ListCollectorsResponse2\xd0\x01\n" +
 	"\x0eClusterService\x12F\n" +
-	"\vTakePending\x12\x1a.owl.v1.TakePendingRequest\x1a\x1b.owl.v1.TakePendingResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
+	"\vTakePending\x12\x1a.owl.v1.TakePendingRequest\x1a\x1b.owl.v1.TakePendingResponse\x12@\n" +
+	"\tReplicate\x12\x18.owl.v1.ReplicateRequest\x1a\x19.owl.v1.ReplicateResponse\x124\n" +
+	"\x06Export\x12\x15.owl.v1.ExportRequest\x1a\x11.owl.v1.EpochCopy0\x01B-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
 
 var (
 	file_owl_v1_owl_proto_rawDescOnce sync.Once
@@ -5112,173 +5585,192 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                              // 0: owl.v1.Role
 	(ClockState)(0),                        // 1: owl.v1.ClockState
 	(ResultStatus)(0),                      // 2: owl.v1.ResultStatus
 	(Reject_Kind)(0),                       // 3: owl.v1.Reject.Kind
 	(TopFlowsRequest_Order)(0),             // 4: owl.v1.TopFlowsRequest.Order
-	(*TakePendingRequest)(nil),             // 5: owl.v1.TakePendingRequest
-	(*TakePendingResponse)(nil),            // 6: owl.v1.TakePendingResponse
-	(*ProbeMessage)(nil),                   // 7: owl.v1.ProbeMessage
-	(*Hello)(nil),                          // 8: owl.v1.Hello
-	(*SynopsisParams)(nil),                 // 9: owl.v1.SynopsisParams
-	(*ColateParams)(nil),                   // 10: owl.v1.ColateParams
-	(*ColateVector)(nil),                   // 11: owl.v1.ColateVector
-	(*LDSParams)(nil),                      // 12: owl.v1.LDSParams
-	(*FlowWeight)(nil),                     // 13: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                 // 14: owl.v1.IdentityParams
-	(*EpochParams)(nil),                    // 15: owl.v1.EpochParams
-	(*LDAParams)(nil),                      // 16: owl.v1.LDAParams
-	(*RDAParams)(nil),                      // 17: owl.v1.RDAParams
-	(*EpochReport)(nil),                    // 18: owl.v1.EpochReport
-	(*FlowKey)(nil),                        // 19: owl.v1.FlowKey
-	(*TopFlow)(nil),                        // 20: owl.v1.TopFlow
-	(*Counters)(nil),                       // 21: owl.v1.Counters
-	(*ClockStatus)(nil),                    // 22: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),               // 23: owl.v1.CollectorMessage
-	(*Release)(nil),                        // 24: owl.v1.Release
-	(*EpochRef)(nil),                       // 25: owl.v1.EpochRef
-	(*FetchRequest)(nil),                   // 26: owl.v1.FetchRequest
-	(*FetchReply)(nil),                     // 27: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                 // 28: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                   // 29: owl.v1.RebuildReply
-	(*RDASize)(nil),                        // 30: owl.v1.RDASize
-	(*PathConfig)(nil),                     // 31: owl.v1.PathConfig
-	(*PathAssignment)(nil),                 // 32: owl.v1.PathAssignment
-	(*Ack)(nil),                            // 33: owl.v1.Ack
-	(*Reject)(nil),                         // 34: owl.v1.Reject
-	(*Path)(nil),                           // 35: owl.v1.Path
-	(*Selector)(nil),                       // 36: owl.v1.Selector
-	(*ListProbesRequest)(nil),              // 37: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),             // 38: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                      // 39: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),               // 40: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),              // 41: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),            // 42: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),           // 43: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),          // 44: owl.v1.WatchPathStatsRequest
-	(*PathStats)(nil),                      // 45: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),            // 46: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),           // 47: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                      // 48: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                // 49: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),               // 50: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),  // 51: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil), // 52: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),       // 53: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),      // 54: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),               // 55: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),          // 56: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),         // 57: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                  // 58: owl.v1.CollectorInfo
-	nil,                                    // 59: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),          // 60: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 61: google.protobuf.Duration
+	(*EpochCopy)(nil),                      // 5: owl.v1.EpochCopy
+	(*StoredFlow)(nil),                     // 6: owl.v1.StoredFlow
+	(*LoneSide)(nil),                       // 7: owl.v1.LoneSide
+	(*ReplicateRequest)(nil),               // 8: owl.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),              // 9: owl.v1.ReplicateResponse
+	(*ExportRequest)(nil),                  // 10: owl.v1.ExportRequest
+	(*EpochSpan)(nil),                      // 11: owl.v1.EpochSpan
+	(*TakePendingRequest)(nil),             // 12: owl.v1.TakePendingRequest
+	(*TakePendingResponse)(nil),            // 13: owl.v1.TakePendingResponse
+	(*ProbeMessage)(nil),                   // 14: owl.v1.ProbeMessage
+	(*Hello)(nil),                          // 15: owl.v1.Hello
+	(*SynopsisParams)(nil),                 // 16: owl.v1.SynopsisParams
+	(*ColateParams)(nil),                   // 17: owl.v1.ColateParams
+	(*ColateVector)(nil),                   // 18: owl.v1.ColateVector
+	(*LDSParams)(nil),                      // 19: owl.v1.LDSParams
+	(*FlowWeight)(nil),                     // 20: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                 // 21: owl.v1.IdentityParams
+	(*EpochParams)(nil),                    // 22: owl.v1.EpochParams
+	(*LDAParams)(nil),                      // 23: owl.v1.LDAParams
+	(*RDAParams)(nil),                      // 24: owl.v1.RDAParams
+	(*EpochReport)(nil),                    // 25: owl.v1.EpochReport
+	(*FlowKey)(nil),                        // 26: owl.v1.FlowKey
+	(*TopFlow)(nil),                        // 27: owl.v1.TopFlow
+	(*Counters)(nil),                       // 28: owl.v1.Counters
+	(*ClockStatus)(nil),                    // 29: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),               // 30: owl.v1.CollectorMessage
+	(*Release)(nil),                        // 31: owl.v1.Release
+	(*EpochRef)(nil),                       // 32: owl.v1.EpochRef
+	(*FetchRequest)(nil),                   // 33: owl.v1.FetchRequest
+	(*FetchReply)(nil),                     // 34: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                 // 35: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                   // 36: owl.v1.RebuildReply
+	(*RDASize)(nil),                        // 37: owl.v1.RDASize
+	(*PathConfig)(nil),                     // 38: owl.v1.PathConfig
+	(*PathAssignment)(nil),                 // 39: owl.v1.PathAssignment
+	(*Ack)(nil),                            // 40: owl.v1.Ack
+	(*Reject)(nil),                         // 41: owl.v1.Reject
+	(*Path)(nil),                           // 42: owl.v1.Path
+	(*Selector)(nil),                       // 43: owl.v1.Selector
+	(*ListProbesRequest)(nil),              // 44: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),             // 45: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                      // 46: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),               // 47: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),              // 48: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),            // 49: owl.v1.GetPathStatsRequest
+	(*GetPathStatsResponse)(nil),           // 50: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),          // 51: owl.v1.WatchPathStatsRequest
+	(*PathStats)(nil),                      // 52: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),            // 53: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),           // 54: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                      // 55: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                // 56: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),               // 57: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),  // 58: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil), // 59: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),       // 60: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),      // 61: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),               // 62: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),          // 63: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),         // 64: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                  // 65: owl.v1.CollectorInfo
+	nil,                                    // 66: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),          // 67: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 68: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	0,  // 0: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	18, // 1: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	8,  // 2: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	18, // 3: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	27, // 4: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	29, // 5: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	22, // 6: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	11, // 7: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	9,  // 8: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	22, // 9: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	14, // 10: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	15, // 11: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	16, // 12: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	17, // 13: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	12, // 14: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	13, // 15: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	10, // 16: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	22, // 17: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	36, // 18: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,  // 19: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	21, // 20: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	22, // 21: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	20, // 22: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	19, // 23: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	59, // 24: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,  // 25: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	31, // 26: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	33, // 27: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	34, // 28: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	26, // 29: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	28, // 30: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	30, // 31: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	24, // 32: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	25, // 33: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	32, // 34: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	35, // 35: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 36: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,  // 37: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	36, // 38: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	39, // 39: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	60, // 40: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	22, // 41: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	35, // 42: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	60, // 43: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	60, // 44: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	45, // 45: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	60, // 46: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	61, // 47: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,  // 48: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	22, // 49: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	22, // 50: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	21, // 51: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	21, // 52: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	60, // 53: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	19, // 54: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	60, // 55: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	60, // 56: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	48, // 57: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	60, // 58: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	19, // 59: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	60, // 60: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	60, // 61: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	4,  // 62: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	48, // 63: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	19, // 64: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	60, // 65: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	60, // 66: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	60, // 67: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	60, // 68: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	60, // 69: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	60, // 70: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	55, // 71: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	60, // 72: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	58, // 73: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	7,  // 74: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	37, // 75: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	40, // 76: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	42, // 77: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	44, // 78: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	46, // 79: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	49, // 80: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	51, // 81: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	53, // 82: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	56, // 83: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	5,  // 84: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	23, // 85: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	38, // 86: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	41, // 87: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	43, // 88: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	45, // 89: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	47, // 90: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	50, // 91: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	52, // 92: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	54, // 93: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	57, // 94: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	6,  // 95: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	85, // [85:96] is the sub-list for method output_type
-	74, // [74:85] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	52, // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	6,  // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
+	7,  // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
+	55, // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	67, // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	25, // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
+	5,  // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
+	11, // 7: owl.v1.ExportRequest.held:type_name -> owl.v1.EpochSpan
+	0,  // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
+	25, // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	15, // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	25, // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	34, // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	36, // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	29, // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	18, // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	16, // 16: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	29, // 17: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	21, // 18: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	22, // 19: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	23, // 20: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	24, // 21: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	19, // 22: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	20, // 23: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	17, // 24: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	29, // 25: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	43, // 26: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,  // 27: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	28, // 28: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	29, // 29: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	27, // 30: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	26, // 31: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	66, // 32: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,  // 33: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	38, // 34: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	40, // 35: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	41, // 36: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	33, // 37: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	35, // 38: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	37, // 39: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	31, // 40: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	32, // 41: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	39, // 42: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	42, // 43: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,  // 44: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,  // 45: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	43, // 46: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	46, // 47: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	67, // 48: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	29, // 49: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	42, // 50: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	67, // 51: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 52: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	52, // 53: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	67, // 54: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	68, // 55: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,  // 56: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	29, // 57: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	29, // 58: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	28, // 59: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	28, // 60: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	67, // 61: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	26, // 62: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	67, // 63: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 64: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	55, // 65: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	67, // 66: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	26, // 67: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	67, // 68: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 69: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	4,  // 70: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	55, // 71: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	26, // 72: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	67, // 73: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 74: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	67, // 75: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	67, // 76: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	67, // 77: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 78: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	62, // 79: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	67, // 80: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	65, // 81: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	14, // 82: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	44, // 83: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	47, // 84: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	49, // 85: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	51, // 86: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	53, // 87: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	56, // 88: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	58, // 89: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	60, // 90: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	63, // 91: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	12, // 92: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	8,  // 93: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	10, // 94: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	30, // 95: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	45, // 96: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	48, // 97: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	50, // 98: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	52, // 99: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	54, // 100: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	57, // 101: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	59, // 102: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	61, // 103: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	64, // 104: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	13, // 105: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	9,  // 106: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	5,  // 107: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	95, // [95:108] is the sub-list for method output_type
+	82, // [82:95] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -5286,7 +5778,7 @@ func file_owl_v1_owl_proto_init() {
 	if File_owl_v1_owl_proto != nil {
 		return
 	}
-	file_owl_v1_owl_proto_msgTypes[2].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[9].OneofWrappers = []any{
 		(*ProbeMessage_Hello)(nil),
 		(*ProbeMessage_Report)(nil),
 		(*ProbeMessage_FetchReply)(nil),
@@ -5294,7 +5786,7 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_Clock)(nil),
 		(*ProbeMessage_Colate)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[18].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[25].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -5309,7 +5801,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   55,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -572,6 +572,8 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	ClusterService_TakePending_FullMethodName = "/owl.v1.ClusterService/TakePending"
+	ClusterService_Replicate_FullMethodName   = "/owl.v1.ClusterService/Replicate"
+	ClusterService_Export_FullMethodName      = "/owl.v1.ClusterService/Export"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -586,6 +588,14 @@ type ClusterServiceClient interface {
 	// owner pairs it with the other side, which went to the owner after the
 	// owners changed. Nothing is returned when there is no such side.
 	TakePending(ctx context.Context, in *TakePendingRequest, opts ...grpc.CallOption) (*TakePendingResponse, error)
+	// Replicate stores, on the member that keeps the second copy of a
+	// path's state (the next after the owner by rendezvous hashing), what
+	// the owner stored for some epochs of the path: results, per-flow state,
+	// lone sides.
+	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
+	// Export streams the stored epochs of a path that the caller does not
+	// hold, for a member catching up after it was away.
+	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EpochCopy], error)
 }
 
 type clusterServiceClient struct {
@@ -606,6 +616,35 @@ func (c *clusterServiceClient) TakePending(ctx context.Context, in *TakePendingR
 	return out, nil
 }
 
+func (c *clusterServiceClient) Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicateResponse)
+	err := c.cc.Invoke(ctx, ClusterService_Replicate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EpochCopy], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ClusterService_ServiceDesc.Streams[0], ClusterService_Export_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportRequest, EpochCopy]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_ExportClient = grpc.ServerStreamingClient[EpochCopy]
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -618,6 +657,14 @@ type ClusterServiceServer interface {
 	// owner pairs it with the other side, which went to the owner after the
 	// owners changed. Nothing is returned when there is no such side.
 	TakePending(context.Context, *TakePendingRequest) (*TakePendingResponse, error)
+	// Replicate stores, on the member that keeps the second copy of a
+	// path's state (the next after the owner by rendezvous hashing), what
+	// the owner stored for some epochs of the path: results, per-flow state,
+	// lone sides.
+	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
+	// Export streams the stored epochs of a path that the caller does not
+	// hold, for a member catching up after it was away.
+	Export(*ExportRequest, grpc.ServerStreamingServer[EpochCopy]) error
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -630,6 +677,12 @@ type UnimplementedClusterServiceServer struct{}
 
 func (UnimplementedClusterServiceServer) TakePending(context.Context, *TakePendingRequest) (*TakePendingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TakePending not implemented")
+}
+func (UnimplementedClusterServiceServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedClusterServiceServer) Export(*ExportRequest, grpc.ServerStreamingServer[EpochCopy]) error {
+	return status.Error(codes.Unimplemented, "method Export not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -670,6 +723,35 @@ func _ClusterService_TakePending_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_Replicate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).Replicate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_Replicate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).Replicate(ctx, req.(*ReplicateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_Export_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServiceServer).Export(m, &grpc.GenericServerStream[ExportRequest, EpochCopy]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ClusterService_ExportServer = grpc.ServerStreamingServer[EpochCopy]
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -681,7 +763,17 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "TakePending",
 			Handler:    _ClusterService_TakePending_Handler,
 		},
+		{
+			MethodName: "Replicate",
+			Handler:    _ClusterService_Replicate_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Export",
+			Handler:       _ClusterService_Export_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "owl/v1/owl.proto",
 }
