@@ -38,6 +38,8 @@ func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.Var(&speedFlag{files: files}, "replay-speed", "replay capture files at this multiple of real time (0: as fast as possible)")
 	fs.IntVar(&c.TopFlows, "top-flows", c.TopFlows, "heaviest flows per path and epoch named in reports (estimated per flow by the collector)")
 	fs.IntVar(&c.SpoolMaxEpochs, "spool-max-epochs", c.SpoolMaxEpochs, "epochs whose reports are kept until the collector acknowledges them (the oldest goes first, logged)")
+	fs.Int64Var(&c.SpoolMaxBytes, "spool-max-bytes", c.SpoolMaxBytes, "bytes of unacknowledged reports kept (the oldest epoch goes first, logged)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "keep the spool and repair caches in this directory, so that a restarted probe resends what was not acknowledged (empty: memory only)")
 	fs.BoolVar(&c.ExitWhenDone, "exit-when-done", c.ExitWhenDone, "exit once the files are read and every report is acknowledged")
 	fs.DurationVar(&c.ReconnectMax, "reconnect-max", c.ReconnectMax, "longest wait between attempts to reach the collector")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for acknowledgements")

@@ -177,6 +177,7 @@ type cacheStore struct {
 	bytes       int64
 	evicted     uint64
 	outstanding map[cacheKey]bool // reported, not yet released by the collector
+	disk        *disk             // nil: memory only
 }
 
 func newCacheStore(retention int, maxBytes int64) *cacheStore {
@@ -197,6 +198,37 @@ func (s *cacheStore) put(path string, epoch int64, c *epochCache) {
 	}
 	s.caches[k] = c
 	s.bytes += int64(c.len()) * entryBytes
+	if s.disk != nil {
+		s.disk.putCache(k, c)
+	}
+	s.evict(path)
+}
+
+// load takes up the caches a previous run of the probe left on disk, and
+// keeps every later one there too. Those of epochs whose reports wait in
+// the spool are outstanding: the collector has not released them.
+func (s *cacheStore) load(d *disk, maxEntries int, spooled func(cacheKey) bool) int {
+	jobs := d.caches(maxEntries)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.disk = d
+	for _, j := range jobs {
+		if s.caches[j.k] == nil {
+			s.order = append(s.order, j.k)
+		}
+		s.caches[j.k] = j.c
+		s.bytes += int64(j.c.len()) * entryBytes
+		if spooled(j.k) {
+			s.outstanding[j.k] = true
+		}
+		s.evict(j.k.path)
+	}
+	return len(s.caches)
+}
+
+// evict drops the oldest caches of path past the retention, then the
+// oldest of all past the byte budget. s.mu is held.
+func (s *cacheStore) evict(path string) {
 	// Per path, only the newest retention epochs.
 	n := 0
 	for i := len(s.order) - 1; i >= 0; i-- {
@@ -219,6 +251,9 @@ func (s *cacheStore) drop(i int) {
 		s.bytes -= int64(c.len()) * entryBytes
 		delete(s.caches, k)
 		s.evicted++
+		if s.disk != nil {
+			s.disk.removeCache(k)
+		}
 	}
 	s.order = slices.Delete(s.order, i, i+1)
 }

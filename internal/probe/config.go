@@ -31,6 +31,12 @@ type Config struct {
 	// SpoolMaxEpochs bounds the epochs whose reports (one per path) and COLATE
 	// vectors are kept until acknowledged; past it the oldest epoch goes.
 	SpoolMaxEpochs int `yaml:"spool_max_epochs"`
+	// SpoolMaxBytes bounds the same messages in bytes.
+	SpoolMaxBytes int64 `yaml:"spool_max_bytes"`
+	// DataDir keeps the spool and the repair caches on disk, so that a
+	// restarted probe sends what was not acknowledged and answers repairs
+	// of what was not released; empty keeps them in memory only.
+	DataDir string `yaml:"data_dir"`
 	// ExitWhenDone makes the probe exit once its file sources are read and
 	// every report is acknowledged.
 	ExitWhenDone bool `yaml:"exit_when_done"`
@@ -84,6 +90,7 @@ func DefaultConfig() Config {
 		Collector:      "127.0.0.1:7700",
 		Params:         params.Default(),
 		SpoolMaxEpochs: 3600,
+		SpoolMaxBytes:  256 << 20,
 		ExitWhenDone:   true,
 		ReconnectMax:   2 * time.Second,
 		DrainTimeout:   10 * time.Second,
@@ -116,8 +123,8 @@ func (c Config) Validate() error {
 	if err := c.Params.Validate(); err != nil {
 		return fmt.Errorf("params: %w", err)
 	}
-	if c.SpoolMaxEpochs < 1 {
-		return fmt.Errorf("spool_max_epochs %d must be positive", c.SpoolMaxEpochs)
+	if c.SpoolMaxEpochs < 1 || c.SpoolMaxBytes < 1 {
+		return fmt.Errorf("spool_max_epochs %d and spool_max_bytes %d must be positive", c.SpoolMaxEpochs, c.SpoolMaxBytes)
 	}
 	if err := c.Cache.Validate(); err != nil {
 		return fmt.Errorf("cache: %w", err)

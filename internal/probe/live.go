@@ -93,6 +93,8 @@ func (p *Probe) runLive(ctx context.Context) error {
 		}()
 	}
 	p.hardwareClock()
+	// Epochs that began before now hold part of their packets only.
+	p.rep.startedNS.Store(p.clock.Now())
 	p.log.Info("capturing", "interface", lc.cfg.Interface, "workers", len(p.pipes), "timestamps", lc.timestampSource(), "clock", p.cfg.Clock.Source)
 	g, ctx := errgroup.WithContext(ctx)
 	for w, pl := range p.pipes {

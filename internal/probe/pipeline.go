@@ -250,6 +250,18 @@ type reporter struct {
 	// emitVector takes the epoch's COLATE vector (nil: not sent).
 	emitVector func(*owlv1.ColateVector)
 	dropped    func() uint64 // packets the capture lost since the previous call
+	// startedNS is when a live capture started (0 for files): an epoch
+	// that began before it is partial.
+	startedNS atomic.Int64
+}
+
+// partial says why the probe saw part of an epoch only, or "".
+func (r *reporter) partial(epoch int64) string {
+	start := r.startedNS.Load()
+	if start <= r.grid.StartNS(epoch) {
+		return ""
+	}
+	return fmt.Sprintf("capture started %v into the epoch", time.Duration(start-r.grid.StartNS(epoch)).Round(time.Microsecond))
 }
 
 func (r *reporter) report(ce closedEpoch) {
@@ -266,6 +278,7 @@ func (r *reporter) report(ce closedEpoch) {
 	}
 	now := time.Now().UnixNano()
 	clock := r.clock(r.grid.StartNS(ce.epoch), r.grid.EndNS(ce.epoch))
+	partial := r.partial(ce.epoch)
 	for i, a := range ed.set.paths {
 		b, _ := ed.ldas[i].MarshalBinary() // does not fail
 		sb, _ := ed.ldss[i].MarshalBinary()
@@ -298,6 +311,7 @@ func (r *reporter) report(ce closedEpoch) {
 			CacheComplete: c.complete,
 			Lds:           sb,
 			TopFlows:      top,
+			Partial:       partial,
 		})
 	}
 	if v := ed.colate; v != nil {

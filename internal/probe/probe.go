@@ -37,6 +37,7 @@ type Probe struct {
 	readyOnce sync.Once
 	reg       *prometheus.Registry
 	caches    *cacheStore
+	disk      *disk        // nil without a data directory
 	live      *liveCapture // nil for file sources
 	clock     ptp.Clock    // live: the configured source; files: "file"
 	source    ptp.Source   // the live clock's measuring loop
@@ -55,7 +56,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 			return nil, fmt.Errorf("capture file: %w", err)
 		}
 	}
-	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs), ready: make(chan struct{}),
+	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs, cfg.SpoolMaxBytes), ready: make(chan struct{}),
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
 	p.spool.log = log
 	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
@@ -100,11 +101,42 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	p.router = newRouter(cfg.Collector, log, func() *client {
 		return &client{log: log, spool: p.spool, reconnectMax: cfg.ReconnectMax, h: p}
 	})
+	if cfg.DataDir != "" {
+		if err := p.openDisk(); err != nil {
+			return nil, err
+		}
+	}
 	p.reg = p.metrics()
 	return p, nil
 }
 
 var _ handler = (*Probe)(nil)
+
+// openDisk takes up the spool and caches a previous run left in the data
+// directory, and keeps them there from now on.
+func (p *Probe) openDisk() error {
+	d, err := openDisk(p.cfg.DataDir, p.cfg.ID, p.log)
+	if err != nil {
+		return err
+	}
+	msgs, err := p.spool.load(d)
+	if err != nil {
+		d.close()
+		return err
+	}
+	spooled := map[cacheKey]bool{}
+	for _, m := range p.spool.after(0) {
+		if r := m.GetReport(); r != nil {
+			spooled[cacheKey{r.GetPath(), r.GetEpoch()}] = true
+		}
+	}
+	caches := p.caches.load(d, p.cfg.Cache.MaxPackets, func(k cacheKey) bool { return spooled[k] })
+	p.disk = d
+	if msgs+caches > 0 {
+		p.log.Info("took up what the previous run left", "data_dir", p.cfg.DataDir, "unacked", msgs, "caches", caches)
+	}
+	return nil
+}
 
 // setPaths takes a path configuration from a collector.
 func (p *Probe) setPaths(pc *owlv1.PathConfig) error {
@@ -182,6 +214,9 @@ var errDone = errors.New("replay done")
 // acknowledged. Shutdown stops capture, waits up to DrainTimeout for
 // acknowledgements, then closes the connection.
 func (p *Probe) Run(ctx context.Context) error {
+	if p.disk != nil {
+		defer p.disk.close()
+	}
 	// The client outlives capture so that it can drain the spool.
 	cctx, stopClient := context.WithCancel(context.Background())
 	defer stopClient()

@@ -24,7 +24,7 @@ import (
 )
 
 func TestSpoolBoundedAndAcked(t *testing.T) {
-	s := newSpool(3)
+	s := newSpool(3, 1<<30)
 	for e := int64(1); e <= 5; e++ {
 		s.add(&owlv1.EpochReport{Epoch: e})
 	}
@@ -378,7 +378,7 @@ func TestMissingCaptureFile(t *testing.T) {
 // number of paths: three paths' reports of two epochs fit a spool of two,
 // and a third epoch drops the whole oldest one.
 func TestSpoolCountsEpochs(t *testing.T) {
-	s := newSpool(2)
+	s := newSpool(2, 1<<30)
 	for e := int64(1); e <= 2; e++ {
 		for _, p := range []string{"p1", "p2", "p3"} {
 			s.add(&owlv1.EpochReport{Path: p, Epoch: e})

@@ -130,7 +130,7 @@ func TestRouterSendsToOwners(t *testing.T) {
 	a.setConfig(both, false)
 	b.setConfig(both, false)
 
-	sp := newSpool(100)
+	sp := newSpool(100, 1<<30)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var r *router
 	r = newRouter(a.addr, log, func() *client {

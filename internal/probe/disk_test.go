@@ -1,0 +1,290 @@
+package probe
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// TestSpoolSurvivesRestart: what was spooled and not acknowledged is
+// there again, in order, for a probe started on the same directory; what
+// was acknowledged is not; the numbering goes on past it.
+func TestSpoolSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	d, err := openDisk(dir, "p1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSpool(10, 1<<30)
+	if _, err := s.load(d); err != nil {
+		t.Fatal(err)
+	}
+	for e := int64(1); e <= 4; e++ {
+		s.add(&owlv1.EpochReport{Path: "p", Epoch: e, Lda: []byte{byte(e)}})
+	}
+	s.addVector(&owlv1.ColateVector{Epoch: 4, Vector: []byte{9}})
+	s.ack(2)
+	want := s.after(0)
+	d.close() // the process ends (its lock goes with it)
+
+	d2, err := openDisk(dir, "p1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.close()
+	s2 := newSpool(10, 1<<30)
+	n, err := s2.load(d2)
+	if err != nil || n != 4 {
+		t.Fatalf("loaded %d messages (%v), want 4", n, err)
+	}
+	got := s2.after(0)
+	if len(got) != len(want) {
+		t.Fatalf("after restart %d messages, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if !proto.Equal(got[i], want[i]) {
+			t.Errorf("message %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+	s2.add(&owlv1.EpochReport{Path: "p", Epoch: 5})
+	if last := s2.after(0)[4]; seqOf(last) != 6 {
+		t.Errorf("numbering after restart: seq %d, want 6", seqOf(last))
+	}
+	// Acknowledged and dropped messages leave the disk too.
+	for _, m := range s2.after(0) {
+		s2.ack(seqOf(m))
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "spool")); len(ents) != 0 {
+		t.Errorf("%d spool files left after every ack", len(ents))
+	}
+}
+
+// TestSpoolBoundInBytes: past spool_max_bytes the oldest epochs go (never
+// the one being added), on disk too.
+func TestSpoolBoundInBytes(t *testing.T) {
+	dir := t.TempDir()
+	d, err := openDisk(dir, "p1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	s := newSpool(100, 3500)
+	s.load(d)
+	for e := int64(1); e <= 5; e++ {
+		s.add(&owlv1.EpochReport{Path: "p", Epoch: e, Lda: make([]byte, 1000)})
+	}
+	if s.len() != 3 || s.droppedTotal() != 2 || epochOf(s.after(0)[0]) != 3 || s.size() > 3500 {
+		t.Fatalf("len %d dropped %d first epoch %d size %d", s.len(), s.droppedTotal(), epochOf(s.after(0)[0]), s.size())
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "spool")); len(ents) != 3 {
+		t.Errorf("%d spool files, want 3", len(ents))
+	}
+	// A message larger than the bound is kept alone.
+	s.add(&owlv1.EpochReport{Path: "p", Epoch: 6, Lda: make([]byte, 5000)})
+	if s.len() != 1 || s.droppedTotal() != 5 {
+		t.Errorf("oversized message: len %d dropped %d", s.len(), s.droppedTotal())
+	}
+}
+
+// TestCachesSurviveRestart: a restarted probe answers fetches and
+// rebuilds of the epochs it cached, exactly as before; a release removes
+// the file; only epochs whose reports are still spooled are outstanding.
+func TestCachesSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	d, err := openDisk(dir, "p1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := newCacheStore(8, 1<<30)
+	cs.load(d, 1<<20, func(cacheKey) bool { return true })
+	cfg := rda.Config{Banks: 2, Buckets: 64, Seed: 7, Check: true}
+	for e := int64(1); e <= 3; e++ {
+		c := &epochCache{rda: cfg, complete: e != 3}
+		for i := range uint64(200) {
+			c.add(newEntry(i*7919+uint64(e), i%5, int64(i)*1000+e, i%3+1), 1<<20)
+		}
+		c.add(newEntry(7919+uint64(e), 1, 5, 1), 1<<20) // a repeated ID
+		cs.put("a-b", e, c)
+	}
+	ids := []uint64{7919 + 1, 3*7919 + 1, 12345}
+	wantFetch := cs.fetch(&owlv1.FetchRequest{Path: "a-b", Epoch: 1, PacketIds: ids})
+	wantRep := cs.fetch(&owlv1.FetchRequest{Path: "a-b", Epoch: 1, Repeated: true})
+	wantRebuild := cs.rebuild(&owlv1.RebuildRequest{Path: "a-b", Epoch: 2, Buckets: 256})
+	cs.release("a-b", 2)
+	d.flushed()
+	d.close()
+
+	d2, err := openDisk(dir, "p1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.close()
+	cs2 := newCacheStore(8, 1<<30)
+	n := cs2.load(d2, 1<<20, func(k cacheKey) bool { return k.epoch == 3 })
+	if n != 2 || cs2.unreleased() != 1 {
+		t.Fatalf("loaded %d caches, %d outstanding; want 2 and 1", n, cs2.unreleased())
+	}
+	if got := cs2.fetch(&owlv1.FetchRequest{Path: "a-b", Epoch: 1, PacketIds: ids}); !proto.Equal(got, wantFetch) || len(got.GetPacketIds()) != 3 {
+		t.Errorf("fetch after restart: %v, want %v", got, wantFetch)
+	}
+	if got := cs2.fetch(&owlv1.FetchRequest{Path: "a-b", Epoch: 1, Repeated: true}); !proto.Equal(got, wantRep) {
+		t.Errorf("repeated after restart: %v, want %v", got, wantRep)
+	}
+	if got := cs2.rebuild(&owlv1.RebuildRequest{Path: "a-b", Epoch: 2}); got.GetError() == "" {
+		t.Errorf("released epoch 2 answered after restart")
+	}
+	if wantRebuild.GetError() != "" || len(wantRebuild.GetRda()) == 0 {
+		t.Fatalf("rebuild before restart: %v", wantRebuild.GetError())
+	}
+	if got := cs2.rebuild(&owlv1.RebuildRequest{Path: "a-b", Epoch: 3, Buckets: 256}); !strings.Contains(got.GetError(), "overflowed") {
+		t.Errorf("an overflowed cache lost its flag across the restart: %q", got.GetError())
+	}
+}
+
+// TestCacheRebuildAfterRestart: the RDA rebuilt from a reloaded cache is
+// the one rebuilt before, byte for byte.
+func TestCacheRebuildAfterRestart(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 32, Seed: 99, Check: true}
+	c := &epochCache{rda: cfg, complete: true}
+	for i := range uint64(500) {
+		c.add(newEntry(i*104729+3, i, int64(i)*777, 1), 1<<20)
+	}
+	k := cacheKey{"x.y:z-1", -42}
+	k2, c2, err := decodeCache(encodeCache(k, c), 1<<20)
+	if err != nil || k2 != k {
+		t.Fatalf("decode: %v %v", k2, err)
+	}
+	a, _ := c.rebuild(128)
+	b, _ := c2.rebuild(128)
+	ab, _ := a.MarshalBinary()
+	bb, _ := b.MarshalBinary()
+	if !bytes.Equal(ab, bb) {
+		t.Error("rebuilt RDA differs after a round trip through disk")
+	}
+}
+
+// TestDataDirOwned: a directory is one probe's: another id is refused,
+// and so is a second probe while the first runs.
+func TestDataDirOwned(t *testing.T) {
+	dir := t.TempDir()
+	d, err := openDisk(dir, "p1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openDisk(dir, "p1", quiet); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("second probe on a directory in use: %v", err)
+	}
+	d.close()
+	if _, err := openDisk(dir, "p2", quiet); err == nil || !strings.Contains(err.Error(), `belongs to probe "p1"`) {
+		t.Errorf("another probe's directory: %v", err)
+	}
+}
+
+// TestDamagedDataDir: unreadable spool and cache files are dropped with a
+// log line, never a crash; what is readable is kept.
+func TestDamagedDataDir(t *testing.T) {
+	dir := t.TempDir()
+	d, err := openDisk(dir, "p1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSpool(10, 1<<30)
+	s.load(d)
+	cs := newCacheStore(8, 1<<30)
+	cs.load(d, 1<<20, func(cacheKey) bool { return false })
+	for e := int64(1); e <= 3; e++ {
+		s.add(&owlv1.EpochReport{Path: "p", Epoch: e})
+		c := &epochCache{rda: rda.DefaultConfig(), complete: true}
+		c.add(newEntry(uint64(e), 1, 1, 1), 10)
+		cs.put("p", e, c)
+	}
+	d.flushed()
+	d.close()
+	// Damage: garbage in one spool file, a cache file cut short, a
+	// cache file renamed to another epoch, a leftover temporary file.
+	os.WriteFile(d.msgName(2), []byte("\xff\xff garbage"), 0o644)
+	cacheFile := d.cacheName(cacheKey{"p", 1})
+	b, _ := os.ReadFile(cacheFile)
+	os.WriteFile(cacheFile, b[:len(b)-5], 0o644)
+	os.Rename(d.cacheName(cacheKey{"p", 2}), d.cacheName(cacheKey{"p", 9}))
+	os.WriteFile(filepath.Join(dir, "spool", "00000000000000000007.msg.tmp"), []byte("x"), 0o644)
+
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	d2, err := openDisk(dir, "p1", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.close()
+	s2 := newSpool(10, 1<<30)
+	if n, err := s2.load(d2); err != nil || n != 2 {
+		t.Errorf("spool after damage: %d messages (%v), want 2", n, err)
+	}
+	cs2 := newCacheStore(8, 1<<30)
+	if n := cs2.load(d2, 1<<20, func(cacheKey) bool { return false }); n != 1 || cs2.get("p", 3) == nil {
+		t.Errorf("caches after damage: %d, want epoch 3 alone", n)
+	}
+	if c := strings.Count(logged.String(), "unreadable"); c != 3 {
+		t.Errorf("%d damaged files logged, want 3:\n%s", c, logged.String())
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "spool"))
+	if len(ents) != 2 {
+		t.Errorf("spool holds %d files after the damaged ones went, want 2", len(ents))
+	}
+}
+
+// TestPartialEpoch: a live capture that starts inside an epoch marks it
+// partial; the next one is whole.
+func TestPartialEpoch(t *testing.T) {
+	r := &reporter{grid: epoch.Config{Length: time.Second}}
+	r.startedNS.Store(10*int64(time.Second) + 250*int64(time.Millisecond))
+	if p := r.partial(10); !strings.Contains(p, "250ms into the epoch") {
+		t.Errorf("epoch of the start: %q", p)
+	}
+	if p := r.partial(11); p != "" {
+		t.Errorf("the epoch after: %q", p)
+	}
+	r.startedNS.Store(12 * int64(time.Second))
+	if p := r.partial(12); p != "" {
+		t.Errorf("a start on the boundary: %q", p)
+	}
+}
+
+// FuzzDecodeCache: a cache file of any bytes is refused or read within
+// its bound, never a panic; what is read encodes to the same bytes.
+func FuzzDecodeCache(f *testing.F) {
+	c := &epochCache{rda: rda.DefaultConfig(), complete: true}
+	c.add(newEntry(1, 2, 3, 4), 10)
+	f.Add(encodeCache(cacheKey{"p", 1}, c))
+	f.Add([]byte("owl-cache\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, c, err := decodeCache(b, 1000)
+		if err != nil {
+			return
+		}
+		if c.len() > 1000 {
+			t.Fatalf("%d entries past the bound", c.len())
+		}
+		if again := encodeCache(k, c); !slices.Equal(again, b) && len(b) < 1<<16 {
+			// Varints may be written longer than needed; the decoded
+			// form must round-trip though.
+			k2, c2, err := decodeCache(again, 1000)
+			if err != nil || k2 != k || c2.len() != c.len() {
+				t.Fatalf("round trip: %v %v", k2, err)
+			}
+		}
+	})
+}
