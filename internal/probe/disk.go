@@ -26,6 +26,7 @@ import (
 // still answers repairs of the epochs not released:
 //
 //	probe-id          the probe the directory belongs to
+//	paths.pb          the last path configuration from a collector
 //	lock              held (flock) while a probe runs on the directory
 //	spool/<seq>.msg   one unacknowledged ProbeMessage each
 //	cache/<path>@<epoch>.cache   one epoch's (ID, timestamp) cache each
@@ -130,6 +131,35 @@ func writeFile(name string, b []byte, sync bool) error {
 		os.Remove(tmp)
 	}
 	return err
+}
+
+// putPaths keeps the path configuration, so that a probe restarted while
+// the collector is away captures at once.
+func (d *disk) putPaths(pc *owlv1.PathConfig) {
+	b, err := proto.Marshal(pc)
+	if err == nil {
+		err = writeFile(filepath.Join(d.dir, "paths.pb"), b, false)
+	}
+	if err != nil {
+		d.log.Error("keeping the path configuration", "err", err)
+	}
+}
+
+// paths is the kept path configuration, or nil.
+func (d *disk) paths() *owlv1.PathConfig {
+	b, err := os.ReadFile(filepath.Join(d.dir, "paths.pb"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	pc := &owlv1.PathConfig{}
+	if err == nil {
+		err = proto.Unmarshal(b, pc)
+	}
+	if err != nil {
+		d.log.Error("ignoring the kept path configuration", "err", err)
+		return nil
+	}
+	return pc
 }
 
 func (d *disk) msgName(seq uint64) string {

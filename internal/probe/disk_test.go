@@ -288,3 +288,43 @@ func FuzzDecodeCache(f *testing.F) {
 		}
 	})
 }
+
+// TestProbeRestartKeepsPaths: a probe made on a data directory where the
+// previous run kept a path configuration is ready at once (it captures
+// while the collector is away) and has the spool of that run.
+func TestProbeRestartKeepsPaths(t *testing.T) {
+	dir := t.TempDir()
+	pcap := filepath.Join(dir, "x.pcap")
+	os.WriteFile(pcap, nil, 0o644)
+	cfg := DefaultConfig()
+	cfg.ID, cfg.DataDir = "a", filepath.Join(dir, "data")
+	cfg.Sources = []SourceConfig{{File: pcap}}
+	p, err := New(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := &owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Role: owlv1.Role_ROLE_UPSTREAM,
+		Path: &owlv1.Path{Name: "a-b", Upstream: "a", Downstream: "b"}}}}
+	if err := p.setPaths(pc); err != nil {
+		t.Fatal(err)
+	}
+	p.spool.add(&owlv1.EpochReport{Path: "a-b", Epoch: 1})
+	p.disk.close()
+
+	p2, err := New(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.disk.close()
+	select {
+	case <-p2.ready:
+	default:
+		t.Fatal("a restarted probe waits for the collector's path configuration")
+	}
+	if got := p2.pipes[0].paths.Load().paths; len(got) != 1 || got[0].path.Name != "a-b" {
+		t.Errorf("paths after restart: %v", got)
+	}
+	if p2.spool.len() != 1 {
+		t.Errorf("spool after restart: %d messages, want 1", p2.spool.len())
+	}
+}

@@ -131,6 +131,13 @@ func (p *Probe) openDisk() error {
 		}
 	}
 	caches := p.caches.load(d, p.cfg.Cache.MaxPackets, func(k cacheKey) bool { return spooled[k] })
+	if pc := d.paths(); pc != nil {
+		// Capture starts with the paths of the previous run; the
+		// collector's configuration replaces them when it comes.
+		if err := p.setPaths(pc); err != nil {
+			p.log.Error("ignoring the kept path configuration", "err", err)
+		}
+	}
 	p.disk = d
 	if msgs+caches > 0 {
 		p.log.Info("took up what the previous run left", "data_dir", p.cfg.DataDir, "unacked", msgs, "caches", caches)
@@ -148,6 +155,9 @@ func (p *Probe) setPaths(pc *owlv1.PathConfig) error {
 		pl.setPaths(s)
 	}
 	p.router.update(pc)
+	if p.disk != nil {
+		p.disk.putPaths(pc)
+	}
 	p.readyOnce.Do(func() { close(p.ready) })
 	return nil
 }
