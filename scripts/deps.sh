@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/retry.sh 300 3 go mod download
 need=()
-for tool in protoc:protobuf-compiler /usr/include/google/protobuf/timestamp.proto:libprotobuf-dev tcpdump:tcpdump tshark:tshark ip:iproute2 ethtool:ethtool; do
+for tool in protoc:protobuf-compiler /usr/include/google/protobuf/timestamp.proto:libprotobuf-dev tcpdump:tcpdump tshark:tshark tcpreplay:tcpreplay ip:iproute2 ethtool:ethtool; do
   t=${tool%%:*}
   if [[ $t == /* ]]; then [ -e "$t" ] && continue; else command -v "$t" >/dev/null 2>&1 && continue; fi
   need+=("${tool#*:}")

@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/e2e/harness"
+)
+
+// vethPair makes a veth pair a–b, up, without offloads or IPv6 chatter,
+// removed when the test ends.
+func vethPair(t *testing.T, a, b string) {
+	t.Helper()
+	exec.Command("ip", "link", "del", a).Run()
+	sh(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
+	t.Cleanup(func() { exec.Command("ip", "link", "del", a).Run() })
+	for _, dev := range []string{a, b} {
+		sh(t, "ip", "link", "set", dev, "up")
+		exec.Command("ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off").Run()
+		os.WriteFile("/proc/sys/net/ipv6/conf/"+dev+"/disable_ipv6", []byte("1"), 0o644)
+	}
+}
+
+// midEpoch sleeps until at least 500 ms into an epoch of the default grid
+// (its previous epoch, closed after a 100 ms grace, is then reported).
+func midEpoch() {
+	const second = int64(time.Second)
+	if into := time.Now().UnixNano() % second; into < second/2 {
+		time.Sleep(time.Duration(second/2 - into + int64(50*time.Millisecond)))
+	}
+}
+
+// TestProbeKilled: the upstream probe of a live path is killed with
+// SIGKILL while the collector is away, holding several unacknowledged
+// epochs, and restarted on its data directory before the collector comes
+// back. Every epoch it closed before the kill comes out OK and without
+// loss (sent from its spool on disk, repaired from its caches on disk);
+// the epochs it was down are MISSING_UPSTREAM; the epoch it restarted in
+// is PARTIAL, not OK; the later ones are OK again.
+func TestProbeKilled(t *testing.T) {
+	needRoot(t, "ip", "tcpreplay")
+	env := newEnv(t)
+	a, b := "owlkilla", "owlkillb"
+	vethPair(t, a, b)
+	addr, err := harness.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := collectorYAML(filepath.Join(env.Dir, "data"), addr, "  - {name: a-to-b, upstream: kill-a, downstream: kill-b}\n")
+	coll, _, err := env.StartCollector("collector", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The upstream probe sees the frames leave: it counts outgoing ones.
+	probe := func(name, id, dev string) *harness.Proc {
+		p, err := env.Start(name, "probe", "-id", id, "-collector", addr, "-interface", dev, "-ring-blocks", "16",
+			"-data-dir", filepath.Join(env.Dir, id), "-reconnect-max", "200ms", "-capture-outgoing="+fmt.Sprint(dev == a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pa, pb := probe("kill-a", "kill-a", a), probe("kill-b", "kill-b", b)
+	q := query(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	waitConnected(ctx, t, q, 2)
+	time.Sleep(300 * time.Millisecond) // sockets open after the path configuration
+
+	replay := exec.Command("tcpreplay", "-q", "-i", a, "--pps", "2000", "--loop", "0", "../testdata/trace.pcap")
+	if err := replay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer replay.Process.Kill()
+	trafficFrom := time.Now()
+	time.Sleep(3 * time.Second)
+	if err := coll.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // epochs pile up unacknowledged
+	midEpoch()
+	killedAt := time.Now()
+	pa.Kill()
+	time.Sleep(1500 * time.Millisecond)
+	pa2 := probe("kill-a-2", "kill-a", a)
+	time.Sleep(2500 * time.Millisecond)
+	coll2, _, err := env.StartCollector("collector-2", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	replay.Process.Kill()
+	replay.Wait()
+	trafficTo := time.Now()
+
+	first, _ := epochOf(trafficFrom)
+	last, _ := epochOf(trafficTo)
+	first, last = first+1, last-1 // whole epochs of traffic
+	killed, _ := epochOf(killedAt)
+	stats, err := harness.WaitEpochs(ctx, q, "a-to-b", harness.Epochs(first, last))
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, tail(coll2.Log()), tail(pa2.Log()))
+	}
+	var table strings.Builder
+	partial := int64(0)
+	for _, s := range stats {
+		e := s.GetEpoch()
+		fmt.Fprintf(&table, "epoch %d (kill %+d): %v %s up %d down %d lost %.0f %s\n", e, e-killed, s.GetStatus(), s.GetEstimator(),
+			s.GetUpstreamCounters().GetPackets(), s.GetDownstreamCounters().GetPackets(), s.GetLost(), s.GetDetail())
+		switch {
+		case e < killed:
+			checkWhole(t, s)
+		case s.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_PARTIAL && partial == 0:
+			partial = e
+			if !strings.Contains(s.GetDetail(), "kill-a") || !strings.Contains(s.GetDetail(), "capture started") {
+				t.Errorf("epoch %d: partial without saying why: %q", e, s.GetDetail())
+			}
+		case partial == 0:
+			if s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM {
+				t.Errorf("epoch %d: the upstream probe was down, yet %v", e, s.GetStatus())
+			}
+		default:
+			checkWhole(t, s)
+		}
+	}
+	t.Logf("killed in epoch %d, restarted in %d:\n%s", killed, partial, table.String())
+	if partial == 0 || partial > killed+3 {
+		t.Errorf("no partial epoch after the restart (killed in %d)", killed)
+	}
+	if killed-first < 5 {
+		t.Errorf("only %d whole epochs before the kill", killed-first)
+	}
+	if !strings.Contains(pa2.Log(), "took up what the previous run left") {
+		t.Errorf("the restarted probe did not take up its spool:\n%s", tail(pa2.Log()))
+	}
+	for _, p := range []*harness.Proc{pa2, pb, coll2} {
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("%s did not stop cleanly: %v\n%s", p.Name, err, tail(p.Log()))
+		}
+	}
+}
+
+// checkWhole holds an epoch both probes saw whole to a veth's truth:
+// reconciled exactly, nothing lost, as many packets on each side.
+func checkWhole(t *testing.T, s *owlv1.PathStats) {
+	t.Helper()
+	up, down := s.GetUpstreamCounters().GetPackets(), s.GetDownstreamCounters().GetPackets()
+	if s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || s.GetEstimator() != "rda" || s.GetLost() != 0 || up != down || up == 0 {
+		t.Errorf("epoch %d: %v %s lost %.0f, up %d down %d: %s", s.GetEpoch(), s.GetStatus(), s.GetEstimator(), s.GetLost(), up, down, s.GetDetail())
+	}
+}
+
+// waitConnected waits until n probes are connected to the collector.
+func waitConnected(ctx context.Context, t *testing.T, q owlv1.QueryServiceClient, n int) {
+	t.Helper()
+	for {
+		ps, err := q.ListProbes(ctx, &owlv1.ListProbesRequest{})
+		connected := 0
+		for _, p := range ps.GetProbes() {
+			if p.GetConnected() {
+				connected++
+			}
+		}
+		if err == nil && connected == n {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d probes connected: %v", connected, n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
