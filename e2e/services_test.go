@@ -70,8 +70,14 @@ func setupFlows(t *testing.T, m sim.Impairment) (*harness.Env, sim.Outputs, []si
 // impaired path, in env's directory, and reads their ground truth.
 func makeTrace(t *testing.T, env *harness.Env, m sim.Impairment) (sim.Outputs, []sim.Record) {
 	t.Helper()
+	return makeTraceFrom(t, env, "../testdata/trace.pcap", m)
+}
+
+// makeTraceFrom is makeTrace of another input capture.
+func makeTraceFrom(t *testing.T, env *harness.Env, in string, m sim.Impairment) (sim.Outputs, []sim.Record) {
+	t.Helper()
 	out := sim.OutputsFor(filepath.Join(env.Dir, "trace"))
-	if _, err := sim.GenerateFiles("../testdata/trace.pcap", out, capture.DefaultIdentityConfig(), m); err != nil {
+	if _, err := sim.GenerateFiles(in, out, capture.DefaultIdentityConfig(), m); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(out.Truth)
