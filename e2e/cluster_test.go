@@ -15,15 +15,18 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/cluster"
 	"github.com/owl-latency/owl/internal/sim"
 )
 
 // TestCluster runs three collectors as one cluster (memberlist gossip on
 // loopback) with six paths between two probes, the probes configured with
-// one collector only. Each path is paired and stored by its owner alone;
-// any collector answers for every path, every epoch against the ground
-// truth. Then one collector leaves: its paths move to the others, and the
-// probes, run again, send those paths' reports to the new owners.
+// one collector only. Each path is paired by its owner and stored by its
+// owner and its replica (the next by rendezvous hashing), by no third
+// member; any collector answers for every path, every epoch against the
+// ground truth. Then one collector leaves: its paths move to the others,
+// every result is still answered, and the probes, run again, send those
+// paths' reports to the new owners.
 func TestCluster(t *testing.T) {
 	env, out, truths := setupWith(t, lossOnly)
 	names, paths := clusterPaths(6)
@@ -69,17 +72,28 @@ func TestCluster(t *testing.T) {
 		// Any collector answers for any path (here each in turn).
 		checkClusterPath(t, qs[i%3], n, truths, logs)
 	}
-	// Each path's results are on its owner alone.
+	// Each path's results are on its owner and its replica (whose copies
+	// come a moment after the owner's), then on no third member.
 	local := metadata.AppendToOutgoingContext(context.Background(), "owl-forwarded-by", "test")
-	for i, q := range qs {
+	members := []cluster.Member{{Name: "c0"}, {Name: "c1"}, {Name: "c2"}}
+	for _, holder := range []bool{true, false} {
 		for _, n := range names {
-			r, err := q.GetPathStats(local, &owlv1.GetPathStatsRequest{Path: n})
-			if err != nil {
-				t.Fatal(err)
+			holders := cluster.Holders(members, n, 2)
+			if holders[0].Name != owners[n] {
+				t.Fatalf("%s: owner %s, first holder %s", n, owners[n], holders[0].Name)
 			}
-			own := owners[n] == fmt.Sprintf("c%d", i)
-			if own && len(r.GetStats()) != len(truths) || !own && len(r.GetStats()) != 0 {
-				t.Errorf("c%d holds %d results of %s (owner %s)", i, len(r.GetStats()), n, owners[n])
+			for i, q := range qs {
+				name := fmt.Sprintf("c%d", i)
+				if slices.ContainsFunc(holders, func(m cluster.Member) bool { return m.Name == name }) != holder {
+					continue
+				}
+				want := 0
+				if holder {
+					want = len(truths)
+				}
+				if got := waitHeld(t, local, q, n, want); got != want {
+					t.Errorf("%s holds %d results of %s (holders %s, %s), want %d", name, got, n, holders[0].Name, holders[1].Name, want)
+				}
 			}
 		}
 	}
@@ -121,14 +135,35 @@ func TestCluster(t *testing.T) {
 			t.Errorf("%s: owner %s before c%d left, %s after", n, owners[n], gone, after[n])
 		}
 	}
-	// Its results left with it; the probes send again: the moved paths
-	// are paired by their new owners, the others are duplicates.
+	// Its results stay with the other holders of its paths (the moved
+	// paths' new owners among them): every epoch is answered before the
+	// probes send again.
+	for _, n := range names {
+		checkClusterPath(t, rest[1], n, truths, logs)
+	}
 	runProbes(t, env, addrs[0].GRPC, out)
 	for _, n := range names {
 		checkClusterPath(t, rest[1], n, truths, logs)
 	}
 	if m := httpGet(t, "http://"+addrs[0].HTTP+"/metrics"); !strings.Contains(m, "owl_collector_cluster_members 2") {
 		t.Errorf("c0's metrics do not show 2 members")
+	}
+}
+
+// waitHeld waits, up to 10 s, for a collector to hold want results of a
+// path in its own store, and returns how many it holds.
+func waitHeld(t *testing.T, local context.Context, q owlv1.QueryServiceClient, path string, want int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := q.GetPathStats(local, &owlv1.GetPathStatsRequest{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(r.GetStats()); n == want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

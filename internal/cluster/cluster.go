@@ -2,7 +2,8 @@
 // other by gossip (hashicorp/memberlist) and every key (a path's name, or
 // the COLATE store) has one owner among the live members, chosen by
 // rendezvous hashing so that a member's arrival or departure moves only
-// the keys it takes or leaves.
+// the keys it takes or leaves. The same ranking names the members that
+// keep copies of a key's state (Holders): the owner first.
 package cluster
 
 import (
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -88,7 +90,7 @@ type Member struct {
 	Name   string
 	GRPC   string // gRPC address
 	Gossip string // memberlist address
-	State  string // alive, suspect, dead, left
+	State  string // as memberlist last reported it: alive, for a listed member
 	Self   bool
 }
 
@@ -103,6 +105,13 @@ type Cluster struct {
 	left      bool       // Leave was called: this member owns nothing
 	mu        sync.Mutex
 	members   []Member // live members, by name
+
+	// nodes are the live members as memberlist's events last described
+	// them, copied while memberlist holds its node lock: the nodes its
+	// Members returns are its own, changed under that lock (a member
+	// that comes back on another address), so they cannot be read later.
+	nodesMu sync.Mutex // guards nodes
+	nodes   map[string]Member
 }
 
 // Start creates the member and joins the cluster. grpcAddr is the address
@@ -138,7 +147,7 @@ func Start(cfg Config, grpcAddr string, logger *slog.Logger) (*Cluster, error) {
 			mc.Name = h + ":" + grpcAddr
 		}
 	}
-	c := &Cluster{self: mc.Name, changed: make(chan struct{}, 1), log: logger}
+	c := &Cluster{self: mc.Name, changed: make(chan struct{}, 1), log: logger, nodes: map[string]Member{}}
 	mc.Delegate = meta(grpcAddr)
 	mc.Events = &events{c: c}
 	mc.Logger = log.New(&logWriter{log: logger}, "", 0)
@@ -183,7 +192,8 @@ func (c *Cluster) Gossip() string { return c.ml.LocalNode().Address() }
 // Changed receives a value after the membership changes.
 func (c *Cluster) Changed() <-chan struct{} { return c.changed }
 
-// Members lists the live members (alive or suspect), by name.
+// Members lists the live members, by name. A member memberlist suspects
+// of failure is listed (as alive) until it is declared dead.
 func (c *Cluster) Members() []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -198,18 +208,64 @@ func (c *Cluster) Owner(key string) Member {
 	return Owner(c.members, key)
 }
 
+// Holders are the first n live members for key by rendezvous hashing:
+// the owner, then the members that keep copies of key's state.
+func (c *Cluster) Holders(key string, n int) []Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Holders(c.members, key, n)
+}
+
 // Owner picks key's owner among members by rendezvous hashing; the zero
-// Member when there are none.
+// Member when there are none. It is the first of Holders.
 func Owner(members []Member, key string) Member {
 	var best Member
 	var bestScore uint64
 	for i, m := range members {
-		s := xxhash.Sum64String(m.Name + "\x00" + key)
-		if i == 0 || s > bestScore || s == bestScore && m.Name < best.Name {
+		s := score(m, key)
+		if i == 0 || ranksBefore(s, m.Name, bestScore, best.Name) {
 			best, bestScore = m, s
 		}
 	}
 	return best
+}
+
+// Holders ranks members for key by rendezvous hashing and returns the
+// first n (fewer when there are fewer members). When a holder goes, the
+// next takes its place and the others keep theirs: the second holder of
+// a key becomes its owner when the owner leaves.
+func Holders(members []Member, key string, n int) []Member {
+	type ranked struct {
+		m     Member
+		score uint64
+	}
+	rs := make([]ranked, len(members))
+	for i, m := range members {
+		rs[i] = ranked{m, score(m, key)}
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if ranksBefore(a.score, a.m.Name, b.score, b.m.Name) {
+			return -1
+		}
+		if ranksBefore(b.score, b.m.Name, a.score, a.m.Name) {
+			return 1
+		}
+		return 0
+	})
+	out := make([]Member, min(max(n, 0), len(rs)))
+	for i := range out {
+		out[i] = rs[i].m
+	}
+	return out
+}
+
+// score is member m's rendezvous hash for key.
+func score(m Member, key string) uint64 { return xxhash.Sum64String(m.Name + "\x00" + key) }
+
+// ranksBefore says whether a member with score sa and name na comes
+// before one with sb and nb: the higher score, then the smaller name.
+func ranksBefore(sa uint64, na string, sb uint64, nb string) bool {
+	return sa > sb || sa == sb && na < nb
 }
 
 // Leave tells the others that this member goes, then stops gossip.
@@ -234,10 +290,9 @@ func (c *Cluster) refresh() {
 	if c.ml == nil || c.left {
 		return // notified while starting (Start refreshes once up), or gone
 	}
-	var ms []Member
-	for _, n := range c.ml.Members() {
-		ms = append(ms, Member{Name: n.Name, GRPC: string(n.Meta), Gossip: n.Address(), State: stateName(n.State), Self: n.Name == c.self})
-	}
+	c.nodesMu.Lock()
+	ms := slices.Collect(maps.Values(c.nodes))
+	c.nodesMu.Unlock()
 	slices.SortFunc(ms, func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
 	c.mu.Lock()
 	same := slices.Equal(ms, c.members)
@@ -279,20 +334,37 @@ func (meta) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (meta) LocalState(join bool) []byte                { return nil }
 func (meta) MergeRemoteState(buf []byte, join bool)     {}
 
-// events refreshes the member list on every change memberlist reports.
+// events notes every change memberlist reports and refreshes the member
+// list. memberlist holds its node lock while notifying: n may be read
+// here, not later, and memberlist may not be called.
 type events struct{ c *Cluster }
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.c.log.Info("cluster: member joined", "name", n.Name, "grpc", string(n.Meta))
-	go e.c.refresh() // memberlist holds its node lock while notifying
+	e.c.noteNode(n)
+	go e.c.refresh()
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	e.c.log.Warn("cluster: member left", "name", n.Name, "grpc", string(n.Meta))
+	e.c.nodesMu.Lock()
+	delete(e.c.nodes, n.Name)
+	e.c.nodesMu.Unlock()
 	go e.c.refresh()
 }
 
-func (e *events) NotifyUpdate(n *memberlist.Node) { go e.c.refresh() }
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.c.noteNode(n)
+	go e.c.refresh()
+}
+
+// noteNode copies a live node's description.
+func (c *Cluster) noteNode(n *memberlist.Node) {
+	m := Member{Name: n.Name, GRPC: string(n.Meta), Gossip: n.Address(), State: stateName(n.State), Self: n.Name == c.self}
+	c.nodesMu.Lock()
+	defer c.nodesMu.Unlock()
+	c.nodes[n.Name] = m
+}
 
 // logWriter passes memberlist's log lines to slog: errors and warnings as
 // warnings, the rest at debug level.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 )
@@ -124,6 +125,44 @@ func TestGossip(t *testing.T) {
 		o := cs[0].Owner(k).Name
 		if o == "c2" || owners[k] != "c2" && o != owners[k] {
 			t.Errorf("key %s: owner %s before c2 left, %s after", k, owners[k], o)
+		}
+	}
+}
+
+func TestHolders(t *testing.T) {
+	var ms []Member
+	for i := range 5 {
+		ms = append(ms, Member{Name: fmt.Sprintf("c%d", i)})
+	}
+	for k := range 500 {
+		key := fmt.Sprintf("path-%d", k)
+		hs := Holders(ms, key, 2)
+		if len(hs) != 2 || hs[0].Name == hs[1].Name {
+			t.Fatalf("%s: holders %v", key, hs)
+		}
+		if hs[0] != Owner(ms, key) {
+			t.Fatalf("%s: first holder %v, owner %v", key, hs[0], Owner(ms, key))
+		}
+		// Without the owner, the second holder owns the key, and the
+		// third becomes the second.
+		all := Holders(ms, key, len(ms))
+		rest := slices.DeleteFunc(slices.Clone(ms), func(m Member) bool { return m.Name == hs[0].Name })
+		if o := Owner(rest, key); o != hs[1] {
+			t.Fatalf("%s: owner %v without %v, want %v", key, o, hs[0], hs[1])
+		}
+		if h := Holders(rest, key, 2); h[1] != all[2] {
+			t.Fatalf("%s: second holder %v without the owner, want %v", key, h[1], all[2])
+		}
+	}
+	if hs := Holders(ms[:1], "x", 2); len(hs) != 1 || hs[0].Name != "c0" {
+		t.Errorf("holders among one member: %v", hs)
+	}
+	if hs := Holders(nil, "x", 2); len(hs) != 0 {
+		t.Errorf("holders among no members: %v", hs)
+	}
+	for _, n := range []int{0, -1} {
+		if hs := Holders(ms, "x", n); len(hs) != 0 {
+			t.Errorf("%d holders asked for: %v", n, hs)
 		}
 	}
 }

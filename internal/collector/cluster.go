@@ -22,12 +22,13 @@ import (
 // In a cluster every path has one owner, the collector that pairs its
 // reports, stores its results and keeps its per-flow state; the COLATE
 // vectors of all probes have one owner too (a query needs the vectors of
-// two probes side by side). Probes learn the owners from the path
-// configuration and send each report there; a collector refuses, without
-// acknowledging, a report it does not own, naming the owner. Queries may
-// go to any collector: results are gathered from every member (so that
-// results stored by a path's earlier owners are found too), per-flow and
-// COLATE queries go to the current owner.
+// two probes side by side). The member ranked next for a path keeps a
+// copy of its state (replication.go). Probes learn the owners from the
+// path configuration and send each report there; a collector refuses,
+// without acknowledging, a report it does not own, naming the owner.
+// Queries may go to any collector: results are gathered from every member
+// (so that results stored by a path's earlier owners and its replica are
+// found too), per-flow and COLATE queries go to the current owner.
 
 // colateKey is the cluster key whose owner stores the COLATE vectors (no
 // path is named so: a path name has no space).
@@ -58,9 +59,10 @@ func (c *Collector) owner(key string) (cluster.Member, bool) {
 	return m, m.Name == "" || m.Self
 }
 
-// startCluster joins the cluster and, on every change of its members,
-// sends each connected probe its path configuration again (the owners
-// may have moved).
+// startCluster joins the cluster and, once joined and on every change of
+// its members, sends each connected probe its path configuration again
+// (the owners may have moved), takes the copies of lone sides of the
+// paths it owns now (promote), and asks for a round of catch-up.
 func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 	adv := c.cfg.Cluster.GRPCAdvertise
 	if adv == "" {
@@ -76,6 +78,8 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 	}
 	c.cl = cl
 	go func() {
+		c.promote()
+		c.requestCatchUp()
 		for {
 			select {
 			case <-ctx.Done():
@@ -86,6 +90,8 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 				c.resendPaths()
 				c.peers.prune(cl.Members())
 				c.askAgain()
+				c.promote()
+				c.requestCatchUp()
 			}
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +52,14 @@ func TestMergeProbes(t *testing.T) {
 // and returns it with its addresses.
 func runMember(t *testing.T, cfg Config, name, join string) (*Collector, Addrs) {
 	t.Helper()
+	c, a, _ := startMember(t, cfg, name, join)
+	return c, a
+}
+
+// startMember is runMember that also returns a function that stops the
+// member (it leaves the cluster) and waits for it.
+func startMember(t *testing.T, cfg Config, name, join string) (*Collector, Addrs, func()) {
+	t.Helper()
 	cfg.Cluster = cluster.Config{Bind: "127.0.0.1:0", Name: name, JoinTimeout: 10 * time.Second}
 	if join != "" {
 		cfg.Cluster.Join = []string{join}
@@ -63,12 +72,16 @@ func runMember(t *testing.T, cfg Config, name, join string) (*Collector, Addrs) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if b, err := os.ReadFile(cfg.ReadyFile); err == nil {
@@ -76,7 +89,7 @@ func runMember(t *testing.T, cfg Config, name, join string) (*Collector, Addrs) 
 			if err := json.Unmarshal(b, &a); err != nil {
 				t.Fatal(err)
 			}
-			return c, a
+			return c, a, stop
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not ready", name)

@@ -35,6 +35,10 @@ type Collector struct {
 	cl       *cluster.Cluster // nil without a cluster; set before serving
 	pathsGen atomic.Uint64    // counts changes of the cluster's members
 	peers    peerConns
+	// repl queues the copies of what is stored for the paths' replicas;
+	// nil without a cluster.
+	repl       *replicator
+	catchUpNow chan struct{} // asks catchUpLoop for a round
 
 	colates *colates
 }
@@ -51,10 +55,14 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	}
 	c := &Collector{cfg: cfg, log: log, store: st, now: time.Now, paths: map[string]*pathState{}, peers: peerConns{maxMessageBytes: cfg.MaxMessageBytes}}
 	c.m = newMetrics()
+	c.catchUpNow = make(chan struct{}, 1)
+	if cfg.Cluster.Enabled() {
+		c.repl = newReplicator(c.m, log)
+	}
 	now := func() time.Time { return c.now() } // tests move c.now
 	c.probes = newRegistry(cfg.Params, cfg.Paths, c.m, log, now)
 	c.watchers = newHub(c.m.watchersDropped)
-	c.worker = &worker{cfg: cfg, log: log, store: st, m: c.m, now: now, paths: c.paths, probes: c.probes, watchers: c.watchers,
+	c.worker = &worker{cfg: cfg, log: log, store: st, m: c.m, now: now, paths: c.paths, probes: c.probes, watchers: c.watchers, repl: c.repl,
 		opts: lda.Options{Bounds: lda.DelayBounds{MinNS: int64(cfg.DelayBounds.Min), MaxNS: int64(cfg.DelayBounds.Max)}}}
 	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_cluster_members", Help: "Live collectors of the cluster (1 without one)."},
 		func() float64 { return float64(len(c.members())) }))

@@ -25,6 +25,11 @@ type metrics struct {
 	handedOver      prometheus.Counter
 	resultDelay     prometheus.Histogram
 
+	replicated     prometheus.Counter
+	replicaDropped prometheus.Counter
+	caughtUp       prometheus.Counter
+	promoted       prometheus.Counter
+
 	delay     *prometheus.HistogramVec
 	mean      *prometheus.GaugeVec
 	stddev    *prometheus.GaugeVec
@@ -84,6 +89,13 @@ func newMetrics() *metrics {
 	m.watchersDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_watchers_dropped_total", Help: "WatchPathStats streams cut off because they did not keep up."})
 	m.clusterChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_cluster_changes_total", Help: "Changes of the cluster's members seen (each sends the probes their paths' owners again)."})
 	m.handedOver = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_sides_handed_over_total", Help: "Sides of an epoch taken from an earlier owner of the path (the owners changed between its two reports)."})
+	m.replicated = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_replicated_epochs_total", Help: "Copies of stored epochs taken by the other holders of their paths (one per member)."})
+	m.replicaDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_replication_dropped_epochs_total", Help: "Copies of stored epochs not sent: the replication queue was full or a member did not take them (catch-up repairs)."})
+	m.caughtUp = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_caught_up_epochs_total", Help: "Epoch results taken from other members by catch-up."})
+	m.promoted = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_replica_sides_taken_total", Help: "Copies of lone sides taken into the pairing table when this member became their path's owner."})
+	for _, x := range []prometheus.Collector{m.replicated, m.replicaDropped, m.caughtUp, m.promoted} {
+		f(x)
+	}
 	m.resultDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "owl_collector_result_delay_seconds", Help: "Time from the later side's epoch close to the result being stored and queryable.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), NativeHistogramBucketFactor: 1.1,

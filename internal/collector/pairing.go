@@ -34,7 +34,7 @@ type pathState struct {
 	boundaries map[int64]*boundary
 	recentDiff []int // set difference sizes of recent epochs
 	rdaBuckets int   // RDA size the probes were told to use
-	newest     int64 // newest epoch reconciled
+	newest     int64 // newest epoch reconciled, or stored as a copy
 	seen       bool  // newest is set
 }
 
@@ -144,9 +144,10 @@ func (ps *pathState) place(s *side) bool {
 	return true
 }
 
-// pairSide stores a checked report and puts it into its path's table. A
-// report whose side is in already, or whose epoch was combined already
-// (sent again after a reconnect), is counted and dropped.
+// pairSide stores a checked report, puts it into its path's table and
+// queues its copy for the path's replica. A report whose side is in
+// already, or whose epoch was combined already (sent again after a
+// reconnect), is counted and dropped.
 func (c *Collector) pairSide(ps *pathState, s *side) error {
 	path, epoch := ps.path.Name, s.Report.GetEpoch()
 	ps.ingestMu.Lock()
@@ -173,6 +174,7 @@ func (c *Collector) pairSide(ps *pathState, s *side) error {
 	if err := c.store.PutPending(s.Pending); err != nil {
 		return fmt.Errorf("storing report: %w", err)
 	}
+	c.repl.enqueue(sideCopy(s.Pending))
 	if !ps.place(s) {
 		c.m.dupReports.Inc() // a copy came in meanwhile
 	}
@@ -310,11 +312,16 @@ func (c *Collector) forget(ps *pathState, epoch int64) {
 	}
 	if err := c.store.DeletePending(ps.path.Name, epoch); err != nil {
 		c.log.Error("dropping lone report", "path", ps.path.Name, "epoch", epoch, "err", err)
+		return
 	}
+	c.repl.enqueue(&owlv1.EpochCopy{Path: ps.path.Name, Epoch: epoch, Done: true})
 }
 
-// timeOut writes the missing-side result of an epoch, publishes it and
-// releases the side that came. A side that came meanwhile is queued now.
+// timeOut writes the missing-side result of an epoch, publishes it,
+// queues its copy for the path's replica and releases the side that came.
+// A side that came meanwhile is queued now. A complete result stored
+// already (another member paired the epoch and sent its copy) stays: the
+// side is used up.
 func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
@@ -327,7 +334,11 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	up, down := pr.up, pr.down
 	ps.mu.Unlock()
 	res := c.worker.missingResult(ps.path.Name, epoch, up, down)
-	err := c.store.PutResult(res, false)
+	paired := false
+	err := c.store.Apply(store.Write{Results: []*owlv1.PathStats{res}, Keep: func(stored, _ *owlv1.PathStats) bool {
+		paired = !missingSide(stored)
+		return paired
+	}})
 	ps.mu.Lock()
 	pr.timingOut = false
 	pr.timedOut = err == nil
@@ -339,8 +350,11 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 		c.log.Error("storing missing-side result", "path", ps.path.Name, "epoch", epoch, "err", err)
 		return
 	}
-	c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", epoch, "status", res.Status)
-	c.worker.publish(res, nil)
+	if !paired {
+		c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", epoch, "status", res.Status)
+		c.repl.enqueue(&owlv1.EpochCopy{Path: ps.path.Name, Epoch: epoch, Result: res})
+		c.worker.publish(res, nil)
+	}
 	for _, s := range []*side{up, down} {
 		if s != nil {
 			c.probes.release(s.Probe, ps.path.Name, epoch)
@@ -353,7 +367,8 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 // asker thinks it owns the path; this one may not agree yet, just after a
 // change of members.) A side is kept while this collector is itself
 // asking for the epoch's other side, so that two members never swap
-// their sides.
+// their sides. Without the side in its table, a member gives away its
+// copy of it, kept as the path's replica (the owner may be gone).
 func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owlv1.TakePendingResponse, error) {
 	ps := c.paths[path]
 	if ps == nil {
@@ -363,17 +378,20 @@ func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owl
 	defer ps.ingestMu.Unlock()
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
-	if pr == nil || pr.complete() || pr.asking || pr.timingOut {
+	if pr != nil && (pr.complete() || pr.asking || pr.timingOut) {
 		ps.mu.Unlock()
-		return &owlv1.TakePendingResponse{}, nil // none, paired here, or busy
+		return &owlv1.TakePendingResponse{}, nil // paired here, or busy
 	}
-	s := pr.up
-	if role == owlv1.Role_ROLE_DOWNSTREAM {
-		s = pr.down
+	var s *side
+	if pr != nil {
+		s = pr.up
+		if role == owlv1.Role_ROLE_DOWNSTREAM {
+			s = pr.down
+		}
 	}
 	if s == nil {
 		ps.mu.Unlock()
-		return &owlv1.TakePendingResponse{}, nil
+		return c.takeReplicaSide(path, epoch, role)
 	}
 	delete(ps.pending, epoch)
 	ps.mu.Unlock()
@@ -386,4 +404,17 @@ func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owl
 		return nil, fmt.Errorf("forgetting the side handed over: %w", err)
 	}
 	return &owlv1.TakePendingResponse{Probe: s.Probe, Report: s.Report}, nil
+}
+
+// takeReplicaSide gives away this member's copy of a lone side, if any.
+// The caller holds the path's ingestMu.
+func (c *Collector) takeReplicaSide(path string, epoch int64, role owlv1.Role) (*owlv1.TakePendingResponse, error) {
+	p, err := c.store.TakeReplicaSide(path, epoch, role)
+	if err != nil {
+		return nil, fmt.Errorf("taking the copy of a side: %w", err)
+	}
+	if p == nil {
+		return &owlv1.TakePendingResponse{}, nil
+	}
+	return &owlv1.TakePendingResponse{Probe: p.Probe, Report: p.Report}, nil
 }

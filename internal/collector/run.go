@@ -77,6 +77,8 @@ func (c *Collector) Run(ctx context.Context) error {
 		}
 		l.addrs.Gossip = c.cl.Gossip()
 		defer c.peers.close()
+	} else {
+		c.promote() // copies kept while this collector was in a cluster
 	}
 	gs := c.grpcServer()
 	hs := &http.Server{Handler: c.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
@@ -106,6 +108,16 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.sweepLoop(gctx)
 		return nil
 	})
+	if c.cl != nil {
+		g.Go(func() error {
+			c.replicateLoop(gctx)
+			return nil
+		})
+		g.Go(func() error {
+			c.catchUpLoop(gctx)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		c.shutdown(gs, hs)
@@ -169,8 +181,8 @@ func (c *Collector) httpHandler() http.Handler {
 	return mux
 }
 
-// sweepLoop sweeps the pairing tables and prunes per-flow data until ctx
-// ends.
+// sweepLoop sweeps the pairing tables and prunes per-flow data and old
+// copies of lone sides until ctx ends.
 func (c *Collector) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(min(time.Second, c.cfg.PairTimeout/4))
 	defer t.Stop()
@@ -183,6 +195,7 @@ func (c *Collector) sweepLoop(ctx context.Context) {
 			c.sweep()
 			if time.Since(lastPrune) > time.Minute {
 				c.worker.pruneFlows()
+				c.pruneReplicaPending()
 				lastPrune = time.Now()
 			}
 		}

@@ -36,6 +36,7 @@ type worker struct {
 	paths    map[string]*pathState
 	probes   *registry
 	watchers *hub
+	repl     *replicator // copies what is stored to the paths' replicas
 }
 
 // work runs a path's reconciliations one after the other until ctx ends.
@@ -121,6 +122,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	if err := wk.store.Apply(sw); err != nil {
 		return fmt.Errorf("storing result: %w", err)
 	}
+	wk.repl.enqueueWrite(sw)
 	wk.finish(w)
 	wk.publish(w.res, pr)
 	wk.m.flows(ps.path.Name, flows, wk.cfg.Flows.MetricsTop)

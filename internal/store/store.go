@@ -1,6 +1,8 @@
 // Package store keeps the collector's state on disk in an embedded bbolt
 // database: the reports still waiting for their other side, and the results
-// of every path and epoch. A restarted collector picks up where it stopped.
+// of every path and epoch; in a cluster, also the copies of lone sides this
+// collector keeps for another (replica.go). A restarted collector picks up
+// where it stopped.
 package store
 
 import (
@@ -27,6 +29,9 @@ var (
 	bucketBoundary = []byte("boundary")
 	bucketFlows    = []byte("flows")
 	bucketLDS      = []byte("lds")
+	// Copies of lone sides whose path another member owns, same keys as
+	// pending: this member keeps the second copy of that path's state.
+	bucketReplicaPending = []byte("replica-pending")
 	// COLATE vectors by probe and epoch, and an index by epoch and probe
 	// (value: the record's size) for retention.
 	bucketColate     = []byte("colate")
@@ -63,7 +68,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("%s is damaged: %w; %s", path, err, damagedAdvice)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS, bucketColate, bucketColateTime} {
+		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS, bucketReplicaPending, bucketColate, bucketColateTime} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -209,14 +214,20 @@ func (s *Store) DeletePending(path string, epoch int64) error {
 // AllPending returns every stored pending report. Unreadable records are
 // returned as errors alongside the readable ones and removed.
 func (s *Store) AllPending() ([]Pending, []error, error) {
+	return s.allSides(bucketPending)
+}
+
+// allSides returns every side stored in a bucket of sides; unreadable
+// records are returned as errors and removed.
+func (s *Store) allSides(bucket []byte) ([]Pending, []error, error) {
 	var out []Pending
 	var bad []error
 	var badKeys [][]byte
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketPending).ForEach(func(k, v []byte) error {
+		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
 			p, err := decodePending(v)
 			if err != nil {
-				bad = append(bad, fmt.Errorf("pending record %x: %w", k, err))
+				bad = append(bad, fmt.Errorf("%s record %x: %w", bucket, k, err))
 				badKeys = append(badKeys, bytes.Clone(k))
 				return nil
 			}
@@ -230,7 +241,7 @@ func (s *Store) AllPending() ([]Pending, []error, error) {
 	if len(badKeys) > 0 {
 		err = s.db.Update(func(tx *bolt.Tx) error {
 			for _, k := range badKeys {
-				if err := tx.Bucket(bucketPending).Delete(k); err != nil {
+				if err := tx.Bucket(bucket).Delete(k); err != nil {
 					return err
 				}
 			}
@@ -292,6 +303,15 @@ type Write struct {
 	// LDS are the two sides' sketches of epochs, kept for queries of any
 	// flow (PruneFlows removes them).
 	LDS []LDSPair
+	// Keep, when set, is asked about each result that would replace a
+	// stored one of the same epoch: true keeps the stored one.
+	Keep func(stored, incoming *owlv1.PathStats) bool
+	// ReplicaDone lists epochs whose copies of lone sides, kept for
+	// another member, are used up; they go before ReplicaPending is added.
+	ReplicaDone []EpochRef
+	// ReplicaPending are copies of lone sides another member (the path's
+	// owner) holds, kept in case it is gone for good.
+	ReplicaPending []Pending
 }
 
 // FlowResult is a per-flow result and the hash its key is stored under.
@@ -328,45 +348,113 @@ func (s *Store) Apply(w Write) error {
 		}
 		flowVals[i] = v
 	}
+	replicas := make([][]byte, len(w.ReplicaPending))
+	for i, p := range w.ReplicaPending {
+		v, err := p.encode()
+		if err != nil {
+			return err
+		}
+		replicas[i] = v
+	}
 	return s.db.Update(func(tx *bolt.Tx) error {
-		res, pend, bnd := tx.Bucket(bucketResults), tx.Bucket(bucketPending), tx.Bucket(bucketBoundary)
-		flows, ldsb := tx.Bucket(bucketFlows), tx.Bucket(bucketLDS)
-		for i, f := range w.Flows {
-			if err := flows.Put(flowKey(f.Stats.GetPath(), f.Stats.GetEpoch(), f.Hash), flowVals[i]); err != nil {
-				return err
-			}
+		steps := []func() error{
+			func() error { return putFlows(tx, w.Flows, flowVals) },
+			func() error { return putLDS(tx, w.LDS) },
+			func() error { return putResults(tx, w.Results, vals, w.Keep) },
+			func() error { return putBoundaries(tx, w.Boundaries, w.DropBoundaries) },
+			func() error { return deleteSides(tx.Bucket(bucketPending), w.Done) },
+			func() error { return deleteSides(tx.Bucket(bucketReplicaPending), w.ReplicaDone) },
+			func() error { return putSides(tx.Bucket(bucketReplicaPending), w.ReplicaPending, replicas) },
 		}
-		for _, p := range w.LDS {
-			v := binary.AppendUvarint(nil, uint64(len(p.Up)))
-			v = append(append(v, p.Up...), p.Down...)
-			if err := ldsb.Put(epochKey(p.Path, p.Epoch), v); err != nil {
-				return err
-			}
-		}
-		for i, r := range w.Results {
-			if err := res.Put(epochKey(r.GetPath(), r.GetEpoch()), vals[i]); err != nil {
-				return err
-			}
-		}
-		for _, b := range w.Boundaries {
-			if err := bnd.Put(epochKey(b.Path, b.Epoch), b.Data); err != nil {
-				return err
-			}
-		}
-		for _, d := range w.Done {
-			for _, role := range []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM} {
-				if err := pend.Delete(pendingKey(d.Path, d.Epoch, role)); err != nil {
-					return err
-				}
-			}
-		}
-		for _, d := range w.DropBoundaries {
-			if err := bnd.Delete(epochKey(d.Path, d.Epoch)); err != nil {
+		for _, step := range steps {
+			if err := step(); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// putFlows stores per-flow results (vals are their encodings).
+func putFlows(tx *bolt.Tx, fs []FlowResult, vals [][]byte) error {
+	b := tx.Bucket(bucketFlows)
+	for i, f := range fs {
+		if err := b.Put(flowKey(f.Stats.GetPath(), f.Stats.GetEpoch(), f.Hash), vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putLDS stores sketch pairs: the upstream's length, then both.
+func putLDS(tx *bolt.Tx, ps []LDSPair) error {
+	b := tx.Bucket(bucketLDS)
+	for _, p := range ps {
+		v := binary.AppendUvarint(nil, uint64(len(p.Up)))
+		v = append(append(v, p.Up...), p.Down...)
+		if err := b.Put(epochKey(p.Path, p.Epoch), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putResults stores results (vals are their encodings), leaving a stored
+// one in place where keep says so.
+func putResults(tx *bolt.Tx, rs []*owlv1.PathStats, vals [][]byte, keep func(stored, incoming *owlv1.PathStats) bool) error {
+	b := tx.Bucket(bucketResults)
+	for i, r := range rs {
+		k := epochKey(r.GetPath(), r.GetEpoch())
+		if old := b.Get(k); keep != nil && old != nil {
+			stored := &owlv1.PathStats{}
+			if err := proto.Unmarshal(old, stored); err == nil && keep(stored, r) {
+				continue
+			}
+		}
+		if err := b.Put(k, vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putBoundaries stores boundary records, then drops those in drop.
+func putBoundaries(tx *bolt.Tx, bs []Boundary, drop []EpochRef) error {
+	b := tx.Bucket(bucketBoundary)
+	for _, x := range bs {
+		if err := b.Put(epochKey(x.Path, x.Epoch), x.Data); err != nil {
+			return err
+		}
+	}
+	for _, d := range drop {
+		if err := b.Delete(epochKey(d.Path, d.Epoch)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteSides deletes both sides of each epoch from a bucket of sides.
+func deleteSides(b *bolt.Bucket, epochs []EpochRef) error {
+	for _, d := range epochs {
+		for _, role := range []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM} {
+			if err := b.Delete(pendingKey(d.Path, d.Epoch, role)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// putSides stores sides (vals are their encodings) in a bucket of sides.
+func putSides(b *bolt.Bucket, ps []Pending, vals [][]byte) error {
+	for i, p := range ps {
+		r := p.Report
+		if err := b.Put(pendingKey(r.GetPath(), r.GetEpoch(), r.GetRole()), vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BoundaryData returns an epoch's boundary record, or nil.

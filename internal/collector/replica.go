@@ -1,0 +1,189 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/store"
+)
+
+// The replica's side of replication: it stores the copies the owner
+// sends (and those catch-up fetches), and once it owns a path, it makes
+// the copies of the path's lone sides its own (promote).
+
+// Replicate stores the copies another member sends.
+func (s clusterService) Replicate(_ context.Context, req *owlv1.ReplicateRequest) (*owlv1.ReplicateResponse, error) {
+	if _, err := s.c.storeCopies(req.GetEpochs()); err != nil {
+		s.c.log.Error("replication: storing copies", "from", req.GetFrom(), "err", err)
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &owlv1.ReplicateResponse{}, nil
+}
+
+// storeCopies stores, in one transaction, copies of what other members
+// stored, and returns how many results it wrote. Results, per-flow
+// results, sketches and boundary records go where this member's own go,
+// as they came; a result missing a side never replaces a stored one.
+// Lone sides go to replica-pending, and an epoch done takes its copies of
+// lone sides out. Copies of paths not configured here, or whose parts
+// name another path or epoch, are left out.
+func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
+	kept := 0
+	w := store.Write{Keep: func(_, incoming *owlv1.PathStats) bool {
+		if missingSide(incoming) {
+			kept++
+			return true
+		}
+		return false
+	}}
+	newest := map[string]int64{}
+	for _, ec := range copies {
+		if err := c.checkCopy(ec); err != nil {
+			c.log.Warn("replication: leaving out a copy", "path", ec.GetPath(), "epoch", ec.GetEpoch(), "err", err)
+			continue
+		}
+		addCopy(&w, ec)
+		if e, ok := newest[ec.GetPath()]; ec.GetResult() != nil && (!ok || ec.GetEpoch() > e) {
+			newest[ec.GetPath()] = ec.GetEpoch()
+		}
+	}
+	if err := c.store.Apply(w); err != nil {
+		return 0, err
+	}
+	for path, e := range newest {
+		c.paths[path].noteStored(e)
+	}
+	return len(w.Results) - kept, nil
+}
+
+// checkCopy checks that a copy's path is configured and that its parts
+// are of its path and epoch.
+func (c *Collector) checkCopy(ec *owlv1.EpochCopy) error {
+	path, epoch := ec.GetPath(), ec.GetEpoch()
+	if c.paths[path] == nil {
+		return fmt.Errorf("path %q is not configured here", path)
+	}
+	if r := ec.GetResult(); r != nil && (r.GetPath() != path || r.GetEpoch() != epoch) {
+		return fmt.Errorf("its result is of %q epoch %d", r.GetPath(), r.GetEpoch())
+	}
+	for _, f := range ec.GetFlows() {
+		if f.GetStats().GetPath() != path || f.GetStats().GetEpoch() != epoch {
+			return fmt.Errorf("a per-flow result is of %q epoch %d", f.GetStats().GetPath(), f.GetStats().GetEpoch())
+		}
+	}
+	for _, l := range ec.GetLone() {
+		r := l.GetReport()
+		if r.GetPath() != path || r.GetEpoch() != epoch || r.GetRole() != owlv1.Role_ROLE_UPSTREAM && r.GetRole() != owlv1.Role_ROLE_DOWNSTREAM {
+			return fmt.Errorf("a lone side is of %q epoch %d role %v", r.GetPath(), r.GetEpoch(), r.GetRole())
+		}
+	}
+	return nil
+}
+
+// addCopy adds what a checked copy holds to w.
+func addCopy(w *store.Write, ec *owlv1.EpochCopy) {
+	ref := store.EpochRef{Path: ec.GetPath(), Epoch: ec.GetEpoch()}
+	if r := ec.GetResult(); r != nil {
+		w.Results = append(w.Results, r)
+	}
+	for _, f := range ec.GetFlows() {
+		w.Flows = append(w.Flows, store.FlowResult{Hash: f.GetHash(), Stats: f.GetStats()})
+	}
+	if len(ec.GetLdsUp())+len(ec.GetLdsDown()) > 0 {
+		w.LDS = append(w.LDS, store.LDSPair{EpochRef: ref, Up: ec.GetLdsUp(), Down: ec.GetLdsDown()})
+	}
+	if ec.GetBoundary() != nil {
+		w.Boundaries = append(w.Boundaries, store.Boundary{EpochRef: ref, Data: ec.GetBoundary()})
+		w.DropBoundaries = append(w.DropBoundaries, store.EpochRef{Path: ref.Path, Epoch: ref.Epoch - boundaryKeep})
+	}
+	if ec.GetDone() {
+		// Deletions go first in the transaction: the copies of this
+		// epoch's sides queued before it must not be added after.
+		w.ReplicaDone = append(w.ReplicaDone, ref)
+		w.ReplicaPending = slices.DeleteFunc(w.ReplicaPending, func(p store.Pending) bool {
+			return p.Report.GetPath() == ref.Path && p.Report.GetEpoch() == ref.Epoch
+		})
+	}
+	for _, l := range ec.GetLone() {
+		w.ReplicaPending = append(w.ReplicaPending, store.Pending{Probe: l.GetProbe(), Received: l.GetReceived().AsTime(), Report: l.GetReport()})
+	}
+}
+
+// noteStored notes an epoch whose result was stored here as a copy: the
+// path's per-flow data is pruned counting back from the newest.
+func (ps *pathState) noteStored(epoch int64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !ps.seen || epoch > ps.newest {
+		ps.newest, ps.seen = epoch, true
+	}
+}
+
+// promote makes the copies of lone sides of the paths this member owns
+// its own: each is taken like a report just received (its pair timeout
+// counts from now: the other side's probe may just have learnt of the
+// new owner), then the copy goes. Copies of paths no longer configured,
+// or unreadable, go too.
+func (c *Collector) promote() {
+	copies, bad, err := c.store.AllReplicaPending()
+	if err != nil {
+		c.log.Error("replication: reading the copies of lone sides", "err", err)
+		return
+	}
+	for _, e := range bad {
+		c.log.Error("replication: dropping an unreadable copy of a lone side", "err", e)
+	}
+	n := 0
+	for _, p := range copies {
+		r := p.Report
+		ps := c.paths[r.GetPath()]
+		if ps != nil {
+			if _, self := c.owner(r.GetPath()); !self {
+				continue
+			}
+		}
+		taken, err := c.promoteSide(ps, p)
+		if err != nil {
+			c.log.Error("replication: taking a copy of a lone side", "path", r.GetPath(), "epoch", r.GetEpoch(), "err", err)
+		}
+		if taken {
+			n++
+		}
+	}
+	if n > 0 {
+		c.m.promoted.Add(float64(n))
+		c.log.Info("replication: took the copies of lone sides of paths this member owns now", "sides", n)
+	}
+}
+
+// promoteSide takes one copy of a lone side (ps nil: its path is not
+// configured) and deletes the copy; taken says it went into the pairing
+// table (or was there already).
+func (c *Collector) promoteSide(ps *pathState, p store.Pending) (taken bool, err error) {
+	r := p.Report
+	if ps != nil {
+		s, err := decodeSide(p)
+		if err == nil {
+			s.Received = c.now()
+			if err := c.pairSide(ps, s); err != nil {
+				return false, err // the copy stays for the next try
+			}
+			taken = true
+		}
+	}
+	return taken, c.store.DeleteReplicaSide(r.GetPath(), r.GetEpoch(), r.GetRole())
+}
+
+// pruneReplicaPending drops the copies of lone sides whose owner has
+// dropped them for certain (twice its pair timeout and retention after
+// they came): the word that they are gone may have been lost.
+func (c *Collector) pruneReplicaPending() {
+	if _, err := c.store.PruneReplicaPending(c.now().Add(-2 * (c.cfg.PairTimeout + c.cfg.PairRetention))); err != nil {
+		c.log.Error("replication: pruning copies of lone sides", "err", err)
+	}
+}

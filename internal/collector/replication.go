@@ -1,0 +1,236 @@
+package collector
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/cluster"
+	"github.com/owl-latency/owl/internal/store"
+)
+
+// In a cluster, each path's state is kept by two members, the first two
+// by rendezvous hashing of its name (cluster.Holders): the owner, and the
+// replica, which becomes the owner when the owner is gone. The owner
+// sends the replica a copy of what it stores, epoch by epoch
+// (ClusterService.Replicate): results, per-flow results, sketches and
+// boundary records, stored by the replica as the owner stored them, and
+// lone sides, which the replica keeps apart (replica-pending) until it
+// owns the path. Sending never holds up ingest or the epoch workers: the
+// copies wait in a bounded queue for one goroutine, and a copy that does
+// not fit, or that a member does not take, is dropped; catch-up
+// (catchup.go) fetches what a holder lacks after each change of members.
+
+// replicaQueueLen bounds the copies waiting to be sent.
+const replicaQueueLen = 4096
+
+// replicaBatchCopies bounds the copies taken from the queue at once.
+const replicaBatchCopies = 256
+
+// replicaTimeout bounds one Replicate call.
+const replicaTimeout = 10 * time.Second
+
+// replicaWarnEvery spaces the warnings about dropped copies.
+const replicaWarnEvery = 10 * time.Second
+
+// replicator queues the copies of what this member stored for the other
+// holders of the paths. Its methods are safe for concurrent use; enqueue
+// never blocks. A nil replicator (no cluster) drops everything silently.
+type replicator struct {
+	queue    chan *owlv1.EpochCopy
+	dropped  prometheus.Counter
+	log      *slog.Logger
+	lastWarn atomic.Int64 // unix ns of the last warning about drops
+}
+
+func newReplicator(m *metrics, log *slog.Logger) *replicator {
+	return &replicator{queue: make(chan *owlv1.EpochCopy, replicaQueueLen), dropped: m.replicaDropped, log: log}
+}
+
+// enqueue queues copies to send; when the queue is full they are dropped.
+func (r *replicator) enqueue(copies ...*owlv1.EpochCopy) {
+	if r == nil {
+		return
+	}
+	for _, ec := range copies {
+		select {
+		case r.queue <- ec:
+		default:
+			r.drop(1, "the replication queue is full", "path", ec.GetPath(), "epoch", ec.GetEpoch())
+		}
+	}
+}
+
+// enqueueWrite queues the copies of what a store.Write of the epoch
+// worker holds (writeCopies).
+func (r *replicator) enqueueWrite(w store.Write) {
+	if r != nil {
+		r.enqueue(writeCopies(w)...)
+	}
+}
+
+// drop counts copies not sent, with a warning at most every
+// replicaWarnEvery.
+func (r *replicator) drop(n int, why string, args ...any) {
+	r.dropped.Add(float64(n))
+	now, last := time.Now().UnixNano(), r.lastWarn.Load()
+	if now-last < int64(replicaWarnEvery) || !r.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	r.log.Warn("replication: copies dropped, catch-up repairs the replica after the next change of members",
+		append([]any{"copies", n, "why", why}, args...)...)
+}
+
+// next waits for a copy and returns it with those queued behind it, up to
+// replicaBatchCopies; false when ctx ends first.
+func (r *replicator) next(ctx context.Context) ([]*owlv1.EpochCopy, bool) {
+	var batch []*owlv1.EpochCopy
+	select {
+	case <-ctx.Done():
+		return nil, false
+	case ec := <-r.queue:
+		batch = append(batch, ec)
+	}
+	for len(batch) < replicaBatchCopies {
+		select {
+		case ec := <-r.queue:
+			batch = append(batch, ec)
+		default:
+			return batch, true
+		}
+	}
+	return batch, true
+}
+
+// writeCopies are the copies of what one store.Write of the epoch worker
+// holds, one per epoch: the epoch reconciled, and its neighbours whose
+// results boundary matching changed. Their sides are used up (done). The
+// results are cloned: boundary matching changes them later.
+func writeCopies(w store.Write) []*owlv1.EpochCopy {
+	var out []*owlv1.EpochCopy
+	by := map[store.EpochRef]*owlv1.EpochCopy{}
+	get := func(ref store.EpochRef) *owlv1.EpochCopy {
+		if ec := by[ref]; ec != nil {
+			return ec
+		}
+		ec := &owlv1.EpochCopy{Path: ref.Path, Epoch: ref.Epoch, Done: true}
+		by[ref] = ec
+		out = append(out, ec)
+		return ec
+	}
+	for _, r := range w.Results {
+		get(store.EpochRef{Path: r.GetPath(), Epoch: r.GetEpoch()}).Result = proto.CloneOf(r)
+	}
+	for _, f := range w.Flows {
+		ec := get(store.EpochRef{Path: f.Stats.GetPath(), Epoch: f.Stats.GetEpoch()})
+		ec.Flows = append(ec.Flows, &owlv1.StoredFlow{Hash: f.Hash, Stats: f.Stats})
+	}
+	for _, p := range w.LDS {
+		ec := get(p.EpochRef)
+		ec.LdsUp, ec.LdsDown = p.Up, p.Down
+	}
+	for _, b := range w.Boundaries {
+		get(b.EpochRef).Boundary = b.Data
+	}
+	return out
+}
+
+// sideCopy is the copy of a lone side just stored.
+func sideCopy(p store.Pending) *owlv1.EpochCopy {
+	return &owlv1.EpochCopy{Path: p.Report.GetPath(), Epoch: p.Report.GetEpoch(),
+		Lone: []*owlv1.LoneSide{{Probe: p.Probe, Received: timestamppb.New(p.Received), Report: p.Report}}}
+}
+
+// replicaTargets are the members a copy goes to: the holders of its path
+// other than this member. Results go to both (this member may have lost
+// the path meanwhile: the new holders get them); lone sides, and the
+// word that they are gone, only from the owner to the second holder, so
+// that they never touch the copies another owner sent.
+func (c *Collector) replicaTargets(ec *owlv1.EpochCopy) []cluster.Member {
+	hs := c.cl.Holders(ec.GetPath(), 2)
+	if ec.GetResult() == nil {
+		if len(hs) == 2 && hs[0].Self {
+			return hs[1:]
+		}
+		return nil
+	}
+	var out []cluster.Member
+	for _, m := range hs {
+		if !m.Self {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// replicateLoop sends the queued copies to their members until ctx ends.
+func (c *Collector) replicateLoop(ctx context.Context) {
+	for {
+		batch, ok := c.repl.next(ctx)
+		if !ok {
+			return
+		}
+		c.sendCopies(ctx, batch)
+	}
+}
+
+// sendCopies sends a batch of copies, grouped by member, in messages of
+// at most half the message bound each.
+func (c *Collector) sendCopies(ctx context.Context, batch []*owlv1.EpochCopy) {
+	var order []cluster.Member
+	groups := map[string][]*owlv1.EpochCopy{}
+	for _, ec := range batch {
+		for _, m := range c.replicaTargets(ec) {
+			if groups[m.Name] == nil {
+				order = append(order, m)
+			}
+			groups[m.Name] = append(groups[m.Name], ec)
+		}
+	}
+	for _, m := range order {
+		for _, chunk := range chunks(groups[m.Name], c.cfg.MaxMessageBytes/2) {
+			c.sendChunk(ctx, m, chunk)
+		}
+	}
+}
+
+// chunks splits copies into runs of at most maxBytes each (a copy larger
+// than that alone).
+func chunks(copies []*owlv1.EpochCopy, maxBytes int) [][]*owlv1.EpochCopy {
+	var out [][]*owlv1.EpochCopy
+	var cur []*owlv1.EpochCopy
+	size := 0
+	for _, ec := range copies {
+		n := proto.Size(ec)
+		if len(cur) > 0 && size+n > maxBytes {
+			out, cur, size = append(out, cur), nil, 0
+		}
+		cur, size = append(cur, ec), size+n
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// sendChunk sends one Replicate call; copies it fails to deliver are
+// dropped.
+func (c *Collector) sendChunk(ctx context.Context, m cluster.Member, chunk []*owlv1.EpochCopy) {
+	ctx, cancel := context.WithTimeout(ctx, replicaTimeout)
+	defer cancel()
+	conn, err := c.peers.get(m.GRPC)
+	if err == nil {
+		_, err = owlv1.NewClusterServiceClient(conn).Replicate(ctx, &owlv1.ReplicateRequest{From: c.cl.Name(), Epochs: chunk})
+	}
+	if err != nil {
+		c.repl.drop(len(chunk), "a member did not take them", "member", m.Name, "err", err)
+		return
+	}
+	c.m.replicated.Add(float64(len(chunk)))
+}
