@@ -74,6 +74,11 @@ func (r *router) run(ctx context.Context) error {
 	r.mu.Lock()
 	r.ctx = ctx
 	err := r.start(r.seed)
+	if err == nil {
+		// Owners known before (the path configuration a restarted
+		// probe kept) get their clients now.
+		r.reroute(map[string]string{}, "")
+	}
 	r.mu.Unlock()
 	if err != nil {
 		return err

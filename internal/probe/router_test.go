@@ -207,3 +207,37 @@ func (routingOnly) setRDASize(*owlv1.RDASize) error                   { return n
 func (routingOnly) fetch(*owlv1.FetchRequest) *owlv1.FetchReply       { return nil }
 func (routingOnly) rebuild(*owlv1.RebuildRequest) *owlv1.RebuildReply { return nil }
 func (routingOnly) release(string, int64)                             {}
+
+// TestRouterStartsKnownOwners: owners known before the router runs (the
+// path configuration a restarted probe kept) get their streams at once,
+// even when the collector's configuration then says the same.
+func TestRouterStartsKnownOwners(t *testing.T) {
+	a, b := startFake(t), startFake(t)
+	both := owners(a.addr, b.addr)
+	a.setConfig(both, false)
+	b.setConfig(both, false)
+	sp := newSpool(100, 1<<30)
+	var r *router
+	r = newRouter(a.addr, quiet, func() *client {
+		return &client{log: quiet, spool: sp, reconnectMax: 100 * time.Millisecond, h: routingOnly{r}}
+	})
+	r.update(both) // before run, as a kept configuration is
+	sp.add(&owlv1.EpochReport{Path: "p2", Epoch: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for sp.len() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the report of B's path never reached B (B has %v)", b.epochs("p2"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := b.epochs("p2"); len(got) != 1 {
+		t.Errorf("B has p2 %v, want [1]", got)
+	}
+}
