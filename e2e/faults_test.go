@@ -72,7 +72,7 @@ func TestProbeKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	waitConnected(ctx, t, q, 2)
-	time.Sleep(300 * time.Millisecond) // sockets open after the path configuration
+	waitCapturing(t, pa, pb)
 
 	replay := exec.Command("tcpreplay", "-q", "-i", a, "--pps", "2000", "--loop", "0", "../testdata/trace.pcap")
 	if err := replay.Start(); err != nil {
@@ -154,6 +154,22 @@ func checkWhole(t *testing.T, s *owlv1.PathStats) {
 	up, down := s.GetUpstreamCounters().GetPackets(), s.GetDownstreamCounters().GetPackets()
 	if s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || s.GetEstimator() != "rda" || s.GetLost() != 0 || up != down || up == 0 {
 		t.Errorf("epoch %d: %v %s lost %.0f, up %d down %d: %s", s.GetEpoch(), s.GetStatus(), s.GetEstimator(), s.GetLost(), up, down, s.GetDetail())
+	}
+}
+
+// waitCapturing waits until live probes have their capture sockets open
+// (after the path configuration came): traffic sent before is not seen,
+// and the epoch of the start is partial.
+func waitCapturing(t *testing.T, ps ...*harness.Proc) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, p := range ps {
+		for !strings.Contains(p.Log(), "msg=capturing") {
+			if time.Now().After(deadline) || p.Exited() {
+				t.Fatalf("%s is not capturing:\n%s", p.Name, tail(p.Log()))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 

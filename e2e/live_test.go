@@ -86,7 +86,7 @@ func TestLiveProbes(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond) // sockets open after the path configuration
+	waitCapturing(t, pa, pb)
 
 	dump := filepath.Join(dir, "b.pcap")
 	td := exec.Command("tcpdump", "-i", b, "-s", "0", "-U", "-w", dump, "-q")
