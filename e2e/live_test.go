@@ -87,6 +87,8 @@ func TestLiveProbes(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	waitCapturing(t, pa, pb)
+	// The epoch the probes started in is partial: traffic begins in the next.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
 
 	dump := filepath.Join(dir, "b.pcap")
 	td := exec.Command("tcpdump", "-i", b, "-s", "0", "-U", "-w", dump, "-q")
