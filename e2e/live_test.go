@@ -50,14 +50,7 @@ func TestLiveProbes(t *testing.T) {
 	env := newEnv(t)
 	dir := env.Dir
 	a, b := "owllivea", "owlliveb"
-	exec.Command("ip", "link", "del", a).Run()
-	sh(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
-	t.Cleanup(func() { exec.Command("ip", "link", "del", a).Run() })
-	for _, dev := range []string{a, b} {
-		sh(t, "ip", "link", "set", dev, "up")
-		exec.Command("ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off").Run()
-		os.WriteFile("/proc/sys/net/ipv6/conf/"+dev+"/disable_ipv6", []byte("1"), 0o644)
-	}
+	vethPair(t, a, b)
 	coll, addrs, err := env.StartCollector("collector", collectorYAML(filepath.Join(dir, "data"), "127.0.0.1:0", `  - name: a-to-b
     upstream: live-a
     downstream: live-b
