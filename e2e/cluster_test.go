@@ -374,24 +374,7 @@ func TestClusterFailover(t *testing.T) {
 	last := truths[len(truths)-1].Epoch
 	deadline = time.Now().Add(30 * time.Second)
 	for _, n := range names {
-		var by map[int64]*owlv1.PathStats
-		for {
-			r, err := q0.GetPathStats(context.Background(), &owlv1.GetPathStatsRequest{Path: n})
-			by = map[int64]*owlv1.PathStats{}
-			complete := err == nil && r.GetNote() == ""
-			for _, s := range r.GetStats() {
-				by[s.GetEpoch()] = s
-			}
-			for _, tr := range truths {
-				if s := by[tr.Epoch]; s == nil || s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
-					complete = false
-				}
-			}
-			if complete || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		by := waitAnswered(q0, n, truths, deadline)
 		unmatched := 0
 		for _, tr := range truths {
 			s := by[tr.Epoch]
