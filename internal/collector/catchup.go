@@ -1,13 +1,13 @@
 package collector
 
 import (
-	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/fnv"
 	"io"
 	"math"
 	"slices"
-	"sort"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -22,14 +22,21 @@ import (
 // Catch-up repairs what replication missed: after each change of
 // members (and once after joining), for every path this member holds
 // (owner or replica), it asks each other member for the path's stored
-// epochs whose complete results it lacks (ClusterService.Export) and
-// stores them like replicated copies. A member that comes back, on its
+// epochs in the blocks of epochs where their results differ
+// (ClusterService.Export: digests of each block of 256 epochs are
+// compared) and stores them like replicated copies, keeping the newer of
+// two results of an epoch (newerResult): a copy of a result that
+// boundary matching changed later may have been dropped. A member that comes back, on its
 // data or on none, gets the history it missed; a new replica gets its
 // path's history; copies dropped on the way are fetched again. One round
 // runs at a time, in the background, bounded by catchUpTimeout.
 
 // catchUpTimeout bounds one round of catch-up.
 const catchUpTimeout = 5 * time.Minute
+
+// exportBlock is the length, in epochs, of the blocks catch-up compares
+// by digest.
+const exportBlock = 256
 
 // exportBatch is how many epochs Export reads from the store at a time,
 // and catch-up stores in one transaction.
@@ -89,21 +96,21 @@ func (c *Collector) catchUp(ctx context.Context) {
 	}
 }
 
-// catchUpFrom fetches from member m the stored epochs of path whose
-// complete results this member lacks, and returns how many results it
-// stored.
+// catchUpFrom fetches from member m the stored epochs of path in the
+// blocks where its results differ from this member's, and returns how
+// many results it stored (storeCopies keeps the newer of two).
 func (c *Collector) catchUpFrom(ctx context.Context, path string, m cluster.Member) (int, error) {
-	held, err := c.store.HeldSpans(path, func(r *owlv1.PathStats) bool { return !missingSide(r) })
-	if err != nil {
-		return 0, err
-	}
-	conn, err := c.peers.get(m.GRPC)
+	digests, err := c.store.Digests(path, exportBlock, resultDigest)
 	if err != nil {
 		return 0, err
 	}
 	req := &owlv1.ExportRequest{Path: path}
-	for _, s := range held {
-		req.Held = append(req.Held, &owlv1.EpochSpan{First: s.First, Last: s.Last})
+	for first, d := range digests {
+		req.Blocks = append(req.Blocks, &owlv1.EpochBlock{First: first, Digest: d})
+	}
+	conn, err := c.peers.get(m.GRPC)
+	if err != nil {
+		return 0, err
 	}
 	stream, err := owlv1.NewClusterServiceClient(conn).Export(ctx, req)
 	if err != nil {
@@ -133,17 +140,32 @@ func (c *Collector) catchUpFrom(ctx context.Context, path string, m cluster.Memb
 	}
 }
 
-// Export streams the path's stored epochs that the caller does not hold,
-// oldest first, each with its per-flow results, sketches and boundary
-// record.
+// Export streams the path's stored epochs in the blocks whose digest
+// differs from the caller's (or that the caller does not have), oldest
+// first, each with its per-flow results, sketches and boundary record.
 func (s clusterService) Export(req *owlv1.ExportRequest, stream owlv1.ClusterService_ExportServer) error {
 	if s.c.paths[req.GetPath()] == nil {
 		return status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
 	}
-	held := newSpanSet(req.GetHeld())
+	mine, err := s.c.store.Digests(req.GetPath(), exportBlock, resultDigest)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	for _, b := range req.GetBlocks() {
+		if mine[b.GetFirst()] == b.GetDigest() {
+			delete(mine, b.GetFirst())
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	skip := func(epoch int64) bool {
+		_, send := mine[store.BlockOf(epoch, exportBlock)]
+		return !send
+	}
 	from := int64(math.MinInt64)
 	for {
-		eps, err := s.c.store.StoredEpochs(req.GetPath(), from, exportBatch, held.has)
+		eps, err := s.c.store.StoredEpochs(req.GetPath(), from, exportBatch, skip)
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
@@ -159,6 +181,30 @@ func (s clusterService) Export(req *owlv1.ExportRequest, stream owlv1.ClusterSer
 	}
 }
 
+// resultDigest digests what tells two copies of a result apart: what
+// boundary matching changes, and what differs between members that
+// computed the epoch from different sides.
+func resultDigest(r *owlv1.PathStats) uint64 {
+	h := fnv.New64a()
+	var b []byte
+	for _, v := range []uint64{uint64(r.GetEpoch()), uint64(r.GetStatus()), r.GetSamples(), math.Float64bits(r.GetLost()),
+		r.GetBoundaryMatched(), r.GetReordered(), math.Float64bits(r.GetMeanNs())} {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	h.Write(b)
+	return h.Sum64()
+}
+
+// newerResult says whether a's boundary matching went further than b's:
+// matching only ever adds to a result's boundary-matched packets and
+// takes from its reordered ones.
+func newerResult(a, b *owlv1.PathStats) bool {
+	if a.GetBoundaryMatched() != b.GetBoundaryMatched() {
+		return a.GetBoundaryMatched() > b.GetBoundaryMatched()
+	}
+	return a.GetReordered() < b.GetReordered()
+}
+
 // storedCopy is the copy of a stored epoch. Its sides are used up when
 // its result is complete.
 func storedCopy(path string, se store.StoredEpoch) *owlv1.EpochCopy {
@@ -171,34 +217,4 @@ func storedCopy(path string, se store.StoredEpoch) *owlv1.EpochCopy {
 		ec.LdsUp, ec.LdsDown = se.LDS.Up, se.LDS.Down
 	}
 	return ec
-}
-
-// spanSet is a set of epochs as sorted spans that do not overlap.
-type spanSet []store.Span
-
-// newSpanSet sorts and joins spans (those with last before first are
-// left out).
-func newSpanSet(spans []*owlv1.EpochSpan) spanSet {
-	var out spanSet
-	for _, s := range spans {
-		if s.GetFirst() <= s.GetLast() {
-			out = append(out, store.Span{First: s.GetFirst(), Last: s.GetLast()})
-		}
-	}
-	slices.SortFunc(out, func(a, b store.Span) int { return cmp.Compare(a.First, b.First) })
-	joined := out[:0]
-	for _, s := range out {
-		if n := len(joined); n > 0 && (s.First <= joined[n-1].Last || s.First-1 == joined[n-1].Last) {
-			joined[n-1].Last = max(joined[n-1].Last, s.Last)
-			continue
-		}
-		joined = append(joined, s)
-	}
-	return joined
-}
-
-// has says whether epoch is in the set.
-func (ss spanSet) has(epoch int64) bool {
-	i := sort.Search(len(ss), func(i int) bool { return ss[i].Last >= epoch })
-	return i < len(ss) && ss[i].First <= epoch
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -120,6 +121,10 @@ func forwarded(ctx context.Context) bool {
 	return ok && len(md.Get(forwardedKey)) > 0
 }
 
+// peerMaxBackoff bounds the wait between attempts to reconnect to a
+// member.
+const peerMaxBackoff = 2 * time.Second
+
 // peerConns are the gRPC connections to the other collectors.
 type peerConns struct {
 	maxMessageBytes int
@@ -145,7 +150,12 @@ func (p *peerConns) get(addr string) (*grpc.ClientConn, error) {
 	if conn := p.conns[addr]; conn != nil {
 		return conn, nil
 	}
+	// Members restart in seconds: reconnect within peerMaxBackoff, not
+	// gRPC's default of up to two minutes.
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = peerMaxBackoff
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: peerMaxBackoff}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.maxMessageBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("collector %s: %w", addr, err)

@@ -28,18 +28,19 @@ func (s clusterService) Replicate(_ context.Context, req *owlv1.ReplicateRequest
 // storeCopies stores, in one transaction, copies of what other members
 // stored, and returns how many results it wrote. Results, per-flow
 // results, sketches and boundary records go where this member's own go,
-// as they came; a result missing a side never replaces a stored one.
+// as they came; a result missing a side never replaces a stored one, nor
+// does one older than the stored one (newerResult).
 // Lone sides go to replica-pending, and an epoch done takes its copies of
 // lone sides out. Copies of paths not configured here, or whose parts
 // name another path or epoch, are left out.
 func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
 	kept := 0
-	w := store.Write{Keep: func(_, incoming *owlv1.PathStats) bool {
-		if missingSide(incoming) {
+	w := store.Write{Keep: func(stored, incoming *owlv1.PathStats) bool {
+		keep := missingSide(incoming) || !missingSide(stored) && newerResult(stored, incoming)
+		if keep {
 			kept++
-			return true
 		}
-		return false
+		return keep
 	}}
 	newest := map[string]int64{}
 	for _, ec := range copies {

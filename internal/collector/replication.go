@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -226,7 +227,9 @@ func (c *Collector) sendChunk(ctx context.Context, m cluster.Member, chunk []*ow
 	defer cancel()
 	conn, err := c.peers.get(m.GRPC)
 	if err == nil {
-		_, err = owlv1.NewClusterServiceClient(conn).Replicate(ctx, &owlv1.ReplicateRequest{From: c.cl.Name(), Epochs: chunk})
+		// A member back from a restart takes the copies as soon as the
+		// connection is up again, within replicaTimeout.
+		_, err = owlv1.NewClusterServiceClient(conn).Replicate(ctx, &owlv1.ReplicateRequest{From: c.cl.Name(), Epochs: chunk}, grpc.WaitForReady(true))
 	}
 	if err != nil {
 		c.repl.drop(len(chunk), "a member did not take them", "member", m.Name, "err", err)

@@ -373,16 +373,58 @@ func TestStoreCopies(t *testing.T) {
 	}
 }
 
-// TestSpanSet checks the epochs an Export leaves out.
-func TestSpanSet(t *testing.T) {
-	ss := newSpanSet([]*owlv1.EpochSpan{{First: 5, Last: 7}, {First: 1, Last: 2}, {First: 3, Last: 3}, {First: 6, Last: 9}, {First: 20, Last: 10}, {First: 12, Last: 12}})
-	if want := (spanSet{{First: 1, Last: 3}, {First: 5, Last: 9}, {First: 12, Last: 12}}); !slices.Equal(ss, want) {
-		t.Errorf("spans %v, want %v", ss, want)
+// TestCatchUpTakesNewerResult: the copy of a result that boundary
+// matching changed on the owner did not reach the replica; catch-up
+// finds that their results differ and fetches the newer one, and an
+// older copy never replaces a newer result, on either member.
+func TestCatchUpTakesNewerResult(t *testing.T) {
+	path := heldBy(t, []string{"c0", "c1"}, "c0", "c1")
+	cfg := replicaConfig(t, path)
+	c0, a0 := runMember(t, cfg, "c0", "")
+	cfg.DataDir = t.TempDir()
+	c1, _ := runMember(t, cfg, "c1", a0.Gossip)
+	waitMembers(t, 2, c0, c1)
+	want := pairEpochs(t, c0, path, 3)
+	waitFor(t, "the replica's results", func() bool { return sameResults(c1.store, want) })
+
+	old := want[1]
+	newer := proto.CloneOf(old)
+	newer.BoundaryMatched, newer.Lost, newer.Samples = 1, old.GetLost()-1, old.GetSamples()+1
+	if err := c0.store.Apply(store.Write{Results: []*owlv1.PathStats{newer}}); err != nil {
+		t.Fatal(err)
 	}
-	for e, want := range map[int64]bool{0: false, 1: true, 3: true, 4: false, 5: true, 9: true, 10: false, 11: false, 12: true, 13: false, 15: false} {
-		if ss.has(e) != want {
-			t.Errorf("has(%d) = %t", e, !want)
+	want[1] = newer
+	c1.catchUp(context.Background())
+	if !sameResults(c1.store, want) {
+		r, _ := c1.store.Result(path, old.GetEpoch())
+		t.Errorf("after catch-up the replica has %v, want %v", r, newer)
+	}
+	c0.catchUp(context.Background())
+	if n, err := c1.storeCopies([]*owlv1.EpochCopy{{Path: path, Epoch: old.GetEpoch(), Result: old, Done: true}}); err != nil || n != 0 {
+		t.Errorf("an older copy: %d results stored, %v", n, err)
+	}
+	for _, c := range []*Collector{c0, c1} {
+		if !sameResults(c.store, want) {
+			r, _ := c.store.Result(path, old.GetEpoch())
+			t.Errorf("%s has %v, want %v", c.cl.Name(), r, newer)
 		}
+	}
+}
+
+// TestStoreCopiesReplaceMissing: a complete result replaces a stored one
+// missing a side whatever their boundary matching.
+func TestStoreCopiesReplaceMissing(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	defer c.Close()
+	missing := &owlv1.PathStats{Path: "p", Epoch: 1, Status: owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM}
+	ok := &owlv1.PathStats{Path: "p", Epoch: 1, Status: owlv1.ResultStatus_RESULT_STATUS_OK, MeanNs: 7, Reordered: 3}
+	for _, r := range []*owlv1.PathStats{missing, ok} {
+		if _, err := c.storeCopies([]*owlv1.EpochCopy{{Path: "p", Epoch: 1, Result: r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, _ := c.store.Result("p", 1); !proto.Equal(r, ok) {
+		t.Errorf("stored %v, want %v", r, ok)
 	}
 }
 

@@ -80,15 +80,11 @@ func (s *Store) PruneReplicaPending(before time.Time) (int, error) {
 	return n, err
 }
 
-// Span is the epochs First to Last, both included.
-type Span struct {
-	First, Last int64
-}
-
-// HeldSpans returns, oldest first, the spans of consecutive epochs of a
-// path whose stored result held says yes to.
-func (s *Store) HeldSpans(path string, held func(*owlv1.PathStats) bool) ([]Span, error) {
-	var out []Span
+// Digests sums, for each block of blockLen epochs of a path (keyed by its
+// first epoch, a multiple of blockLen), digest of each stored result in
+// it.
+func (s *Store) Digests(path string, blockLen int64, digest func(*owlv1.PathStats) uint64) (map[int64]uint64, error) {
+	out := map[int64]uint64{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketResults).Cursor()
 		end := epochKey(path, math.MaxInt64)
@@ -97,19 +93,21 @@ func (s *Store) HeldSpans(path string, held func(*owlv1.PathStats) bool) ([]Span
 			if err := proto.Unmarshal(v, r); err != nil {
 				return fmt.Errorf("result %x: %w", k, err)
 			}
-			if !held(r) {
-				continue
-			}
-			e := keyEpoch(k)
-			if n := len(out); n > 0 && out[n-1].Last == e-1 {
-				out[n-1].Last = e
-				continue
-			}
-			out = append(out, Span{e, e})
+			out[BlockOf(keyEpoch(k), blockLen)] += digest(r)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// BlockOf is the first epoch of the block of blockLen epochs that holds
+// epoch.
+func BlockOf(epoch, blockLen int64) int64 {
+	b := epoch / blockLen * blockLen
+	if b > epoch {
+		b -= blockLen
+	}
+	return b
 }
 
 // keyEpoch is the epoch at the end of an epochKey.

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -107,24 +108,26 @@ func TestApplyKeep(t *testing.T) {
 	}
 }
 
-func TestHeldSpans(t *testing.T) {
+func TestDigests(t *testing.T) {
 	s := openTest(t)
-	for _, e := range []int64{-1, 0, 1, 2, 3, 5, 7, 8} {
-		r := &owlv1.PathStats{Path: "p", Epoch: e, Status: owlv1.ResultStatus_RESULT_STATUS_OK}
-		if e == 3 || e == 0 {
-			r.Status = owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM
-		}
-		if err := s.PutResult(r, false); err != nil {
+	for _, e := range []int64{-300, -1, 0, 255, 256} {
+		if err := s.PutResult(&owlv1.PathStats{Path: "p", Epoch: e}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_ = s.PutResult(&owlv1.PathStats{Path: "p2", Epoch: 4, Status: owlv1.ResultStatus_RESULT_STATUS_OK}, false)
-	got, err := s.HeldSpans("p", func(r *owlv1.PathStats) bool { return r.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_OK })
-	if want := []Span{{-1, -1}, {1, 2}, {5, 5}, {7, 8}}; err != nil || !slices.Equal(got, want) {
-		t.Errorf("spans %v, %v; want %v", got, err, want)
+	_ = s.PutResult(&owlv1.PathStats{Path: "p2", Epoch: 4}, false)
+	got, err := s.Digests("p", 256, func(r *owlv1.PathStats) uint64 { return uint64(r.GetEpoch() + 1000) })
+	want := map[int64]uint64{-512: 700, -256: 999, 0: 1000 + 1255, 256: 1256}
+	if err != nil || !maps.Equal(got, want) {
+		t.Errorf("digests %v, %v; want %v", got, err, want)
 	}
-	if got, err := s.HeldSpans("none", func(*owlv1.PathStats) bool { return true }); len(got) != 0 || err != nil {
-		t.Errorf("spans of a path without results: %v, %v", got, err)
+	if got, err := s.Digests("none", 256, func(*owlv1.PathStats) uint64 { return 1 }); len(got) != 0 || err != nil {
+		t.Errorf("digests of a path without results: %v, %v", got, err)
+	}
+	for e, want := range map[int64]int64{0: 0, 1: 0, 255: 0, 256: 256, -1: -256, -256: -256, -257: -512} {
+		if got := BlockOf(e, 256); got != want {
+			t.Errorf("BlockOf(%d) = %d, want %d", e, got, want)
+		}
 	}
 }
 

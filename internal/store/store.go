@@ -304,7 +304,8 @@ type Write struct {
 	// flow (PruneFlows removes them).
 	LDS []LDSPair
 	// Keep, when set, is asked about each result that would replace a
-	// stored one of the same epoch: true keeps the stored one.
+	// stored one of the same epoch: true keeps the stored one, and the
+	// stored boundary record with it.
 	Keep func(stored, incoming *owlv1.PathStats) bool
 	// ReplicaDone lists epochs whose copies of lone sides, kept for
 	// another member, are used up; they go before ReplicaPending is added.
@@ -357,11 +358,13 @@ func (s *Store) Apply(w Write) error {
 		replicas[i] = v
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
+		var kept map[EpochRef]bool
+		var err error
 		steps := []func() error{
 			func() error { return putFlows(tx, w.Flows, flowVals) },
 			func() error { return putLDS(tx, w.LDS) },
-			func() error { return putResults(tx, w.Results, vals, w.Keep) },
-			func() error { return putBoundaries(tx, w.Boundaries, w.DropBoundaries) },
+			func() error { kept, err = putResults(tx, w.Results, vals, w.Keep); return err },
+			func() error { return putBoundaries(tx, w.Boundaries, w.DropBoundaries, kept) },
 			func() error { return deleteSides(tx.Bucket(bucketPending), w.Done) },
 			func() error { return deleteSides(tx.Bucket(bucketReplicaPending), w.ReplicaDone) },
 			func() error { return putSides(tx.Bucket(bucketReplicaPending), w.ReplicaPending, replicas) },
@@ -400,28 +403,34 @@ func putLDS(tx *bolt.Tx, ps []LDSPair) error {
 }
 
 // putResults stores results (vals are their encodings), leaving a stored
-// one in place where keep says so.
-func putResults(tx *bolt.Tx, rs []*owlv1.PathStats, vals [][]byte, keep func(stored, incoming *owlv1.PathStats) bool) error {
+// one in place where keep says so, and returns the epochs it left.
+func putResults(tx *bolt.Tx, rs []*owlv1.PathStats, vals [][]byte, keep func(stored, incoming *owlv1.PathStats) bool) (map[EpochRef]bool, error) {
 	b := tx.Bucket(bucketResults)
+	kept := map[EpochRef]bool{}
 	for i, r := range rs {
 		k := epochKey(r.GetPath(), r.GetEpoch())
 		if old := b.Get(k); keep != nil && old != nil {
 			stored := &owlv1.PathStats{}
 			if err := proto.Unmarshal(old, stored); err == nil && keep(stored, r) {
+				kept[EpochRef{Path: r.GetPath(), Epoch: r.GetEpoch()}] = true
 				continue
 			}
 		}
 		if err := b.Put(k, vals[i]); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return kept, nil
 }
 
-// putBoundaries stores boundary records, then drops those in drop.
-func putBoundaries(tx *bolt.Tx, bs []Boundary, drop []EpochRef) error {
+// putBoundaries stores boundary records, but not those of the epochs in
+// kept (whose stored results stayed), then drops those in drop.
+func putBoundaries(tx *bolt.Tx, bs []Boundary, drop []EpochRef, kept map[EpochRef]bool) error {
 	b := tx.Bucket(bucketBoundary)
 	for _, x := range bs {
+		if kept[x.EpochRef] {
+			continue // the stored result stays, and its record with it
+		}
 		if err := b.Put(epochKey(x.Path, x.Epoch), x.Data); err != nil {
 			return err
 		}

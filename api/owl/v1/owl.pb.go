@@ -634,8 +634,10 @@ func (*ReplicateResponse) Descriptor() ([]byte, []int) {
 type ExportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	// held are the epochs the caller has complete results of already.
-	Held          []*EpochSpan `protobuf:"bytes,2,rep,name=held,proto3" json:"held,omitempty"`
+	// blocks are the caller's digests of its stored results, per block of
+	// epochs; Export sends the epochs of every block whose digest differs
+	// from its own, and of every block the caller did not name.
+	Blocks        []*EpochBlock `protobuf:"bytes,3,rep,name=blocks,proto3" json:"blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -677,36 +679,38 @@ func (x *ExportRequest) GetPath() string {
 	return ""
 }
 
-func (x *ExportRequest) GetHeld() []*EpochSpan {
+func (x *ExportRequest) GetBlocks() []*EpochBlock {
 	if x != nil {
-		return x.Held
+		return x.Blocks
 	}
 	return nil
 }
 
-// EpochSpan is the epochs first to last, both included.
-type EpochSpan struct {
+// EpochBlock is the digest of a path's stored results in the block of
+// epochs that starts at first (a multiple of the block length the
+// members agree on, 256).
+type EpochBlock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	First         int64                  `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
-	Last          int64                  `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	Digest        uint64                 `protobuf:"fixed64,2,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *EpochSpan) Reset() {
-	*x = EpochSpan{}
+func (x *EpochBlock) Reset() {
+	*x = EpochBlock{}
 	mi := &file_owl_v1_owl_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *EpochSpan) String() string {
+func (x *EpochBlock) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*EpochSpan) ProtoMessage() {}
+func (*EpochBlock) ProtoMessage() {}
 
-func (x *EpochSpan) ProtoReflect() protoreflect.Message {
+func (x *EpochBlock) ProtoReflect() protoreflect.Message {
 	mi := &file_owl_v1_owl_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -718,21 +722,21 @@ func (x *EpochSpan) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use EpochSpan.ProtoReflect.Descriptor instead.
-func (*EpochSpan) Descriptor() ([]byte, []int) {
+// Deprecated: Use EpochBlock.ProtoReflect.Descriptor instead.
+func (*EpochBlock) Descriptor() ([]byte, []int) {
 	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *EpochSpan) GetFirst() int64 {
+func (x *EpochBlock) GetFirst() int64 {
 	if x != nil {
 		return x.First
 	}
 	return 0
 }
 
-func (x *EpochSpan) GetLast() int64 {
+func (x *EpochBlock) GetDigest() uint64 {
 	if x != nil {
-		return x.Last
+		return x.Digest
 	}
 	return 0
 }
@@ -5161,13 +5165,14 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x10ReplicateRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12)\n" +
 	"\x06epochs\x18\x02 \x03(\v2\x11.owl.v1.EpochCopyR\x06epochs\"\x13\n" +
-	"\x11ReplicateResponse\"J\n" +
+	"\x11ReplicateResponse\"U\n" +
 	"\rExportRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12%\n" +
-	"\x04held\x18\x02 \x03(\v2\x11.owl.v1.EpochSpanR\x04held\"5\n" +
-	"\tEpochSpan\x12\x14\n" +
-	"\x05first\x18\x01 \x01(\x03R\x05first\x12\x12\n" +
-	"\x04last\x18\x02 \x01(\x03R\x04last\"`\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
+	"\x06blocks\x18\x03 \x03(\v2\x12.owl.v1.EpochBlockR\x06blocksJ\x04\b\x02\x10\x03\":\n" +
+	"\n" +
+	"EpochBlock\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x03R\x05first\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\x06R\x06digest\"`\n" +
 	"\x12TakePendingRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
@@ -5598,7 +5603,7 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*ReplicateRequest)(nil),               // 8: owl.v1.ReplicateRequest
 	(*ReplicateResponse)(nil),              // 9: owl.v1.ReplicateResponse
 	(*ExportRequest)(nil),                  // 10: owl.v1.ExportRequest
-	(*EpochSpan)(nil),                      // 11: owl.v1.EpochSpan
+	(*EpochBlock)(nil),                     // 11: owl.v1.EpochBlock
 	(*TakePendingRequest)(nil),             // 12: owl.v1.TakePendingRequest
 	(*TakePendingResponse)(nil),            // 13: owl.v1.TakePendingResponse
 	(*ProbeMessage)(nil),                   // 14: owl.v1.ProbeMessage
@@ -5665,7 +5670,7 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	67, // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
 	25, // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	5,  // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
-	11, // 7: owl.v1.ExportRequest.held:type_name -> owl.v1.EpochSpan
+	11, // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
 	0,  // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
 	25, // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
 	15, // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
