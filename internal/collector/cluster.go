@@ -245,7 +245,8 @@ func fromEach[T any](ctx context.Context, c *Collector, ask func(context.Context
 
 // mergeResults joins per-epoch results of a path from several collectors:
 // one per epoch, a complete one (both sides paired) before one missing a
-// side, then the newest computed; the last limit epochs.
+// side, then the one whose boundary matching went furthest, then the
+// newest computed; the last limit epochs.
 func mergeResults(lists [][]*owlv1.PathStats, limit int) []*owlv1.PathStats {
 	best := map[int64]*owlv1.PathStats{}
 	for _, l := range lists {
@@ -272,6 +273,9 @@ func mergeResults(lists [][]*owlv1.PathStats, limit int) []*owlv1.PathStats {
 func better(a, b *owlv1.PathStats) bool {
 	if ma, mb := missingSide(a), missingSide(b); ma != mb {
 		return !ma
+	}
+	if newerResult(a, b) || newerResult(b, a) {
+		return newerResult(a, b)
 	}
 	return a.GetComputed().AsTime().After(b.GetComputed().AsTime())
 }

@@ -35,6 +35,19 @@ func TestMergeResults(t *testing.T) {
 	if got := mergeResults([][]*owlv1.PathStats{a, b}, 2); len(got) != 2 || got[0].GetEpoch() != 2 {
 		t.Errorf("limit 2 keeps %v, want the newest two epochs", got)
 	}
+	// Epoch 4, computed once: the copy after boundary matching beats the
+	// one before, whichever list it is in and whatever its time.
+	stale := &owlv1.PathStats{Epoch: 4, Status: ok, Computed: at(30), Lost: 2, Reordered: 1}
+	matched := &owlv1.PathStats{Epoch: 4, Status: ok, Computed: at(30), Lost: 1, BoundaryMatched: 1, Reordered: 1}
+	fewerReordered := &owlv1.PathStats{Epoch: 4, Status: ok, Computed: at(20), Lost: 1, BoundaryMatched: 1}
+	for _, lists := range [][][]*owlv1.PathStats{{{stale}, {matched}}, {{matched}, {stale}}} {
+		if got := mergeResults(lists, 1); len(got) != 1 || got[0] != matched {
+			t.Errorf("merged %v, want %v", got, matched)
+		}
+	}
+	if got := mergeResults([][]*owlv1.PathStats{{matched}, {fewerReordered}}, 1); len(got) != 1 || got[0] != fewerReordered {
+		t.Errorf("merged %v, want %v", got, fewerReordered)
+	}
 }
 
 func TestMergeProbes(t *testing.T) {
