@@ -335,6 +335,9 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork) {
 	switch {
 	case !out.Repaired:
 		res.Estimator = "rda-unrepaired"
+		if out.RepairErr != nil {
+			res.Detail = "decoded packets' buckets left out, their timestamps not fetched: " + out.RepairErr.Error()
+		}
 		return
 	case !out.Diff.Complete():
 		res.Estimator = "rda-partial"

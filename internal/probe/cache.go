@@ -1,9 +1,11 @@
 package probe
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
@@ -178,10 +180,72 @@ type cacheStore struct {
 	evicted     uint64
 	outstanding map[cacheKey]bool // reported, not yet released by the collector
 	disk        *disk             // nil: memory only
+	freed       chan struct{}     // closed, and replaced, when a cache goes
+
+	// Outstanding caches evicted (live capture cannot wait), the last
+	// lostKeep of them remembered, and repairs that then asked for one.
+	lostEvicted uint64
+	lost        map[cacheKey]bool
+	lostOrder   []cacheKey
+	lostAsked   uint64
+	waitedNS    int64 // time a file reader waited for room
 }
 
+// lostKeep bounds the evicted outstanding caches remembered.
+const lostKeep = 4096
+
 func newCacheStore(retention int, maxBytes int64) *cacheStore {
-	return &cacheStore{retention: retention, maxBytes: maxBytes, caches: map[cacheKey]*epochCache{}, outstanding: map[cacheKey]bool{}}
+	return &cacheStore{retention: retention, maxBytes: maxBytes, caches: map[cacheKey]*epochCache{},
+		outstanding: map[cacheKey]bool{}, freed: make(chan struct{}), lost: map[cacheKey]bool{}}
+}
+
+// waitRoom waits until the caches of open more epochs per path fit in the
+// budget without evicting one the collector has not released: a file
+// reader calls it before each new epoch, so that it never runs further
+// ahead of the collector than the caches reach. It returns at once when
+// no epoch is outstanding, and ctx's error when ctx ends first.
+func (s *cacheStore) waitRoom(ctx context.Context, open int) error {
+	var start time.Time
+	for {
+		s.mu.Lock()
+		room, freed := s.roomFor(open), s.freed
+		s.mu.Unlock()
+		if room {
+			if !start.IsZero() {
+				s.mu.Lock()
+				s.waitedNS += int64(time.Since(start))
+				s.mu.Unlock()
+			}
+			return nil
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-freed:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// roomFor says whether open more epochs of every path fit: no path keeps
+// more than retention−open caches, and the caches held, grown by open
+// more of their mean size per path, stay within the byte budget. s.mu is
+// held.
+func (s *cacheStore) roomFor(open int) bool {
+	if len(s.outstanding) == 0 || len(s.order) == 0 {
+		return true
+	}
+	per := map[string]int{}
+	most := 0
+	for _, k := range s.order {
+		per[k.path]++
+		most = max(most, per[k.path])
+	}
+	grown := s.bytes + s.bytes*int64(open*len(per))/int64(len(s.order))
+	return most+open <= s.retention && grown <= s.maxBytes
 }
 
 // put keeps a closed epoch's cache until the collector releases the epoch
@@ -254,8 +318,53 @@ func (s *cacheStore) drop(i int) {
 		if s.disk != nil {
 			s.disk.removeCache(k)
 		}
+		if s.outstanding[k] {
+			s.noteLost(k)
+		}
 	}
 	s.order = slices.Delete(s.order, i, i+1)
+	s.signal()
+}
+
+// signal wakes the file readers waiting for room. s.mu is held.
+func (s *cacheStore) signal() {
+	close(s.freed)
+	s.freed = make(chan struct{})
+}
+
+// noteLost counts and remembers a cache evicted before the collector
+// released its epoch. s.mu is held.
+func (s *cacheStore) noteLost(k cacheKey) {
+	s.lostEvicted++
+	if !s.lost[k] {
+		s.lost[k] = true
+		s.lostOrder = append(s.lostOrder, k)
+	}
+	if len(s.lostOrder) > lostKeep {
+		delete(s.lost, s.lostOrder[0])
+		s.lostOrder = s.lostOrder[1:]
+	}
+}
+
+// missing is the error of a repair that asked for a cache not held,
+// counted when the cache was evicted before the collector released it.
+func (s *cacheStore) missing(path string, epoch int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost[cacheKey{path, epoch}] {
+		s.lostAsked++
+		return fmt.Sprintf("the cache of path %q epoch %d was evicted before the collector released the epoch (cache budget: %d epochs per path, %d bytes): raise cache.retention_epochs or cache.max_bytes",
+			path, epoch, s.retention, s.maxBytes)
+	}
+	return fmt.Sprintf("no cache for path %q epoch %d (released, evicted or never seen)", path, epoch)
+}
+
+// lostCounts are the outstanding caches evicted, the repairs that asked
+// for one, and the seconds file readers waited for room.
+func (s *cacheStore) lostCounts() (evicted, asked uint64, waited float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lostEvicted, s.lostAsked, time.Duration(s.waitedNS).Seconds()
 }
 
 // release drops an epoch the collector is done with.
@@ -266,6 +375,8 @@ func (s *cacheStore) release(path string, epoch int64) {
 	delete(s.outstanding, k)
 	if i := slices.Index(s.order, k); i >= 0 {
 		s.drop(i)
+	} else {
+		s.signal()
 	}
 }
 
@@ -294,7 +405,7 @@ func (s *cacheStore) fetch(req *owlv1.FetchRequest) *owlv1.FetchReply {
 	rep := &owlv1.FetchReply{RequestId: req.GetRequestId()}
 	c := s.get(req.GetPath(), req.GetEpoch())
 	if c == nil {
-		rep.Error = fmt.Sprintf("no cache for path %q epoch %d (evicted or never seen)", req.GetPath(), req.GetEpoch())
+		rep.Error = s.missing(req.GetPath(), req.GetEpoch())
 		return rep
 	}
 	var entries []entry
@@ -318,7 +429,7 @@ func (s *cacheStore) rebuild(req *owlv1.RebuildRequest) *owlv1.RebuildReply {
 	c := s.get(req.GetPath(), req.GetEpoch())
 	switch {
 	case c == nil:
-		rep.Error = fmt.Sprintf("no cache for path %q epoch %d (evicted or never seen)", req.GetPath(), req.GetEpoch())
+		rep.Error = s.missing(req.GetPath(), req.GetEpoch())
 		return rep
 	case !c.complete:
 		rep.Error = fmt.Sprintf("cache of path %q epoch %d overflowed: cannot rebuild", req.GetPath(), req.GetEpoch())

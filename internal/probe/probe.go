@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -334,6 +335,9 @@ func (p *Probe) readFile(ctx context.Context, sc SourceConfig) error {
 	}
 	pacer := capture.NewPacer(sc.ReplaySpeed)
 	p.log.Info("reading capture", "file", sc.File, "link", src.LinkType(), "replay_speed", sc.ReplaySpeed)
+	pl := p.pipes[0]
+	ep := pl.window.Config()
+	next := int64(math.MinInt64) // start of the epoch after the last frame's
 	for {
 		f, err := src.Next()
 		if err == io.EOF {
@@ -345,7 +349,20 @@ func (p *Probe) readFile(ctx context.Context, sc SourceConfig) error {
 		if err := pacer.Wait(ctx, f.TimeNS); err != nil {
 			return err
 		}
-		p.pipes[0].frame(f.Data, f.TimeNS)
+		if f.TimeNS >= next {
+			// A new epoch: wait while its cache, and those of the
+			// epochs still open, would evict one not yet released.
+			e, _ := ep.Of(f.TimeNS)
+			next = ep.StartNS(e + 1)
+			t0 := time.Now()
+			if err := p.caches.waitRoom(ctx, pl.window.Open()+1); err != nil {
+				return err
+			}
+			if d := time.Since(t0); d > 10*time.Second {
+				p.log.Info("the file waited for the collector to release epochs (the repair caches were full)", "file", sc.File, "waited", d.Round(time.Millisecond))
+			}
+		}
+		pl.frame(f.Data, f.TimeNS)
 	}
 }
 
@@ -447,6 +464,12 @@ func (p *Probe) metrics() *prometheus.Registry {
 		})
 	gauge("owl_probe_clock_state", "State of the probe's clock: 0 synchronized, 1 holdover, 2 acquiring, 3 unsynchronized, 4 unknown.",
 		func(s ptp.Status) float64 { return float64(s.State) })
+	counter("owl_probe_cache_evicted_unreleased_total", "Repair caches evicted before the collector released their epoch (live capture cannot wait).",
+		func() float64 { n, _, _ := p.caches.lostCounts(); return float64(n) })
+	counter("owl_probe_cache_evicted_needed_total", "Repairs that asked for a cache evicted before the collector released its epoch.",
+		func() float64 { _, n, _ := p.caches.lostCounts(); return float64(n) })
+	counter("owl_probe_file_wait_seconds_total", "Time capture files waited for the collector to release epochs (the caches were full).",
+		func() float64 { _, _, s := p.caches.lostCounts(); return s })
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_cache_bytes", Help: "Bytes of (packet ID, timestamp) caches kept for RDA repair."},
 		func() float64 { return float64(p.caches.size()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_spool_reports", Help: "Epoch reports and COLATE vectors waiting for acknowledgement."},

@@ -87,6 +87,9 @@ type Outcome struct {
 	// Repaired says the decoded packets' timestamps were fetched and
 	// removed; without them their buckets were left out.
 	Repaired bool
+	// RepairErr says why the timestamps could not be fetched, when they
+	// could not.
+	RepairErr error
 	// Computed is set once the estimate was attempted; the counts below
 	// are then set, and Estimate when Epoch returns no error.
 	Computed   bool
@@ -125,6 +128,7 @@ func Epoch(ctx context.Context, in Input, r Repairs, lim Limits) (Outcome, error
 	upTS, downTS, err := st.fetchTimestamps(ctx)
 	if err != nil {
 		log.Warn("cannot fetch timestamps; leaving the decoded packets' buckets out", "err", err)
+		st.out.RepairErr = err
 	}
 	return st.out, st.compute(upTS, downTS, err == nil)
 }
@@ -143,6 +147,9 @@ type epochState struct {
 	// peeling: copies of one packet seen only downstream cancel in the ID
 	// xor and stop peeling.
 	pre []Packet
+	// delivered are the downstream copies of lost packets the upstream
+	// side sent more than once, to tell which copy was lost.
+	delivered map[uint64][]Entry
 }
 
 // adjust returns the downstream RDA without the copies in pre.
@@ -267,13 +274,59 @@ func (st *epochState) fetchTimestamps(ctx context.Context) (upTS, downTS map[uin
 	if err := g.Wait(); err != nil {
 		return nil, nil, err
 	}
+	// A lost packet sent more than once: which copy was lost shows
+	// against the copies that arrived.
+	var repeated []uint64
+	for _, id := range st.diff.Lost {
+		if len(upTS[id]) >= 2 {
+			repeated = append(repeated, id)
+		}
+	}
+	if len(repeated) > 0 {
+		if st.delivered, err = fetch(ctx, st.r, Downstream, repeated); err != nil {
+			return nil, nil, err
+		}
+	}
 	for _, x := range st.pre {
-		ts := downTS[x.ID]
-		if i := slices.IndexFunc(ts, func(e Entry) bool { return e.OffsetNS == x.OffsetNS }); i >= 0 {
-			downTS[x.ID] = slices.Delete(ts, i, i+1)
+		for _, m := range []map[uint64][]Entry{downTS, st.delivered} {
+			ts := m[x.ID]
+			if i := slices.IndexFunc(ts, func(e Entry) bool { return e.OffsetNS == x.OffsetNS }); i >= 0 {
+				m[x.ID] = slices.Delete(ts, i, i+1)
+			}
 		}
 	}
 	return upTS, downTS, nil
+}
+
+// lostCopy picks which of the copies sent of a packet (up) was lost, given
+// the copies that arrived (down, one fewer): of the copies whose loss
+// leaves every arrival after its sending (first sent, first arrived),
+// the earliest, which gives the shortest delays. Copies sent further
+// apart than the path's delay are told apart exactly.
+func lostCopy(up, down []Entry) (Entry, bool) {
+	if len(down) != len(up)-1 {
+		return Entry{}, false
+	}
+	up, down = slices.Clone(up), slices.Clone(down)
+	slices.SortFunc(up, byOffset)
+	slices.SortFunc(down, byOffset)
+	for i := range up {
+		ok := true
+		for j, d := range down {
+			k := j
+			if j >= i {
+				k = j + 1 // up without copy i
+			}
+			if d.OffsetNS < up[k].OffsetNS {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return up[i], true
+		}
+	}
+	return Entry{}, false
 }
 
 func fetch(ctx context.Context, r Repairs, s Side, ids []uint64) (map[uint64][]Entry, error) {
@@ -321,8 +374,8 @@ func (st *epochState) compute(upTS, downTS map[uint64][]Entry, repaired bool) er
 }
 
 // resolve picks the timestamp of each decoded packet: a lost packet the
-// upstream side saw exactly once (with two copies, which one was lost is
-// unknown), an extra packet seen once downstream, or the last copy of a
+// upstream side saw once, or the copy lostCopy picks of one it saw more
+// often, an extra packet seen once downstream, or the last copy of a
 // duplicate (the first copy is the delivery). It fills the removals, the
 // boundary records and the duplicate count.
 func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff map[uint64]int64) {
@@ -331,7 +384,15 @@ func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff m
 	out.BoundaryLost, out.BoundaryExtra = map[uint64]int64{}, map[uint64]int64{}
 	upOff = map[uint64]int64{}
 	for _, id := range st.diff.Lost {
-		if ts := upTS[id]; len(ts) == 1 {
+		ts := upTS[id]
+		if len(ts) >= 2 {
+			lost, ok := lostCopy(ts, st.delivered[id])
+			if !ok {
+				continue
+			}
+			ts = []Entry{lost}
+		}
+		if len(ts) == 1 {
 			upOff[id] = ts[0].OffsetNS
 			out.BoundaryLost[id] = start + ts[0].OffsetNS
 			out.Remove[Upstream] = append(out.Remove[Upstream], Packet{id, ts[0]})

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -202,6 +203,80 @@ func BenchmarkPeel(b *testing.B) {
 		d, _ := Peel(c.up, c.down)
 		if !d.Complete() {
 			b.Fatal("incomplete")
+		}
+	}
+}
+
+// TestEpochTellsLostCopy: packets sent twice (50 ms apart, further than
+// any delay) of which one copy was lost, the first or the second: the
+// policy tells which from the copy that arrived, and the epoch's mean
+// stays exact with every bucket usable.
+func TestEpochTellsLostCopy(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 64, Seed: 3}
+	r := rand.New(rand.NewPCG(5, 6))
+	var l Local
+	l.RDA = cfg
+	var sum float64
+	n := 0
+	send := func(id uint64, ts int64, delivered bool) {
+		l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
+		if delivered {
+			d := weibullNS(r)
+			l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + d, Weight: 1}})
+			sum += float64(d)
+			n++
+		}
+	}
+	for i := range 2000 {
+		ts := r.Int64N(900_000_000)
+		send(r.Uint64(), ts, true)
+		if i < 20 {
+			id := r.Uint64()
+			first := i%2 == 0 // which copy is lost
+			send(id, ts, !first)
+			send(id, ts+50_000_000, first)
+		}
+	}
+	build := func(s Side) *rda.RDA {
+		x, err := l.Rebuild(context.Background(), s, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	out, err := Epoch(context.Background(), Input{Up: build(Upstream), Down: build(Downstream)}, &l, Limits{MinBuckets: 64, MaxBuckets: 1 << 16, MaxRebuilds: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sum / float64(n)
+	if !out.Repaired || out.Unresolved != 0 || out.Estimate.ExcludedBuckets != 0 || out.Lost != 20 || math.Abs(out.Estimate.MeanNS-want) > 1e-9*want {
+		t.Errorf("repaired %t, %d unresolved, %d buckets left out, %d lost; mean %.3f ns, want %.3f",
+			out.Repaired, out.Unresolved, out.Estimate.ExcludedBuckets, out.Lost, out.Estimate.MeanNS, want)
+	}
+}
+
+func TestLostCopy(t *testing.T) {
+	e := func(ns ...int64) []Entry {
+		var out []Entry
+		for _, x := range ns {
+			out = append(out, Entry{OffsetNS: x})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		up, down []Entry
+		lost     int64
+		ok       bool
+	}{
+		{e(100, 200), e(150), 200, true},           // the second copy was lost
+		{e(200, 100), e(250), 100, true},           // both could: the earliest
+		{e(100, 200, 300), e(150, 350), 200, true}, // the middle one
+		{e(100, 200), e(50), 0, false},             // arrived before any was sent
+		{e(100, 200), e(150, 250), 0, false},       // not one fewer
+	} {
+		lost, ok := lostCopy(c.up, c.down)
+		if ok != c.ok || ok && lost.OffsetNS != c.lost {
+			t.Errorf("lostCopy(%v, %v) = %v, %t; want %d, %t", c.up, c.down, lost, ok, c.lost, c.ok)
 		}
 	}
 }

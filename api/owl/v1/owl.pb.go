@@ -3708,7 +3708,8 @@ type PathStats struct {
 	Start  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
 	Length *durationpb.Duration   `protobuf:"bytes,4,opt,name=length,proto3" json:"length,omitempty"`
 	Status ResultStatus           `protobuf:"varint,5,opt,name=status,proto3,enum=owl.v1.ResultStatus" json:"status,omitempty"`
-	// detail explains a status other than OK.
+	// detail explains a status other than OK, or an estimate short of
+	// exact (why an RDA was not repaired).
 	Detail string `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
 	// mean and stddev of the one-way delay, in nanoseconds.
 	MeanNs   float64 `protobuf:"fixed64,7,opt,name=mean_ns,json=meanNs,proto3" json:"mean_ns,omitempty"`
