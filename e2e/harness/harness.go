@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -312,4 +313,28 @@ func WaitStats(ctx context.Context, q owlv1.QueryServiceClient, path string, n i
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// PeakRSS is the most memory the running process has held (VmHWM), in
+// bytes.
+func (p *Proc) PeakRSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("%s: no VmHWM in /proc/%d/status", p.Name, p.cmd.Process.Pid)
+}
+
+// CPUTime is the CPU time, user and system, of a process that exited.
+func (p *Proc) CPUTime() time.Duration {
+	if st := p.cmd.ProcessState; st != nil {
+		return st.UserTime() + st.SystemTime()
+	}
+	return 0
 }

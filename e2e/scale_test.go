@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/sim"
+)
+
+// collectorPeakBound is the most memory the collector may hold in a fast
+// replay, whatever its length.
+const collectorPeakBound = 300 << 20
+
+// TestFastReplay replays captures as fast as the probes read them, far
+// faster than the collector reconciles: every epoch must come out exact
+// (rda, every bucket repaired), its loss equal to the truth, and the
+// collector's peak memory within collectorPeakBound. "real-capture" is a
+// capture the project did not make (gopacket's cip.pcap: 174 s, 26,068
+// packets); "600-epochs" is the bundled trace 100 times over, one copy
+// every 6 s (2.58 M packets; OWL_SCALE_COPIES changes the count).
+func TestFastReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	t.Run("real-capture", func(t *testing.T) {
+		env := newEnv(t)
+		fastReplay(t, env, gopacketCapture(t, "layers/testdata/cip.pcap"))
+	})
+	t.Run("600-epochs", func(t *testing.T) {
+		if os.Getenv("OWL_E2E_RACE") == "1" {
+			t.Skip("too long for race-built binaries on two cores")
+		}
+		copies := 100
+		if n, err := strconv.Atoi(os.Getenv("OWL_SCALE_COPIES")); err == nil && n > 0 {
+			copies = n
+		}
+		env := newEnv(t)
+		fastReplay(t, env, concatTrace(t, env, "../testdata/trace.pcap", copies, 6*time.Second))
+	})
+}
+
+// gopacketCapture is the path of a capture file in gopacket's module.
+func gopacketCapture(t *testing.T, rel string) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/gopacket/gopacket").Output()
+	if err != nil {
+		t.Fatalf("finding gopacket's module: %v", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), rel)
+}
+
+// concatTrace writes a capture of n copies of in, copy k shifted by k
+// times every.
+func concatTrace(t *testing.T, env *harness.Env, in string, n int, every time.Duration) string {
+	t.Helper()
+	link, frames, err := sim.ReadCapture(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := make([]sim.Frame, 0, n*len(frames))
+	for k := range n {
+		for _, f := range frames {
+			f.TimeNS += int64(k) * int64(every)
+			all = append(all, f)
+		}
+	}
+	path := filepath.Join(env.Dir, "concat.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := sim.WritePcap(f, link, all); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fastReplay runs a collector and two probes at full speed on the
+// captures of in across a path with 1% loss and checks every epoch.
+func fastReplay(t *testing.T, env *harness.Env, in string) {
+	out, truth := makeTraceFrom(t, env, in, lossOnly)
+	truths := sim.EpochTruths(truth, epoch.DefaultConfig(), 0)
+	coll, addrs, err := env.StartCollector("collector", collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a, b := runProbes(t, env, addrs.GRPC, out, "-replay-speed", "0")
+	replayed := time.Since(start)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stats, err := harness.WaitStats(ctx, query(t, addrs.GRPC), "a-to-b", len(truths))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(coll.Log()))
+	}
+	peak, err := coll.PeakRSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byEpoch := map[int64]*owlv1.PathStats{}
+	for _, s := range stats {
+		byEpoch[s.GetEpoch()] = s
+	}
+	sent, lost, wrong := 0, 0.0, 0
+	last := truths[len(truths)-1].Epoch
+	for _, tr := range truths {
+		s := byEpoch[tr.Epoch]
+		sent += tr.Sent
+		if s != nil {
+			lost += s.GetLost()
+		}
+		if msg := exactEpoch(s, tr, tr.Epoch == last); msg != "" {
+			if wrong++; wrong <= 10 {
+				t.Errorf("epoch %d: %s", tr.Epoch, msg)
+			}
+		}
+	}
+	trueLost := 0
+	for _, tr := range truths {
+		trueLost += tr.Lost
+	}
+	t.Logf("%d epochs, %d packets sent, %.0f lost (truth %d), %d not exact; probes done in %v (CPU %v, %v); collector peak %.0f MiB",
+		len(truths), sent, lost, trueLost, wrong, replayed.Round(time.Millisecond), a.CPUTime().Round(time.Millisecond),
+		b.CPUTime().Round(time.Millisecond), float64(peak)/(1<<20))
+	if peak > collectorPeakBound {
+		t.Errorf("collector peak memory %.0f MiB, bound %d MiB", float64(peak)/(1<<20), collectorPeakBound>>20)
+	}
+	if err := coll.Stop(10 * time.Second); err != nil {
+		t.Errorf("collector shutdown: %v\n%s", err, tail(coll.Log()))
+	}
+}
+
+// exactEpoch says what is wrong with an epoch's result against its
+// truth: nothing ("") when it is RDA's, every bucket repaired, with the
+// true mean and (but in the last epoch, whose crossers have no next
+// epoch) the true loss.
+func exactEpoch(s *owlv1.PathStats, tr sim.EpochTruth, last bool) string {
+	switch {
+	case s == nil:
+		return "no result"
+	case s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK:
+		return fmt.Sprintf("status %v (%s)", s.GetStatus(), s.GetDetail())
+	case s.GetEstimator() != "rda" || !s.GetDecoded() || s.GetUnusableBuckets() != 0:
+		return fmt.Sprintf("estimator %s, decoded %t, %d buckets left out", s.GetEstimator(), s.GetDecoded(), s.GetUnusableBuckets())
+	case math.Abs(s.GetMeanNs()-tr.AllMeanNS) > 1e-9*tr.AllMeanNS:
+		return fmt.Sprintf("mean %.3f ns, truth %.3f ns", s.GetMeanNs(), tr.AllMeanNS)
+	case !last && s.GetLost() != float64(tr.Lost):
+		return fmt.Sprintf("lost %.0f, truth %d", s.GetLost(), tr.Lost)
+	}
+	return ""
+}
