@@ -113,26 +113,38 @@ func fastReplay(t *testing.T, env *harness.Env, in string) {
 	for _, s := range stats {
 		byEpoch[s.GetEpoch()] = s
 	}
-	sent, lost, wrong := 0, 0.0, 0
+	sent, lost, wrong, trueLost := 0, 0.0, 0, 0
 	last := truths[len(truths)-1].Epoch
+	repeated := repeatedLoss(truth)
+	near := 0
 	for _, tr := range truths {
 		s := byEpoch[tr.Epoch]
-		sent += tr.Sent
+		sent, trueLost = sent+tr.Sent, trueLost+tr.Lost
 		if s != nil {
 			lost += s.GetLost()
 		}
-		if msg := exactEpoch(s, tr, tr.Epoch == last); msg != "" {
+		msg := exactEpoch(s, tr, tr.Epoch == last)
+		if rl := repeated[tr.Epoch]; msg != "" && rl.lost > 0 {
+			// Which of identical copies was lost is a guess when the
+			// delay is longer than their spacing, and both lost stall
+			// peeling: loss is then off by at most those copies, the
+			// delay sum by at most their spacing each, or the mean by
+			// 1% where peeling stalled.
+			near++
+			msg = ""
+			bound := max(rl.spreadNS/float64(tr.Sent-tr.Lost), 0.01*tr.AllMeanNS)
+			if s == nil || math.Abs(s.GetMeanNs()-tr.AllMeanNS) > bound || math.Abs(s.GetLost()-float64(tr.Lost)) > float64(rl.lost) {
+				msg = fmt.Sprintf("%d lost copies of repeated IDs (mean bound %.0f ns), and %v", rl.lost, bound, s)
+			}
+		}
+		if msg != "" {
 			if wrong++; wrong <= 10 {
 				t.Errorf("epoch %d: %s", tr.Epoch, msg)
 			}
 		}
 	}
-	trueLost := 0
-	for _, tr := range truths {
-		trueLost += tr.Lost
-	}
-	t.Logf("%d epochs, %d packets sent, %.0f lost (truth %d), %d not exact; probes done in %v (CPU %v, %v); collector peak %.0f MiB",
-		len(truths), sent, lost, trueLost, wrong, replayed.Round(time.Millisecond), a.CPUTime().Round(time.Millisecond),
+	t.Logf("%d epochs, %d packets sent, %.0f lost (truth %d), %d not exact, %d not exact but within bounds where a copy of a repeated ID was lost; probes done in %v (CPU %v, %v); collector peak %.0f MiB",
+		len(truths), sent, lost, trueLost, wrong, near, replayed.Round(time.Millisecond), a.CPUTime().Round(time.Millisecond),
 		b.CPUTime().Round(time.Millisecond), float64(peak)/(1<<20))
 	if peak > collectorPeakBound {
 		t.Errorf("collector peak memory %.0f MiB, bound %d MiB", float64(peak)/(1<<20), collectorPeakBound>>20)
@@ -140,6 +152,48 @@ func fastReplay(t *testing.T, env *harness.Env, in string) {
 	if err := coll.Stop(10 * time.Second); err != nil {
 		t.Errorf("collector shutdown: %v\n%s", err, tail(coll.Log()))
 	}
+}
+
+// repeated is what an epoch lost of packets it sent more than once
+// (identical IDs): the lost copies, and the sum over them of the time
+// between the first and last copy sent.
+type repeated struct {
+	lost     int
+	spreadNS float64
+}
+
+// repeatedLoss is repeated per epoch.
+func repeatedLoss(truth []sim.Record) map[int64]repeated {
+	type key struct {
+		epoch int64
+		id    uint64
+	}
+	type copies struct{ n, lost, first, last int64 }
+	by := map[key]*copies{}
+	ep := epoch.DefaultConfig()
+	for _, r := range truth {
+		e, _ := ep.Of(r.UpNS)
+		c := by[key{e, r.ID}]
+		if c == nil {
+			c = &copies{first: r.UpNS, last: r.UpNS}
+			by[key{e, r.ID}] = c
+		}
+		c.n++
+		c.first, c.last = min(c.first, r.UpNS), max(c.last, r.UpNS)
+		if r.Lost {
+			c.lost++
+		}
+	}
+	out := map[int64]repeated{}
+	for k, c := range by {
+		if c.n > 1 && c.lost > 0 {
+			rl := out[k.epoch]
+			rl.lost += int(c.lost)
+			rl.spreadNS += float64(c.lost * (c.last - c.first))
+			out[k.epoch] = rl
+		}
+	}
+	return out
 }
 
 // exactEpoch says what is wrong with an epoch's result against its

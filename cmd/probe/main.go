@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +38,7 @@ func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.Var(files, "file", "capture file to replay (repeat or comma-separate for several, read in turn)")
 	fs.Var(&speedFlag{files: files}, "replay-speed", "replay capture files at this multiple of real time (0: as fast as possible)")
 	fs.IntVar(&c.TopFlows, "top-flows", c.TopFlows, "heaviest flows per path and epoch named in reports (estimated per flow by the collector)")
+	fs.StringVar(&cpuProfile, "cpuprofile", cpuProfile, "write a CPU profile of the whole run to this file (go tool pprof reads it)")
 	fs.IntVar(&c.SpoolMaxEpochs, "spool-max-epochs", c.SpoolMaxEpochs, "epochs whose reports are kept until the collector acknowledges them (the oldest goes first, logged)")
 	fs.Int64Var(&c.SpoolMaxBytes, "spool-max-bytes", c.SpoolMaxBytes, "bytes of unacknowledged reports kept (the oldest epoch goes first, logged)")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "keep the spool and repair caches in this directory, so that a restarted probe resends what was not acknowledged (empty: memory only)")
@@ -163,11 +165,25 @@ func (f *liveOption[T]) IsBoolFlag() bool {
 	return ok
 }
 
+// cpuProfile is the file -cpuprofile names.
+var cpuProfile string
+
 func main() {
 	cfg, log, err := cli.Parse("probe", os.Args[1:], probe.DefaultConfig, bind, probe.LoadFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "probe:", err)
 		os.Exit(2)
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			log.Error("cpu profile", "err", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -178,6 +194,7 @@ func main() {
 	}
 	if err := p.Run(ctx); err != nil {
 		log.Error("probe failed", "err", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

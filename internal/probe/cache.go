@@ -30,9 +30,14 @@ func newEntry(id, flow uint64, offsetNS int64, weight uint64) entry {
 func (e entry) offsetNS() int64 { return int64(e.offW >> 22) }
 func (e entry) weight() uint32  { return uint32(e.offW & (1<<22 - 1)) }
 
-// chunkEntries is the size of a cache chunk: appends never copy what is
-// already stored, and chunks hold no pointers for the collector to scan.
-const chunkEntries = 1 << 16
+// A cache grows in chunks: appends never copy what is already stored,
+// and chunks hold no pointers for the garbage collector to scan. The
+// first chunk holds firstChunkEntries, each next one twice as many, up to
+// chunkEntries: a small epoch costs little.
+const (
+	firstChunkEntries = 1 << 10
+	chunkEntries      = 1 << 16
+)
 
 // epochCache is the (ID, timestamp) list of one path and epoch. It is
 // appended to on the capture goroutine while the epoch is open and only
@@ -54,8 +59,12 @@ func (c *epochCache) add(e entry, max int) {
 		c.complete = false
 		return
 	}
-	if len(c.chunks) == 0 || len(c.chunks[len(c.chunks)-1]) == chunkEntries {
-		c.chunks = append(c.chunks, make([]entry, 0, chunkEntries))
+	if n := len(c.chunks); n == 0 || len(c.chunks[n-1]) == cap(c.chunks[n-1]) {
+		size := chunkEntries
+		if n < 6 {
+			size = min(firstChunkEntries<<n, chunkEntries)
+		}
+		c.chunks = append(c.chunks, make([]entry, 0, size))
 	}
 	last := &c.chunks[len(c.chunks)-1]
 	*last = append(*last, e)

@@ -401,8 +401,11 @@ func (l *LDS) AppendBinary(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// MarshalBinary returns the wire form.
-func (l *LDS) MarshalBinary() ([]byte, error) { return l.AppendBinary(nil) }
+// MarshalBinary returns the wire form, in one allocation of at most its
+// largest size.
+func (l *LDS) MarshalBinary() ([]byte, error) {
+	return l.AppendBinary(make([]byte, 0, 64+len(l.cfg.RowSampleLog2)+len(l.cells)*(2*binary.MaxVarintLen64+8)))
+}
 
 // Decode parses a wire form, rejecting truncated, oversized or trailing
 // input with an error wrapping synopsis.ErrFormat.

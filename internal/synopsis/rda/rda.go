@@ -237,8 +237,11 @@ func (r *RDA) AppendBinary(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// MarshalBinary returns the wire form.
-func (r *RDA) MarshalBinary() ([]byte, error) { return r.AppendBinary(nil) }
+// MarshalBinary returns the wire form, in one allocation of at most its
+// largest size.
+func (r *RDA) MarshalBinary() ([]byte, error) {
+	return r.AppendBinary(make([]byte, 0, 64+len(r.buckets)*(8+2*binary.MaxVarintLen64+4)))
+}
 
 // ErrFormat is synopsis.ErrFormat, for callers that import only this package.
 var ErrFormat = synopsis.ErrFormat
