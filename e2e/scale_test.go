@@ -35,7 +35,7 @@ func TestFastReplay(t *testing.T) {
 	}
 	t.Run("real-capture", func(t *testing.T) {
 		env := newEnv(t)
-		fastReplay(t, env, gopacketCapture(t, "layers/testdata/cip.pcap"))
+		fastReplay(t, env, gopacketCapture(t, "layers/testdata/cip.pcap"), sim.Shape{})
 	})
 	t.Run("600-epochs", func(t *testing.T) {
 		if os.Getenv("OWL_E2E_RACE") == "1" {
@@ -45,8 +45,7 @@ func TestFastReplay(t *testing.T) {
 		if n, err := strconv.Atoi(os.Getenv("OWL_SCALE_COPIES")); err == nil && n > 0 {
 			copies = n
 		}
-		env := newEnv(t)
-		fastReplay(t, env, concatTrace(t, env, "../testdata/trace.pcap", copies, 6*time.Second))
+		fastReplay(t, newEnv(t), "../testdata/trace.pcap", sim.Shape{Repeat: copies, Every: 6 * time.Second})
 	})
 }
 
@@ -60,37 +59,11 @@ func gopacketCapture(t *testing.T, rel string) string {
 	return filepath.Join(strings.TrimSpace(string(out)), rel)
 }
 
-// concatTrace writes a capture of n copies of in, copy k shifted by k
-// times every.
-func concatTrace(t *testing.T, env *harness.Env, in string, n int, every time.Duration) string {
-	t.Helper()
-	link, frames, err := sim.ReadCapture(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := make([]sim.Frame, 0, n*len(frames))
-	for k := range n {
-		for _, f := range frames {
-			f.TimeNS += int64(k) * int64(every)
-			all = append(all, f)
-		}
-	}
-	path := filepath.Join(env.Dir, "concat.pcap")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := sim.WritePcap(f, link, all); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // fastReplay runs a collector and two probes at full speed on the
-// captures of in across a path with 1% loss and checks every epoch.
-func fastReplay(t *testing.T, env *harness.Env, in string) {
-	out, truth := makeTraceFrom(t, env, in, lossOnly)
+// captures of in, shaped, across a path with 1% loss and checks every
+// epoch.
+func fastReplay(t *testing.T, env *harness.Env, in string, shape sim.Shape) {
+	out, truth := makeShapedTrace(t, env, in, shape, lossOnly)
 	truths := sim.EpochTruths(truth, epoch.DefaultConfig(), 0)
 	coll, addrs, err := env.StartCollector("collector", collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB))
 	if err != nil {

@@ -76,8 +76,14 @@ func makeTrace(t *testing.T, env *harness.Env, m sim.Impairment) (sim.Outputs, [
 // makeTraceFrom is makeTrace of another input capture.
 func makeTraceFrom(t *testing.T, env *harness.Env, in string, m sim.Impairment) (sim.Outputs, []sim.Record) {
 	t.Helper()
+	return makeShapedTrace(t, env, in, sim.Shape{}, m)
+}
+
+// makeShapedTrace is makeTraceFrom of the input shaped by shape.
+func makeShapedTrace(t *testing.T, env *harness.Env, in string, shape sim.Shape, m sim.Impairment) (sim.Outputs, []sim.Record) {
+	t.Helper()
 	out := sim.OutputsFor(filepath.Join(env.Dir, "trace"))
-	if _, err := sim.GenerateFiles(in, out, capture.DefaultIdentityConfig(), m); err != nil {
+	if _, err := sim.GenerateShaped(in, shape, out, capture.DefaultIdentityConfig(), m); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(out.Truth)

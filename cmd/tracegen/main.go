@@ -33,13 +33,21 @@ func main() {
 	fs.DurationVar(&m.DuplicateGap, "duplicate-gap", 50*time.Microsecond, "largest gap between a packet and its copy")
 	fs.DurationVar(&m.DownClockOffset, "down-clock-offset", 0, "error of the downstream clock, added to its timestamps only")
 	fs.Uint64Var(&m.Seed, "seed", 1, "random seed")
+	synth := sim.SynthConfig{ParetoShape: 1.1, MaxPackets: 3000, Start: time.Unix(1_700_000_000, 0)}
+	fs.IntVar(&synth.Flows, "synth-flows", 0, "instead of -in, synthesize this many flows (Pareto sizes, distinct packet identities)")
+	fs.DurationVar(&synth.Span, "synth-span", time.Minute, "time the synthetic flows spread over")
+	fs.Uint64Var(&synth.Seed, "synth-seed", 5, "random seed of the synthetic traffic")
+	var shape sim.Shape
+	fs.Float64Var(&shape.Rate, "rate", 0, "space the input's packets evenly at this many per second (0: keep their times)")
+	fs.IntVar(&shape.Repeat, "repeat", 1, "play the input this many times over, one copy after another")
+	fs.DurationVar(&shape.Every, "repeat-every", 0, "time between the starts of copies with -repeat (0: the input's span rounded up to a second, plus one)")
 	id := capture.DefaultIdentityConfig()
 	id.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if *in == "" || *out == "" {
-		log.Error("tracegen needs -in and -out")
+	if (*in == "") == (synth.Flows == 0) || *out == "" {
+		log.Error("tracegen needs -out and one of -in and -synth-flows")
 		fs.Usage()
 		os.Exit(2)
 	}
@@ -49,7 +57,12 @@ func main() {
 		os.Exit(2)
 	}
 	outs := sim.OutputsFor(*out)
-	s, err := sim.GenerateFiles(*in, outs, id, m)
+	var s sim.Summary
+	if synth.Flows > 0 {
+		s, err = sim.GenerateSynthetic(synth, shape, outs, id, m)
+	} else {
+		s, err = sim.GenerateShaped(*in, shape, outs, id, m)
+	}
 	if err != nil {
 		log.Error("tracegen failed", "err", err)
 		os.Exit(1)

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,13 +161,13 @@ func (pl *pipeline) open(e int64) *epochData {
 		ed.colate = getVector(pl.params.ColateConfig(), pl.params.Epoch.StartNS(e))
 	}
 	for i, a := range s.paths {
-		ed.ldas[i], _ = lda.New(pl.params.LDA) // validated in Config
+		ed.ldas[i] = reuse(&ldas, pl.params.LDA, (*lda.LDA).Config, lda.New) // validated in Config
 		rc := pl.params.RDA
 		if v, ok := pl.sizes.Load(a.path.Name); ok {
 			rc.Buckets = v.(int)
 		}
-		ed.rdas[i], _ = rda.New(rc) // validated in Config and setRDASize
-		ed.ldss[i], _ = lds.New(pl.params.LDS)
+		ed.rdas[i] = reuse(&rdas, rc, (*rda.RDA).Config, rda.New) // validated in Config and setRDASize
+		ed.ldss[i] = reuse(&ldss, pl.params.LDS, (*lds.LDS).Config, lds.New)
 		ed.raps[i] = rap.New[capture.FlowKey](2*pl.topFlows, uint64(i))
 		ed.caches[i] = &epochCache{rda: rc, complete: true}
 	}
@@ -314,6 +315,13 @@ func (r *reporter) report(ce closedEpoch) {
 			Partial:       partial,
 		})
 	}
+	for i := range ed.set.paths {
+		ldas.Put(ed.ldas[i])
+		ldss.Put(ed.ldss[i])
+		if ed.rdas[i] != nil {
+			rdas.Put(ed.rdas[i])
+		}
+	}
 	if v := ed.colate; v != nil {
 		if r.emitVector != nil {
 			b, _ := v.MarshalBinary() // does not fail
@@ -328,6 +336,21 @@ func (r *reporter) report(ce closedEpoch) {
 // vectors recycles COLATE vectors: each is n counters, too large to
 // allocate afresh every epoch.
 var vectors sync.Pool
+
+// ldas, rdas and ldss recycle the synopses of epochs reported: an LDS is
+// hundreds of KiB, and fresh memory costs a page fault every 4 KiB.
+var ldas, rdas, ldss sync.Pool
+
+// reuse returns an emptied synopsis of configuration cfg from pool, or a
+// new one.
+func reuse[T interface{ Reset() }, C any](pool *sync.Pool, cfg C, cfgOf func(T) C, make func(C) (T, error)) T {
+	if x, ok := pool.Get().(T); ok && reflect.DeepEqual(cfgOf(x), cfg) {
+		x.Reset()
+		return x
+	}
+	x, _ := make(cfg)
+	return x
+}
 
 func getVector(cfg colate.Config, startNS int64) *colate.Vector {
 	if v, ok := vectors.Get().(*colate.Vector); ok && v.Config() == cfg {

@@ -176,3 +176,27 @@ func TestTruthRoundTripAndEpochs(t *testing.T) {
 		t.Error("bad id accepted")
 	}
 }
+
+func TestShapeApply(t *testing.T) {
+	in := []Frame{{TimeNS: 100}, {TimeNS: 250}, {TimeNS: 900}}
+	if got := (Shape{}).Apply(in); len(got) != 3 || &got[0] != &in[0] {
+		t.Errorf("an empty shape changed the frames: %v", got)
+	}
+	got := Shape{Rate: 1e8, Repeat: 2, Every: 1000}.Apply(in)
+	want := []int64{100, 110, 120, 1100, 1110, 1120}
+	if len(got) != len(want) {
+		t.Fatalf("%d frames, want %d", len(got), len(want))
+	}
+	for i, f := range got {
+		if f.TimeNS != want[i] {
+			t.Errorf("frame %d at %d, want %d", i, f.TimeNS, want[i])
+		}
+	}
+	if in[1].TimeNS != 250 {
+		t.Errorf("Apply changed its input: %v", in)
+	}
+	// Every defaults to the span rounded up to a second, plus one.
+	if got := (Shape{Repeat: 2}).Apply(in); got[3].TimeNS != 100+2e9 {
+		t.Errorf("second copy at %d, want %d", got[3].TimeNS, int64(100+2e9))
+	}
+}

@@ -593,8 +593,9 @@ type ClusterServiceClient interface {
 	// the owner stored for some epochs of the path: results, per-flow state,
 	// lone sides.
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
-	// Export streams the stored epochs of a path that the caller does not
-	// hold, for a member catching up after it was away.
+	// Export streams the stored epochs of a path in the blocks of epochs
+	// where the caller's results differ from this member's (ExportRequest),
+	// for a member catching up after it was away or a copy was lost.
 	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EpochCopy], error)
 }
 
@@ -662,8 +663,9 @@ type ClusterServiceServer interface {
 	// the owner stored for some epochs of the path: results, per-flow state,
 	// lone sides.
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
-	// Export streams the stored epochs of a path that the caller does not
-	// hold, for a member catching up after it was away.
+	// Export streams the stored epochs of a path in the blocks of epochs
+	// where the caller's results differ from this member's (ExportRequest),
+	// for a member catching up after it was away or a copy was lost.
 	Export(*ExportRequest, grpc.ServerStreamingServer[EpochCopy]) error
 	mustEmbedUnimplementedClusterServiceServer()
 }

@@ -122,6 +122,9 @@ func New(cfg Config) (*LDS, error) {
 // Config returns the sketch's parameters.
 func (l *LDS) Config() Config { return l.cfg }
 
+// Reset empties the sketch, keeping its parameters.
+func (l *LDS) Reset() { clear(l.cells) }
+
 // FlowHash hashes a flow key's bytes (capture.FlowKey.AppendBinary) for
 // Insert and Estimate.
 func FlowHash(key []byte, seed uint64) uint64 { return synopsis.HashBytes(key, seed) }

@@ -1,6 +1,7 @@
 package lds
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -171,5 +172,20 @@ func BenchmarkInsert(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		id := ids[i&(len(ids)-1)]
 		l.Insert(id>>50, id, int64(i), 1)
+	}
+}
+
+func TestReset(t *testing.T) {
+	cfg := Config{Rows: 2, Cols: 64, K: 2, Seed: 3}
+	l, _ := New(cfg)
+	for i := range uint64(100) {
+		l.Insert(i%7, i, int64(i), 1)
+	}
+	l.Reset()
+	empty, _ := New(cfg)
+	a, _ := l.MarshalBinary()
+	b, _ := empty.MarshalBinary()
+	if !bytes.Equal(a, b) {
+		t.Error("a reset sketch differs from a new one")
 	}
 }
