@@ -21,6 +21,7 @@ import (
 func bind(fs *flag.FlagSet, c *collector.Config) {
 	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen, "gRPC listen address (probes and queries)")
 	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address for /metrics and /healthz (empty: off)")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "also serve Go's profiles under /debug/pprof/ on the HTTP listener")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the result database")
 	fs.DurationVar(&c.PairTimeout, "pair-timeout", c.PairTimeout, "how long a report waits for the other side of its path")
 	fs.DurationVar(&c.PairRetention, "pair-retention", c.PairRetention, "how long a lone report is kept after the timeout")

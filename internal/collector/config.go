@@ -30,6 +30,11 @@ type Config struct {
 	GRPCListen string `yaml:"grpc_listen"`
 	// HTTPListen serves /metrics and /healthz.
 	HTTPListen string `yaml:"http_listen"`
+	// Pprof also serves Go's profiles under /debug/pprof/ on HTTPListen
+	// (CPU, heap, goroutines): for finding where a collector's time and
+	// memory go. It exposes the process's internals: keep it off where
+	// others reach the listener.
+	Pprof bool `yaml:"pprof"`
 	// DataDir holds the database.
 	DataDir string `yaml:"data_dir"`
 	// Params are the deployment's shared parameters; probes must match.

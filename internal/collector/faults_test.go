@@ -3,6 +3,8 @@ package collector
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +170,21 @@ func TestSideArrivingDuringTimeOut(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // nothing may overwrite it
 	if r, _ := c.store.Result("p", 4); r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 		t.Fatalf("overwritten: %v", r.GetStatus())
+	}
+}
+
+// TestPprofOnlyWhenAsked: the profiles are served with Pprof on, and not
+// without.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		cfg := testConfig(t)
+		cfg.Pprof = on
+		c := newTest(t, cfg)
+		rec := httptest.NewRecorder()
+		c.httpHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
+		if got := rec.Code == http.StatusOK; got != on {
+			t.Errorf("pprof %t: /debug/pprof/ answered %d", on, rec.Code)
+		}
+		c.Close()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"time"
@@ -167,7 +168,7 @@ func faultsAsPanicsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInf
 	return h(srv, ss)
 }
 
-// httpHandler serves /metrics and /healthz.
+// httpHandler serves /metrics and /healthz, and with Pprof the profiles.
 func (c *Collector) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(c.m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
@@ -178,6 +179,13 @@ func (c *Collector) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if c.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	}
 	return mux
 }
 
