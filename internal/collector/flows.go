@@ -2,6 +2,7 @@ package collector
 
 import (
 	"cmp"
+	"errors"
 	"math"
 	"slices"
 	"time"
@@ -38,10 +39,16 @@ func (wk *worker) estimateFlow(path string, epoch int64, up, down *lds.LDS, f ca
 // estimates the flows the two sides' RAP tables name, and adds them and the
 // repaired sketches to w. It returns the results, heaviest first.
 func (wk *worker) topFlows(path string, epoch int64, up, down *side, remove [2][]reconcile.Packet, w *store.Write) []*owlv1.FlowStats {
-	if up.lds == nil || down.lds == nil {
+	if up.ldsCfg == nil || down.ldsCfg == nil {
 		return nil
 	}
-	upL, downL := repairLDS(up.lds, down.lds, remove)
+	upL0, err1 := lds.Decode(up.Report.GetLds())
+	downL0, err2 := lds.Decode(down.Report.GetLds())
+	if err := errors.Join(err1, err2); err != nil { // checked when they came
+		wk.log.Error("decoding the epoch's sketches", "path", path, "epoch", epoch, "err", err)
+		return nil
+	}
+	upL, downL := repairLDS(upL0, downL0, remove)
 	seen := map[uint64]bool{}
 	var out []*owlv1.FlowStats
 	for _, s := range []*side{up, down} {
@@ -68,7 +75,7 @@ func (wk *worker) topFlows(path string, epoch int64, up, down *side, remove [2][
 	}
 	slices.SortFunc(out, func(a, b *owlv1.FlowStats) int { return cmp.Compare(b.GetPackets(), a.GetPackets()) })
 	ub, db := up.Report.GetLds(), down.Report.GetLds()
-	if upL != up.lds {
+	if upL != upL0 {
 		ub, _ = upL.MarshalBinary()
 		db, _ = downL.MarshalBinary()
 	}

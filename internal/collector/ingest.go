@@ -268,8 +268,8 @@ func (c *Collector) compatible(s *side) error {
 	if err == nil && s.rda != nil {
 		err = params.SameRDAHashing(c.cfg.Params.RDA, s.rda.Config())
 	}
-	if err == nil && s.lds != nil {
-		err = c.cfg.Params.LDS.Compatible(s.lds.Config())
+	if err == nil && s.ldsCfg != nil {
+		err = c.cfg.Params.LDS.Compatible(*s.ldsCfg)
 	}
 	if n := len(s.Report.GetTopFlows()); err == nil && n > maxTopFlows {
 		err = fmt.Errorf("%d top flows exceed %d", n, maxTopFlows)

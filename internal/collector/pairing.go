@@ -58,7 +58,9 @@ type side struct {
 	store.Pending
 	lda *lda.LDA
 	rda *rda.RDA // nil when the report has none
-	lds *lds.LDS // nil when the report has none
+	// ldsCfg is the parameters of the report's LDS (nil: it has none),
+	// checked when it came; the worker decodes it.
+	ldsCfg *lds.Config
 }
 
 func newPathState(p netpath.Path, rdaBuckets int) *pathState {
@@ -79,9 +81,13 @@ func decodeSide(p store.Pending) (*side, error) {
 		}
 	}
 	if b := p.Report.GetLds(); len(b) > 0 {
-		if s.lds, err = lds.Decode(b); err != nil {
+		// Checked now, decoded when used: a decoded sketch is ten
+		// times its wire form, and sides may wait long.
+		cfg, err := lds.Check(b)
+		if err != nil {
 			return nil, err
 		}
+		s.ldsCfg = &cfg
 	}
 	return s, nil
 }

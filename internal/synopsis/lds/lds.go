@@ -413,6 +413,23 @@ func (l *LDS) MarshalBinary() ([]byte, error) {
 // Decode parses a wire form, rejecting truncated, oversized or trailing
 // input with an error wrapping synopsis.ErrFormat.
 func Decode(b []byte) (*LDS, error) {
+	return decode(b, true)
+}
+
+// Check reads a wire form as Decode does, and returns its parameters
+// without keeping the cells: a report's sketch is checked when it comes
+// and decoded when it is used.
+func Check(b []byte) (Config, error) {
+	l, err := decode(b, false)
+	if err != nil {
+		return Config{}, err
+	}
+	return l.cfg, nil
+}
+
+// decode parses a wire form; without keep, the cells are read and
+// checked but not kept (the result has none).
+func decode(b []byte, keep bool) (*LDS, error) {
 	rd, err := synopsis.NewReader(b, synopsis.KindLDS, version)
 	if err != nil {
 		return nil, err
@@ -443,9 +460,16 @@ func Decode(b []byte) (*LDS, error) {
 	if !rd.Need("cells", 2*cfg.Rows*cfg.Cols) {
 		return nil, rd.Err()
 	}
-	l, _ := New(cfg)
-	for i := range l.cells {
-		c := &l.cells[i]
+	l := &LDS{cfg: cfg}
+	if keep {
+		l, _ = New(cfg)
+	}
+	var scratch Cell
+	for i := range cfg.Rows * cfg.Cols {
+		c := &scratch
+		if keep {
+			c = &l.cells[i]
+		}
 		c.SumNS = rd.Varint("cell sum")
 		c.Count = rd.Uvarint("cell count", math.MaxUint64)
 		if c.Count > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -145,6 +146,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		l, err := Decode(b)
+		cfg, cerr := Check(b)
+		if (err == nil) != (cerr == nil) || err == nil && !reflect.DeepEqual(cfg, l.Config()) {
+			t.Fatalf("Check says %v, %v; Decode %v", cfg, cerr, err)
+		}
 		if err != nil {
 			if !errors.Is(err, synopsis.ErrFormat) {
 				t.Fatalf("%v does not wrap ErrFormat", err)
