@@ -42,6 +42,10 @@ var (
 type Store struct {
 	db *bolt.DB
 
+	// commits groups the frequent small writes (pending reports, epoch
+	// results) into shared transactions.
+	commits groupCommit
+
 	colateMu    sync.Mutex
 	colateBytes int64 // size of the stored COLATE records
 }
@@ -193,14 +197,14 @@ func (s *Store) PutPending(p Pending) error {
 		return err
 	}
 	r := p.Report
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketPending).Put(pendingKey(r.GetPath(), r.GetEpoch(), r.GetRole()), v)
 	})
 }
 
 // DeletePending forgets both sides of a path's epoch.
 func (s *Store) DeletePending(path string, epoch int64) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketPending)
 		for _, role := range []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM} {
 			if err := b.Delete(pendingKey(path, epoch, role)); err != nil {
@@ -357,7 +361,7 @@ func (s *Store) Apply(w Write) error {
 		}
 		replicas[i] = v
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		var kept map[EpochRef]bool
 		var err error
 		steps := []func() error{
