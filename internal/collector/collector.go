@@ -76,6 +76,7 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 			}
 			return float64(n)
 		}))
+	c.registerBacklog()
 	c.colates = newColates(cfg, st, c.m, now)
 	if c.worker.weightOf, err = cfg.Params.WeightOf(); err != nil {
 		st.Close()
@@ -90,6 +91,51 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// registerBacklog registers the gauges of what waits in the pairing
+// tables: a collector that falls behind shows it there first.
+func (c *Collector) registerBacklog() {
+	backlog := func(f func(ps *pathState) float64) func() float64 {
+		return func() float64 {
+			n := 0.0
+			for _, ps := range c.paths {
+				ps.mu.Lock()
+				n += f(ps)
+				ps.mu.Unlock()
+			}
+			return n
+		}
+	}
+	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_pending_sides", Help: "Reports held in memory waiting for their other side or their worker."},
+		backlog(func(ps *pathState) float64 {
+			n := 0
+			for _, pr := range ps.pending {
+				n += btoi(pr.up != nil) + btoi(pr.down != nil)
+			}
+			return float64(n)
+		})))
+	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_pending_synopsis_bytes", Help: "Synopsis bytes (wire form) of the reports held in memory."},
+		backlog(func(ps *pathState) float64 {
+			n := 0
+			for _, pr := range ps.pending {
+				for _, s := range []*side{pr.up, pr.down} {
+					if s != nil {
+						n += len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds())
+					}
+				}
+			}
+			return float64(n)
+		})))
+	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_queued_epochs", Help: "Epochs with both sides in, waiting for their path's worker."},
+		backlog(func(ps *pathState) float64 { return float64(len(ps.queue)) })))
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Close closes the store.

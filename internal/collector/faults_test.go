@@ -188,3 +188,40 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 		c.Close()
 	}
 }
+
+// gauge reads a gauge of the collector's registry.
+func gauge(t *testing.T, c *Collector, name string) float64 {
+	t.Helper()
+	mfs, err := c.m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// TestBacklogGauges: a lone side shows in the backlog until its pair
+// comes and the epoch is reconciled.
+func TestBacklogGauges(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	defer c.Close()
+	up, down := ldaPair(t, c.cfg.Params.LDA, 50, 1000, 1)
+	if err := c.report("a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	if n, b := gauge(t, c, "owl_collector_pending_sides"), gauge(t, c, "owl_collector_pending_synopsis_bytes"); n != 1 || b != float64(len(up)) {
+		t.Errorf("one side in: %v sides, %v bytes; want 1 and %d", n, b, len(up))
+	}
+	if err := c.report("b", report("p", 1, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
+		t.Fatal(err)
+	}
+	waitResult(t, c, "p", 1, anyResult)
+	waitFor(t, "an empty backlog", func() bool {
+		return gauge(t, c, "owl_collector_pending_sides") == 0 && gauge(t, c, "owl_collector_queued_epochs") == 0
+	})
+}
