@@ -18,6 +18,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestRestoredSideTimesOutFromRestart: a side stored long before a
@@ -224,4 +225,22 @@ func TestBacklogGauges(t *testing.T) {
 	waitFor(t, "an empty backlog", func() bool {
 		return gauge(t, c, "owl_collector_pending_sides") == 0 && gauge(t, c, "owl_collector_queued_epochs") == 0
 	})
+}
+
+// TestFlowSeriesReplaced: a path's top-flow series are those of its
+// latest epoch; another path's stay.
+func TestFlowSeriesReplaced(t *testing.T) {
+	m := newMetrics()
+	flow := func(port uint32) *owlv1.FlowStats {
+		return &owlv1.FlowStats{Flow: &owlv1.FlowKey{Src: "10.0.0.1", Dst: "10.0.0.2", SrcPort: port, DstPort: 80, Protocol: 6}, Packets: 10, Estimated: true}
+	}
+	m.flows("p", []*owlv1.FlowStats{flow(1), flow(2)}, 10)
+	m.flows("q", []*owlv1.FlowStats{flow(3)}, 10)
+	m.flows("p", []*owlv1.FlowStats{flow(4)}, 10)
+	if n := testutil.CollectAndCount(m.flowPackets); n != 2 {
+		t.Errorf("%d packet series, want 2 (p's latest flow and q's)", n)
+	}
+	if got := testutil.ToFloat64(m.flowPackets.WithLabelValues("p", "6 10.0.0.1:4>10.0.0.2:80")); got != 10 {
+		t.Errorf("p's latest flow: %v packets", got)
+	}
 }

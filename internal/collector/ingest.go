@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -61,27 +62,65 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	return sess.pump(received)
 }
 
-// receive handles a probe's messages in order until the stream or a
-// message fails; the error goes to received. A message whose handling
-// panics (a damaged store) ends its stream, not the collector.
+// reportsInFlight bounds the reports of one stream being checked and
+// stored at once. Their store writes share commits (one fsync for many),
+// repair replies behind them are not held up, and a stream with as many
+// waiting is not read further: the probe is slowed down.
+const reportsInFlight = 64
+
+// receive handles a probe's messages until the stream or a message fails;
+// the first error goes to received. Reports are handled on goroutines of
+// their own, at most reportsInFlight at once (each is acknowledged on its
+// own); the other messages in order. A message whose handling panics (a
+// damaged store) ends its stream, not the collector.
 func (c *Collector) receive(sess *session, received chan<- error) {
+	fail := func(err error) {
+		select {
+		case received <- err:
+		default: // the stream ends on the first error
+		}
+	}
+	inflight := make(chan struct{}, reportsInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		m, err := sess.stream.Recv()
+		if err != nil {
+			fail(err)
+			return
+		}
+		if r := m.GetReport(); r != nil {
+			inflight <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-inflight }()
+				c.guard(sess, fail, func() error {
+					return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.report(sess.probe, r))
+				})
+			})
+			continue
+		}
+		if !c.guard(sess, fail, func() error { return c.handle(sess, m) }) {
+			return
+		}
+	}
+}
+
+// guard runs the handling of a message; an error, or a panic, goes to
+// fail. It says whether the handling succeeded.
+func (c *Collector) guard(sess *session, fail func(error), handle func() error) (ok bool) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			c.log.Error("handling a probe's message failed with a panic; its stream ends", "probe", sess.probe, "panic", p, "stack", string(debug.Stack()))
-			received <- status.Errorf(codes.Internal, "the collector failed on a message: %v", p)
+			fail(status.Errorf(codes.Internal, "the collector failed on a message: %v", p))
+			ok = false
 		}
 	}()
-	for {
-		m, err := sess.stream.Recv()
-		if err == nil {
-			err = c.handle(sess, m)
-		}
-		if err != nil {
-			received <- err
-			return
-		}
+	if err := handle(); err != nil {
+		fail(err)
+		return false
 	}
+	return true
 }
 
 // openSession sends a new stream its path configuration and makes it the

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -47,6 +48,9 @@ type metrics struct {
 
 	flowMean    *prometheus.GaugeVec
 	flowPackets *prometheus.GaugeVec
+	// flowLabels are the flow labels each path's series have now.
+	flowLabelsMu sync.Mutex
+	flowLabels   map[string][]string
 
 	clockUnc      *prometheus.GaugeVec
 	clockFlagged  *prometheus.GaugeVec
@@ -116,6 +120,7 @@ func newMetrics() *metrics {
 	m.rebuilds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_rebuilds_total", Help: "Late-binding rebuilds of RDAs at a larger size."}, []string{"path"})
 	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
 	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
+	m.flowLabels = map[string][]string{}
 	m.flowMean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_delay_mean_seconds", Help: "Mean one-way delay of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
 	m.clockUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_uncertainty_seconds", Help: "± on the mean delay of the path's latest epoch from the two probes' clocks."}, []string{"path"})
 	m.clockFlagged = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_flagged", Help: "1 when the path's latest epoch is flagged: clock uncertainty above the configured share of the mean, or a clock not synchronized."}, []string{"path"})
@@ -227,14 +232,23 @@ func (m *metrics) flows(path string, top []*owlv1.FlowStats, n int) {
 	if len(top) == 0 {
 		return
 	}
-	m.flowMean.DeletePartialMatch(prometheus.Labels{"path": path})
-	m.flowPackets.DeletePartialMatch(prometheus.Labels{"path": path})
+	// The path's series of the previous epoch go by name: a partial
+	// match would scan every path's series, on every path-epoch.
+	m.flowLabelsMu.Lock()
+	defer m.flowLabelsMu.Unlock()
+	for _, label := range m.flowLabels[path] {
+		m.flowMean.DeleteLabelValues(path, label)
+		m.flowPackets.DeleteLabelValues(path, label)
+	}
+	labels := make([]string, 0, min(n, len(top)))
 	for _, f := range top[:min(n, len(top))] {
 		k := f.GetFlow()
 		label := fmt.Sprintf("%d %s:%d>%s:%d", k.GetProtocol(), k.GetSrc(), k.GetSrcPort(), k.GetDst(), k.GetDstPort())
+		labels = append(labels, label)
 		m.flowPackets.WithLabelValues(path, label).Set(f.GetPackets())
 		if f.GetEstimated() {
 			m.flowMean.WithLabelValues(path, label).Set(f.GetMeanNs() / 1e9)
 		}
 	}
+	m.flowLabels[path] = labels
 }
