@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,11 @@ type Collector struct {
 	catchUpNow chan struct{} // asks catchUpLoop for a round
 
 	colates *colates
+
+	// pendingBytes is the synopsis bytes held in the pairing tables, as
+	// measureBacklog last counted them.
+	pendingBytes atomic.Int64
+	lastShedWarn atomic.Int64 // unix ns of the last warning about shedding
 }
 
 // New opens the store, loads the reports a previous run left waiting and
@@ -116,19 +123,70 @@ func (c *Collector) registerBacklog() {
 			return float64(n)
 		})))
 	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_pending_synopsis_bytes", Help: "Synopsis bytes (wire form) of the reports held in memory."},
-		backlog(func(ps *pathState) float64 {
-			n := 0
-			for _, pr := range ps.pending {
-				for _, s := range []*side{pr.up, pr.down} {
-					if s != nil {
-						n += len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds())
-					}
-				}
-			}
-			return float64(n)
-		})))
+		backlog(func(ps *pathState) float64 { return float64(ps.pendingBytes()) })))
 	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_queued_epochs", Help: "Epochs with both sides in, waiting for their path's worker."},
 		backlog(func(ps *pathState) float64 { return float64(len(ps.queue)) })))
+}
+
+// pendingBytes is the synopsis bytes of the path's reports held in its
+// pairing table. ps.mu is held.
+func (ps *pathState) pendingBytes() int {
+	n := 0
+	for _, pr := range ps.pending {
+		for _, s := range []*side{pr.up, pr.down} {
+			if s != nil {
+				n += len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds())
+			}
+		}
+	}
+	return n
+}
+
+// measureBacklog counts the synopsis bytes held in the pairing tables.
+func (c *Collector) measureBacklog() {
+	n := 0
+	for _, ps := range c.paths {
+		ps.mu.Lock()
+		n += ps.pendingBytes()
+		ps.mu.Unlock()
+	}
+	c.pendingBytes.Store(int64(n))
+}
+
+// backlogEvery is how often measureBacklog runs.
+const backlogEvery = 100 * time.Millisecond
+
+// backlogLoop measures the backlog every backlogEvery until ctx ends.
+func (c *Collector) backlogLoop(ctx context.Context) {
+	t := time.NewTicker(backlogEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.measureBacklog()
+		}
+	}
+}
+
+// errBusy ends a probe's stream when the backlog is over its bound.
+var errBusy = errors.New("the collector is behind: its backlog of reports is over max_pending_bytes; reconnect later")
+
+// overBacklog says whether a new report must wait: the reports held in
+// memory are over MaxPendingBytes. The report is counted as shed, with a
+// warning at most every 10 s.
+func (c *Collector) overBacklog() bool {
+	max := c.cfg.MaxPendingBytes
+	if max <= 0 || c.pendingBytes.Load() <= max {
+		return false
+	}
+	c.m.shed.Inc()
+	now, last := time.Now().UnixNano(), c.lastShedWarn.Load()
+	if now-last >= int64(10*time.Second) && c.lastShedWarn.CompareAndSwap(last, now) {
+		c.log.Warn("backlog over max_pending_bytes: probes' streams end and they send again later", "pending_bytes", c.pendingBytes.Load(), "max_pending_bytes", max)
+	}
+	return true
 }
 
 func btoi(b bool) int {

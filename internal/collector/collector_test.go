@@ -611,8 +611,10 @@ func TestDuplicateCopiesOnOneSide(t *testing.T) {
 			}
 		}
 	}
+	// Whichever epoch is reconciled first, boundary matching updates the
+	// other: wait for the crosser's match and epoch 2's update.
 	got := map[int64]*owlv1.PathStats{}
-	for len(got) < 2 || got[1].GetBoundaryMatched() == 0 {
+	for len(got) < 2 || got[1].GetBoundaryMatched() == 0 || got[2].GetReordered() != 0 {
 		r, err := watch.Recv()
 		if err != nil {
 			// No boundary match within the deadline: say what came.

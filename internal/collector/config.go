@@ -51,6 +51,13 @@ type Config struct {
 	DelayBounds DelayBounds `yaml:"delay_bounds"`
 	// MaxMessageBytes bounds a message from a probe.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// MaxPendingBytes bounds the synopses (wire form) of the reports held
+	// in memory for their other side or their worker. Past it, a report
+	// ends its probe's stream unacknowledged: the probe keeps it and sends
+	// it again after its reconnect back-off, so that a collector that
+	// falls behind slows its probes down instead of growing (counted in
+	// owl_collector_reports_shed_total). 0: no bound.
+	MaxPendingBytes int64 `yaml:"max_pending_bytes"`
 	// ReadyFile, when set, receives the bound addresses as JSON once the
 	// collector listens (useful with port 0).
 	ReadyFile string `yaml:"ready_file"`
@@ -136,6 +143,7 @@ func DefaultConfig() Config {
 		PairRetention:   10 * time.Minute,
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
 		MaxMessageBytes: 64 << 20,
+		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 20, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
@@ -148,6 +156,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.GRPCListen == "" || c.DataDir == "" {
 		return errors.New("collector needs grpc_listen and data_dir")
+	}
+	if c.MaxPendingBytes < 0 {
+		return fmt.Errorf("max_pending_bytes %d must not be negative", c.MaxPendingBytes)
 	}
 	if err := c.Params.Validate(); err != nil {
 		return fmt.Errorf("params: %w", err)

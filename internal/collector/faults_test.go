@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -242,5 +243,31 @@ func TestFlowSeriesReplaced(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.flowPackets.WithLabelValues("p", "6 10.0.0.1:4>10.0.0.2:80")); got != 10 {
 		t.Errorf("p's latest flow: %v packets", got)
+	}
+}
+
+// TestBacklogBound: past max_pending_bytes a report is turned away
+// unacknowledged (the probe sends it again) and counted; below it, taken.
+func TestBacklogBound(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Paths = append(cfg.Paths, netpath.Path{Name: "q", Upstream: "a", Downstream: "b"})
+	c := newTest(t, cfg)
+	defer c.Close()
+	up, _ := ldaPair(t, c.cfg.Params.LDA, 50, 1000, 1)
+	c.cfg.MaxPendingBytes = int64(len(up))
+	if err := c.report("a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	c.measureBacklog()
+	if err := c.report("a", report("q", 1, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatalf("at the bound: %v", err)
+	}
+	c.measureBacklog()
+	err := c.report("a", report("p", 2, owlv1.Role_ROLE_UPSTREAM, up))
+	if !errors.Is(err, errBusy) || testutil.ToFloat64(c.m.shed) != 1 {
+		t.Errorf("over the bound: %v, %v shed", err, testutil.ToFloat64(c.m.shed))
+	}
+	if st := status.Convert(c.answer(&session{probe: "a"}, owlv1.Reject_KIND_REPORT, "p", 2, 9, err)); st.Code() != codes.ResourceExhausted {
+		t.Errorf("the stream ends with %v, want ResourceExhausted", st)
 	}
 }

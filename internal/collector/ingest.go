@@ -178,6 +178,8 @@ func (c *Collector) answer(sess *session, kind owlv1.Reject_Kind, path string, e
 		if err := sess.send(rejectMessage(kind, path, rej.reason)); err != nil {
 			return err
 		}
+	case errors.Is(err, errBusy):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case err != nil:
 		c.log.Error("handling probe message", "probe", sess.probe, "kind", kind, "path", path, "epoch", epoch, "err", err)
 		return status.Error(codes.Unavailable, err.Error())
@@ -260,6 +262,9 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 	ps, s, err := c.checkReport(probe, r)
 	if err != nil {
 		return err
+	}
+	if c.overBacklog() {
+		return errBusy
 	}
 	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds())))
 	return c.pairSide(ps, s)

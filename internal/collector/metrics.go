@@ -46,6 +46,7 @@ type metrics struct {
 	peels      *prometheus.CounterVec
 	exchanged  *prometheus.CounterVec
 
+	shed        prometheus.Counter
 	flowMean    *prometheus.GaugeVec
 	flowPackets *prometheus.GaugeVec
 	// flowLabels are the flow labels each path's series have now.
@@ -121,6 +122,8 @@ func newMetrics() *metrics {
 	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
 	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
 	m.flowLabels = map[string][]string{}
+	m.shed = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_reports_shed_total", Help: "Reports turned away, unacknowledged, because the backlog was over max_pending_bytes (the probe sends them again)."})
+	m.reg.MustRegister(m.shed)
 	m.flowMean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_delay_mean_seconds", Help: "Mean one-way delay of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
 	m.clockUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_uncertainty_seconds", Help: "± on the mean delay of the path's latest epoch from the two probes' clocks."}, []string{"path"})
 	m.clockFlagged = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_flagged", Help: "1 when the path's latest epoch is flagged: clock uncertainty above the configured share of the mean, or a clock not synchronized."}, []string{"path"})

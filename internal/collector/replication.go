@@ -28,8 +28,12 @@ import (
 // not fit, or that a member does not take, is dropped; catch-up
 // (catchup.go) fetches what a holder lacks after each change of members.
 
-// replicaQueueLen bounds the copies waiting to be sent.
-const replicaQueueLen = 4096
+// replicaQueueLen and replicaQueueBytes bound the copies waiting to be
+// sent, in number and in bytes (a copy with its sketches is ~100 KiB).
+const (
+	replicaQueueLen   = 4096
+	replicaQueueBytes = 128 << 20
+)
 
 // replicaBatchCopies bounds the copies taken from the queue at once.
 const replicaBatchCopies = 256
@@ -44,25 +48,40 @@ const replicaWarnEvery = 10 * time.Second
 // holders of the paths. Its methods are safe for concurrent use; enqueue
 // never blocks. A nil replicator (no cluster) drops everything silently.
 type replicator struct {
-	queue    chan *owlv1.EpochCopy
+	queue    chan queuedCopy
+	bytes    atomic.Int64 // of the copies queued
 	dropped  prometheus.Counter
 	log      *slog.Logger
 	lastWarn atomic.Int64 // unix ns of the last warning about drops
 }
 
-func newReplicator(m *metrics, log *slog.Logger) *replicator {
-	return &replicator{queue: make(chan *owlv1.EpochCopy, replicaQueueLen), dropped: m.replicaDropped, log: log}
+// queuedCopy is a copy waiting to be sent, and its size.
+type queuedCopy struct {
+	ec   *owlv1.EpochCopy
+	size int64
 }
 
-// enqueue queues copies to send; when the queue is full they are dropped.
+func newReplicator(m *metrics, log *slog.Logger) *replicator {
+	return &replicator{queue: make(chan queuedCopy, replicaQueueLen), dropped: m.replicaDropped, log: log}
+}
+
+// enqueue queues copies to send; when the queue is full, in number or in
+// bytes, they are dropped.
 func (r *replicator) enqueue(copies ...*owlv1.EpochCopy) {
 	if r == nil {
 		return
 	}
 	for _, ec := range copies {
+		n := int64(proto.Size(ec))
+		if r.bytes.Add(n) > replicaQueueBytes {
+			r.bytes.Add(-n)
+			r.drop(1, "the replication queue is full", "path", ec.GetPath(), "epoch", ec.GetEpoch())
+			continue
+		}
 		select {
-		case r.queue <- ec:
+		case r.queue <- queuedCopy{ec, n}:
 		default:
+			r.bytes.Add(-n)
 			r.drop(1, "the replication queue is full", "path", ec.GetPath(), "epoch", ec.GetEpoch())
 		}
 	}
@@ -92,16 +111,20 @@ func (r *replicator) drop(n int, why string, args ...any) {
 // replicaBatchCopies; false when ctx ends first.
 func (r *replicator) next(ctx context.Context) ([]*owlv1.EpochCopy, bool) {
 	var batch []*owlv1.EpochCopy
+	take := func(q queuedCopy) {
+		r.bytes.Add(-q.size)
+		batch = append(batch, q.ec)
+	}
 	select {
 	case <-ctx.Done():
 		return nil, false
-	case ec := <-r.queue:
-		batch = append(batch, ec)
+	case q := <-r.queue:
+		take(q)
 	}
 	for len(batch) < replicaBatchCopies {
 		select {
-		case ec := <-r.queue:
-			batch = append(batch, ec)
+		case q := <-r.queue:
+			take(q)
 		default:
 			return batch, true
 		}

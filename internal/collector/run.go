@@ -109,6 +109,10 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.sweepLoop(gctx)
 		return nil
 	})
+	g.Go(func() error {
+		c.backlogLoop(gctx)
+		return nil
+	})
 	if c.cl != nil {
 		g.Go(func() error {
 			c.replicateLoop(gctx)
