@@ -170,14 +170,20 @@ func (c *epochCache) repeated() []entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sort()
-	var out []entry
-	for i := 0; i < len(c.entries); {
+	return repeatedIn(c.entries, func(e entry) uint64 { return e.id })
+}
+
+// repeatedIn returns the elements of s, sorted by ID, whose ID occurs
+// more than once.
+func repeatedIn[T any](s []T, id func(T) uint64) []T {
+	var out []T
+	for i := 0; i < len(s); {
 		j := i + 1
-		for j < len(c.entries) && c.entries[j].id == c.entries[i].id {
+		for j < len(s) && id(s[j]) == id(s[i]) {
 			j++
 		}
 		if j-i > 1 {
-			out = append(out, c.entries[i:j]...)
+			out = append(out, s[i:j]...)
 		}
 		i = j
 	}

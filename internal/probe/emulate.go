@@ -295,18 +295,7 @@ func (s *trafficSide) lookup(ids []uint64) []packet {
 
 // repeated returns the side's packets whose ID occurs more than once.
 func (s *trafficSide) repeated() []packet {
-	var out []packet
-	for i := 0; i < len(s.packets); {
-		j := i + 1
-		for j < len(s.packets) && s.packets[j].id == s.packets[i].id {
-			j++
-		}
-		if j-i > 1 {
-			out = append(out, s.packets[i:j]...)
-		}
-		i = j
-	}
-	return out
+	return repeatedIn(s.packets, func(p packet) uint64 { return p.id })
 }
 
 // Params are the parameters the traffic's synopses were built with.
