@@ -98,14 +98,16 @@ func fastReplay(t *testing.T, env *harness.Env, in string, shape sim.Shape) {
 		}
 		msg := exactEpoch(s, tr, tr.Epoch == last)
 		if rl := repeated[tr.Epoch]; msg != "" && rl.lost > 0 {
-			// Which of identical copies was lost is a guess when the
-			// delay is longer than their spacing, and both lost stall
-			// peeling: loss is then off by at most those copies, the
-			// delay sum by at most their spacing each, or the mean by
-			// 1% where peeling stalled.
+			// Which of identical copies was lost is unknown when the
+			// delay is longer than their spacing (their buckets are
+			// left out), and both lost stall peeling: loss is then off
+			// by at most those copies, and the mean is that of the
+			// packets kept, off by at most the share left out times
+			// the epoch's spread of delays.
 			near++
 			msg = ""
-			bound := max(rl.spreadNS/float64(tr.Sent-tr.Lost), 0.01*tr.AllMeanNS)
+			n := float64(tr.Sent - tr.Lost)
+			bound := max(n-float64(s.GetSamples()), 0) / n * rl.spreadNS
 			if s == nil || math.Abs(s.GetMeanNs()-tr.AllMeanNS) > bound || math.Abs(s.GetLost()-float64(tr.Lost)) > float64(rl.lost) {
 				msg = fmt.Sprintf("%d lost copies of repeated IDs (mean bound %.0f ns), and %v", rl.lost, bound, s)
 			}
@@ -127,42 +129,46 @@ func fastReplay(t *testing.T, env *harness.Env, in string, shape sim.Shape) {
 	}
 }
 
-// repeated is what an epoch lost of packets it sent more than once
-// (identical IDs): the lost copies, and the sum over them of the time
-// between the first and last copy sent.
+// repeated is what the truth says of an epoch that lost packets it sent
+// more than once (identical IDs): those lost copies, and the spread
+// (largest less smallest) of its delivered packets' delays.
 type repeated struct {
 	lost     int
 	spreadNS float64
 }
 
-// repeatedLoss is repeated per epoch.
+// repeatedLoss is repeated per epoch, for the epochs that lost such a
+// packet.
 func repeatedLoss(truth []sim.Record) map[int64]repeated {
 	type key struct {
 		epoch int64
 		id    uint64
 	}
-	type copies struct{ n, lost, first, last int64 }
-	by := map[key]*copies{}
+	copies, lost := map[key]int{}, map[key]int{}
+	lo, hi := map[int64]int64{}, map[int64]int64{}
 	ep := epoch.DefaultConfig()
 	for _, r := range truth {
 		e, _ := ep.Of(r.UpNS)
-		c := by[key{e, r.ID}]
-		if c == nil {
-			c = &copies{first: r.UpNS, last: r.UpNS}
-			by[key{e, r.ID}] = c
-		}
-		c.n++
-		c.first, c.last = min(c.first, r.UpNS), max(c.last, r.UpNS)
+		k := key{e, r.ID}
+		copies[k]++
 		if r.Lost {
-			c.lost++
+			lost[k]++
+			continue
+		}
+		d := r.DelayNS()
+		if l, ok := lo[e]; !ok || d < l {
+			lo[e] = d
+		}
+		if h, ok := hi[e]; !ok || d > h {
+			hi[e] = d
 		}
 	}
 	out := map[int64]repeated{}
-	for k, c := range by {
-		if c.n > 1 && c.lost > 0 {
+	for k, n := range lost {
+		if copies[k] > 1 {
 			rl := out[k.epoch]
-			rl.lost += int(c.lost)
-			rl.spreadNS += float64(c.lost * (c.last - c.first))
+			rl.lost += n
+			rl.spreadNS = float64(hi[k.epoch] - lo[k.epoch])
 			out[k.epoch] = rl
 		}
 	}

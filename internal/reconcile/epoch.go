@@ -298,11 +298,12 @@ func (st *epochState) fetchTimestamps(ctx context.Context) (upTS, downTS map[uin
 	return upTS, downTS, nil
 }
 
-// lostCopy picks which of the copies sent of a packet (up) was lost, given
-// the copies that arrived (down, one fewer): of the copies whose loss
-// leaves every arrival after its sending (first sent, first arrived),
-// the earliest, which gives the shortest delays. Copies sent further
-// apart than the path's delay are told apart exactly.
+// lostCopy tells which of the copies sent of a packet (up) was lost,
+// given the copies that arrived (down, one fewer): the one copy whose
+// loss leaves every arrival after its sending (first sent, first
+// arrived). Copies sent further apart than the path's delay are told
+// apart so. When more than one copy could have been lost, it does not
+// guess: false, and their buckets are left out.
 func lostCopy(up, down []Entry) (Entry, bool) {
 	if len(down) != len(up)-1 {
 		return Entry{}, false
@@ -310,6 +311,7 @@ func lostCopy(up, down []Entry) (Entry, bool) {
 	up, down = slices.Clone(up), slices.Clone(down)
 	slices.SortFunc(up, byOffset)
 	slices.SortFunc(down, byOffset)
+	found := -1
 	for i := range up {
 		ok := true
 		for j, d := range down {
@@ -323,10 +325,16 @@ func lostCopy(up, down []Entry) (Entry, bool) {
 			}
 		}
 		if ok {
-			return up[i], true
+			if found >= 0 {
+				return Entry{}, false // two could have been lost
+			}
+			found = i
 		}
 	}
-	return Entry{}, false
+	if found < 0 {
+		return Entry{}, false
+	}
+	return up[found], true
 }
 
 func fetch(ctx context.Context, r Repairs, s Side, ids []uint64) (map[uint64][]Entry, error) {
@@ -374,7 +382,7 @@ func (st *epochState) compute(upTS, downTS map[uint64][]Entry, repaired bool) er
 }
 
 // resolve picks the timestamp of each decoded packet: a lost packet the
-// upstream side saw once, or the copy lostCopy picks of one it saw more
+// upstream side saw once, or the copy lostCopy tells of one it saw more
 // often, an extra packet seen once downstream, or the last copy of a
 // duplicate (the first copy is the delivery). It fills the removals, the
 // boundary records and the duplicate count.
