@@ -82,7 +82,6 @@ func (c *Collector) catchUp(ctx context.Context) {
 				continue
 			}
 			n, err := c.catchUpFrom(ctx, p.Name, m)
-			c.m.caughtUp.Add(float64(n))
 			if n > 0 {
 				c.log.Info("caught up", "path", p.Name, "epochs", n, "member", m.Name)
 			}
@@ -120,6 +119,7 @@ func (c *Collector) catchUpFrom(ctx context.Context, path string, m cluster.Memb
 	var batch []*owlv1.EpochCopy
 	flush := func() error {
 		n, err := c.storeCopies(batch)
+		c.m.caughtUp.Add(float64(n))
 		taken, batch, size = taken+n, nil, 0
 		return err
 	}
