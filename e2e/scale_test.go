@@ -65,7 +65,10 @@ func gopacketCapture(t *testing.T, rel string) string {
 func fastReplay(t *testing.T, env *harness.Env, in string, shape sim.Shape) {
 	out, truth := makeShapedTrace(t, env, in, shape, lossOnly)
 	truths := sim.EpochTruths(truth, epoch.DefaultConfig(), 0)
-	coll, addrs, err := env.StartCollector("collector", collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB))
+	// The default pair timeout: a side may wait seconds for its pair
+	// while the other probe is held back by its caches.
+	yaml := strings.Replace(collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB), "pair_timeout: 3s", "pair_timeout: 30s", 1)
+	coll, addrs, err := env.StartCollector("collector", yaml)
 	if err != nil {
 		t.Fatal(err)
 	}
