@@ -162,19 +162,27 @@ func replicaSides(t *testing.T, st *store.Store) []string {
 	return out
 }
 
+// replicatedEpochs runs two members, c0 owning a path and c1 its
+// replica, pairs epochs 1..n at c0 and waits for c1 to hold their
+// results, which it returns.
+func replicatedEpochs(t *testing.T, n int) (path string, c0, c1 *Collector, want []*owlv1.PathStats) {
+	t.Helper()
+	path = heldBy(t, []string{"c0", "c1"}, "c0", "c1")
+	cfg := replicaConfig(t, path)
+	c0, a0 := runMember(t, cfg, "c0", "")
+	cfg.DataDir = t.TempDir()
+	c1, _ = runMember(t, cfg, "c1", a0.Gossip)
+	waitMembers(t, 2, c0, c1)
+	want = pairEpochs(t, c0, path, n)
+	waitFor(t, "the replica's results", func() bool { return sameResults(c1.store, want) })
+	return path, c0, c1, want
+}
+
 // TestReplicaKeepsOwnersState: the owner of a path sends its replica what
 // it stores; the replica holds the same results and per-flow results,
 // and a copy of a lone side until the epoch is paired.
 func TestReplicaKeepsOwnersState(t *testing.T) {
-	path := heldBy(t, []string{"c0", "c1"}, "c0", "c1")
-	cfg := replicaConfig(t, path)
-	c0, a0 := runMember(t, cfg, "c0", "")
-	cfg.DataDir = t.TempDir()
-	c1, _ := runMember(t, cfg, "c1", a0.Gossip)
-	waitMembers(t, 2, c0, c1)
-
-	want := pairEpochs(t, c0, path, 3)
-	waitFor(t, "the replica's results", func() bool { return sameResults(c1.store, want) })
+	path, c0, c1, _ := replicatedEpochs(t, 3)
 	f0 := flowsOf(t, c0.store, path)
 	waitFor(t, "the replica's per-flow results", func() bool { return len(flowsOf(t, c1.store, path)) == len(f0) })
 	for i, f := range flowsOf(t, c1.store, path) {
@@ -189,7 +197,7 @@ func TestReplicaKeepsOwnersState(t *testing.T) {
 		t.Errorf("replicated result %v", r)
 	}
 
-	up, down := flowReports(t, cfg, path, 9)
+	up, down := flowReports(t, c0.cfg, path, 9)
 	if err := c0.report("a", up); err != nil {
 		t.Fatal(err)
 	}
@@ -377,14 +385,7 @@ func TestStoreCopies(t *testing.T) {
 // finds that their results differ and fetches the newer one, and an
 // older copy never replaces a newer result, on either member.
 func TestCatchUpTakesNewerResult(t *testing.T) {
-	path := heldBy(t, []string{"c0", "c1"}, "c0", "c1")
-	cfg := replicaConfig(t, path)
-	c0, a0 := runMember(t, cfg, "c0", "")
-	cfg.DataDir = t.TempDir()
-	c1, _ := runMember(t, cfg, "c1", a0.Gossip)
-	waitMembers(t, 2, c0, c1)
-	want := pairEpochs(t, c0, path, 3)
-	waitFor(t, "the replica's results", func() bool { return sameResults(c1.store, want) })
+	path, c0, c1, want := replicatedEpochs(t, 3)
 
 	old := want[1]
 	newer := proto.CloneOf(old)
