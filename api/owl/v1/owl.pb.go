@@ -1012,9 +1012,14 @@ type Hello struct {
 	// version is the probe's build version.
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// params are the probe's synopsis parameters; the collector rejects a
-	// probe whose parameters differ from the deployment's.
-	Params        *SynopsisParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
-	Clock         *ClockStatus    `protobuf:"bytes,4,opt,name=clock,proto3" json:"clock,omitempty"`
+	// probe whose parameters differ from the deployment's. Unset: the probe
+	// takes the collector's (PathConfig.params).
+	Params *SynopsisParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	Clock  *ClockStatus    `protobuf:"bytes,4,opt,name=clock,proto3" json:"clock,omitempty"`
+	// replay is true when the probe reads capture files: its epochs may be
+	// far in the past. A live probe's epochs must be near the collector's
+	// clock.
+	Replay        bool `protobuf:"varint,5,opt,name=replay,proto3" json:"replay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1075,6 +1080,13 @@ func (x *Hello) GetClock() *ClockStatus {
 		return x.Clock
 	}
 	return nil
+}
+
+func (x *Hello) GetReplay() bool {
+	if x != nil {
+		return x.Replay
+	}
+	return false
 }
 
 // SynopsisParams are the parameters both ends of a path must share.
@@ -2856,8 +2868,11 @@ type PathConfig struct {
 	// colate_collector is the gRPC address of the collector that takes
 	// COLATE vectors; empty: the one that sent this configuration.
 	ColateCollector string `protobuf:"bytes,2,opt,name=colate_collector,json=colateCollector,proto3" json:"colate_collector,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// params are the deployment's synopsis parameters: a probe that was not
+	// given its own uses these.
+	Params        *SynopsisParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathConfig) Reset() {
@@ -2902,6 +2917,13 @@ func (x *PathConfig) GetColateCollector() string {
 		return x.ColateCollector
 	}
 	return ""
+}
+
+func (x *PathConfig) GetParams() *SynopsisParams {
+	if x != nil {
+		return x.Params
+	}
+	return nil
 }
 
 // PathAssignment is a path and the probe's role on it.
@@ -3300,7 +3322,10 @@ type ListProbesResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Probes []*ProbeInfo           `protobuf:"bytes,1,rep,name=probes,proto3" json:"probes,omitempty"`
 	// note names the collectors of the cluster that did not answer.
-	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	// warning is set when the collector runs without TLS (-insecure):
+	// anyone who reaches it can report as any probe and read every result.
+	Warning       string `protobuf:"bytes,3,opt,name=warning,proto3" json:"warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3349,6 +3374,13 @@ func (x *ListProbesResponse) GetNote() string {
 	return ""
 }
 
+func (x *ListProbesResponse) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
+}
+
 // ProbeInfo is what the collector knows of a probe.
 type ProbeInfo struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -3358,9 +3390,16 @@ type ProbeInfo struct {
 	Address   string                 `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
 	LastSeen  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	// error is set when the probe was rejected (e.g. parameter mismatch).
-	Error         string       `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	Clock         *ClockStatus `protobuf:"bytes,7,opt,name=clock,proto3" json:"clock,omitempty"`
-	Reports       uint64       `protobuf:"varint,8,opt,name=reports,proto3" json:"reports,omitempty"`
+	Error   string       `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Clock   *ClockStatus `protobuf:"bytes,7,opt,name=clock,proto3" json:"clock,omitempty"`
+	Reports uint64       `protobuf:"varint,8,opt,name=reports,proto3" json:"reports,omitempty"`
+	// identity is how the probe proved its id: the URI of its client
+	// certificate, or "none" on a collector run with -insecure.
+	Identity string `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
+	// refused counts what the probe sent that was refused: reports for
+	// another id, epochs out of range, synopses over their size, reports
+	// resent with other content.
+	Refused       uint64 `protobuf:"varint,10,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3447,6 +3486,20 @@ func (x *ProbeInfo) GetClock() *ClockStatus {
 func (x *ProbeInfo) GetReports() uint64 {
 	if x != nil {
 		return x.Reports
+	}
+	return 0
+}
+
+func (x *ProbeInfo) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *ProbeInfo) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
 	}
 	return 0
 }
@@ -3765,8 +3818,17 @@ type PathStats struct {
 	ClockUncertaintyNs float64 `protobuf:"fixed64,31,opt,name=clock_uncertainty_ns,json=clockUncertaintyNs,proto3" json:"clock_uncertainty_ns,omitempty"`
 	ClockFlagged       bool    `protobuf:"varint,32,opt,name=clock_flagged,json=clockFlagged,proto3" json:"clock_flagged,omitempty"`
 	ClockNote          string  `protobuf:"bytes,33,opt,name=clock_note,json=clockNote,proto3" json:"clock_note,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// conflicting_reports counts reports of this epoch that came again with
+	// other content than the side that was used (a probe restarted with
+	// other settings, or a forgery): the result is from the first.
+	ConflictingReports uint32 `protobuf:"varint,34,opt,name=conflicting_reports,json=conflictingReports,proto3" json:"conflicting_reports,omitempty"`
+	// upstream_digest and downstream_digest identify the content of the
+	// two reports used (a hash of their synopses), so that a report sent
+	// again can be told from one with other content.
+	UpstreamDigest   uint64 `protobuf:"fixed64,35,opt,name=upstream_digest,json=upstreamDigest,proto3" json:"upstream_digest,omitempty"`
+	DownstreamDigest uint64 `protobuf:"fixed64,36,opt,name=downstream_digest,json=downstreamDigest,proto3" json:"downstream_digest,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PathStats) Reset() {
@@ -4028,6 +4090,27 @@ func (x *PathStats) GetClockNote() string {
 		return x.ClockNote
 	}
 	return ""
+}
+
+func (x *PathStats) GetConflictingReports() uint32 {
+	if x != nil {
+		return x.ConflictingReports
+	}
+	return 0
+}
+
+func (x *PathStats) GetUpstreamDigest() uint64 {
+	if x != nil {
+		return x.UpstreamDigest
+	}
+	return 0
+}
+
+func (x *PathStats) GetDownstreamDigest() uint64 {
+	if x != nil {
+		return x.DownstreamDigest
+	}
+	return 0
 }
 
 type GetFlowStatsRequest struct {
@@ -5189,12 +5272,13 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\rrebuild_reply\x18\x04 \x01(\v2\x14.owl.v1.RebuildReplyH\x00R\frebuildReply\x12+\n" +
 	"\x05clock\x18\x05 \x01(\v2\x13.owl.v1.ClockStatusH\x00R\x05clock\x12.\n" +
 	"\x06colate\x18\x06 \x01(\v2\x14.owl.v1.ColateVectorH\x00R\x06colateB\x05\n" +
-	"\x03msg\"\x97\x01\n" +
+	"\x03msg\"\xaf\x01\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12)\n" +
-	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\"\xc3\x02\n" +
+	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\x12\x16\n" +
+	"\x06replay\x18\x05 \x01(\bR\x06replay\"\xc3\x02\n" +
 	"\x0eSynopsisParams\x122\n" +
 	"\bidentity\x18\x01 \x01(\v2\x16.owl.v1.IdentityParamsR\bidentity\x12)\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x13.owl.v1.EpochParamsR\x05epoch\x12#\n" +
@@ -5337,11 +5421,12 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03rda\x18\x03 \x01(\fR\x03rda\"7\n" +
 	"\aRDASize\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\abuckets\x18\x02 \x01(\rR\abuckets\"e\n" +
+	"\abuckets\x18\x02 \x01(\rR\abuckets\"\x95\x01\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
-	"\x10colate_collector\x18\x02 \x01(\tR\x0fcolateCollector\"\x93\x01\n" +
+	"\x10colate_collector\x18\x02 \x01(\tR\x0fcolateCollector\x12.\n" +
+	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\"\x93\x01\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
@@ -5376,10 +5461,11 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bprotocol\x18\x03 \x01(\rR\bprotocol\x12\x1b\n" +
 	"\tsrc_ports\x18\x04 \x03(\tR\bsrcPorts\x12\x1b\n" +
 	"\tdst_ports\x18\x05 \x03(\tR\bdstPorts\"\x13\n" +
-	"\x11ListProbesRequest\"S\n" +
+	"\x11ListProbesRequest\"m\n" +
 	"\x12ListProbesResponse\x12)\n" +
 	"\x06probes\x18\x01 \x03(\v2\x11.owl.v1.ProbeInfoR\x06probes\x12\x12\n" +
-	"\x04note\x18\x02 \x01(\tR\x04note\"\x8c\x02\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\x12\x18\n" +
+	"\awarning\x18\x03 \x01(\tR\awarning\"\xc2\x02\n" +
 	"\tProbeInfo\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x18\n" +
@@ -5388,7 +5474,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tlast_seen\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12)\n" +
 	"\x05clock\x18\a \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\x12\x18\n" +
-	"\areports\x18\b \x01(\x04R\areports\"\x12\n" +
+	"\areports\x18\b \x01(\x04R\areports\x12\x1a\n" +
+	"\bidentity\x18\t \x01(\tR\bidentity\x12\x18\n" +
+	"\arefused\x18\n" +
+	" \x01(\x04R\arefused\"\x12\n" +
 	"\x10ListPathsRequest\"7\n" +
 	"\x11ListPathsResponse\x12\"\n" +
 	"\x05paths\x18\x01 \x03(\v2\f.owl.v1.PathR\x05paths\"\x9b\x01\n" +
@@ -5401,7 +5490,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.PathStatsR\x05stats\x12\x12\n" +
 	"\x04note\x18\x02 \x01(\tR\x04note\"+\n" +
 	"\x15WatchPathStatsRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\xf7\t\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\xfe\n" +
+	"\n" +
 	"\tPathStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -5441,7 +5531,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x14clock_uncertainty_ns\x18\x1f \x01(\x01R\x12clockUncertaintyNs\x12#\n" +
 	"\rclock_flagged\x18  \x01(\bR\fclockFlagged\x12\x1d\n" +
 	"\n" +
-	"clock_note\x18! \x01(\tR\tclockNote\"\xc0\x01\n" +
+	"clock_note\x18! \x01(\tR\tclockNote\x12/\n" +
+	"\x13conflicting_reports\x18\" \x01(\rR\x12conflictingReports\x12'\n" +
+	"\x0fupstream_digest\x18# \x01(\x06R\x0eupstreamDigest\x12+\n" +
+	"\x11downstream_digest\x18$ \x01(\x06R\x10downstreamDigest\"\xc0\x01\n" +
 	"\x13GetFlowStatsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\x04flow\x18\x02 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12.\n" +
@@ -5707,76 +5800,77 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	31, // 40: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
 	32, // 41: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
 	39, // 42: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	42, // 43: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 44: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,  // 45: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	43, // 46: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	46, // 47: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	67, // 48: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	29, // 49: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	42, // 50: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	67, // 51: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 52: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	52, // 53: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	67, // 54: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	68, // 55: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,  // 56: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	29, // 57: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	29, // 58: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	28, // 59: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	28, // 60: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	67, // 61: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	26, // 62: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	67, // 63: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 64: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	55, // 65: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	67, // 66: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	26, // 67: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	67, // 68: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 69: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	4,  // 70: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	55, // 71: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	26, // 72: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	67, // 73: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 74: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	67, // 75: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	67, // 76: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	67, // 77: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 78: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	62, // 79: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	67, // 80: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	65, // 81: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	14, // 82: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	44, // 83: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	47, // 84: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	49, // 85: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	51, // 86: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	53, // 87: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	56, // 88: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	58, // 89: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	60, // 90: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	63, // 91: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	12, // 92: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	8,  // 93: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	10, // 94: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	30, // 95: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	45, // 96: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	48, // 97: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	50, // 98: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	52, // 99: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	54, // 100: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	57, // 101: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	59, // 102: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	61, // 103: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	64, // 104: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	13, // 105: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	9,  // 106: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	5,  // 107: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	95, // [95:108] is the sub-list for method output_type
-	82, // [82:95] is the sub-list for method input_type
-	82, // [82:82] is the sub-list for extension type_name
-	82, // [82:82] is the sub-list for extension extendee
-	0,  // [0:82] is the sub-list for field type_name
+	16, // 43: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	42, // 44: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,  // 45: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,  // 46: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	43, // 47: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	46, // 48: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	67, // 49: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	29, // 50: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	42, // 51: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	67, // 52: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 53: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	52, // 54: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	67, // 55: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	68, // 56: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,  // 57: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	29, // 58: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	29, // 59: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	28, // 60: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	28, // 61: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	67, // 62: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	26, // 63: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	67, // 64: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 65: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	55, // 66: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	67, // 67: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	26, // 68: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	67, // 69: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 70: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	4,  // 71: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	55, // 72: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	26, // 73: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	67, // 74: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 75: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	67, // 76: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	67, // 77: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	67, // 78: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	67, // 79: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	62, // 80: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	67, // 81: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	65, // 82: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	14, // 83: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	44, // 84: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	47, // 85: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	49, // 86: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	51, // 87: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	53, // 88: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	56, // 89: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	58, // 90: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	60, // 91: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	63, // 92: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	12, // 93: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	8,  // 94: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	10, // 95: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	30, // 96: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	45, // 97: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	48, // 98: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	50, // 99: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	52, // 100: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	54, // 101: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	57, // 102: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	59, // 103: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	61, // 104: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	64, // 105: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	13, // 106: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	9,  // 107: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	5,  // 108: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	96, // [96:109] is the sub-list for method output_type
+	83, // [83:96] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
