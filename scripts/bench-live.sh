@@ -23,6 +23,7 @@ done
 go build -o "$dir/" ./cmd/collector ./cmd/probe
 cat > "$dir/c.yaml" <<YAML
 grpc_listen: 127.0.0.1:0
+insecure: true
 http_listen: ""
 data_dir: $dir/data
 paths: [{name: bench, upstream: other, downstream: bench-probe}]
@@ -35,7 +36,7 @@ metric() { curl -s "http://127.0.0.1:$2/metrics" | awk -v m="$1" '$1==m {print $
 printf "%-8s %-12s %14s %14s %12s\n" workers rate "sent pkt/s" "offered pkts" "ring drops"
 for workers in 1 2; do
   port=$((7790 + workers))
-  "$dir/probe" -id bench-probe -collector "$grpc" -interface $b -workers $workers -metrics-listen 127.0.0.1:$port -log-level warn &
+  "$dir/probe" -id bench-probe -collector "$grpc" -insecure -interface $b -workers $workers -metrics-listen 127.0.0.1:$port -log-level warn &
   probe=$!
   sleep 1.5
   for rate in 100000 200000 400000 topspeed; do

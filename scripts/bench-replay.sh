@@ -34,6 +34,7 @@ for name in small dense; do
   rm -rf "$dir/data" "$dir/ready"
   cat > "$dir/c.yaml" <<YAML
 grpc_listen: 127.0.0.1:0
+insecure: true
 http_listen: ""
 data_dir: $dir/data
 paths: [{name: bench, upstream: a, downstream: b}]
@@ -42,9 +43,9 @@ YAML
   coll=$!
   for _ in $(seq 100); do [ -s "$dir/ready" ] && break; sleep 0.1; done
   grpc=$(sed 's/.*"grpc":"\([^"]*\)".*/\1/' "$dir/ready")
-  /usr/bin/time -f "%U %S" -o "$dir/ta" "$bin/probe" -id a -collector "$grpc" -file "$dir/$name-up.pcap" -replay-speed 0 -log-level error &
+  /usr/bin/time -f "%U %S" -o "$dir/ta" "$bin/probe" -id a -collector "$grpc" -insecure -file "$dir/$name-up.pcap" -replay-speed 0 -log-level error &
   pa=$!
-  /usr/bin/time -f "%U %S" -o "$dir/tb" "$bin/probe" -id b -collector "$grpc" -file "$dir/$name-down.pcap" -replay-speed 0 -log-level error
+  /usr/bin/time -f "%U %S" -o "$dir/tb" "$bin/probe" -id b -collector "$grpc" -insecure -file "$dir/$name-down.pcap" -replay-speed 0 -log-level error
   wait $pa
   ccpu=$(cpu $coll) cpeak=$(peak $coll)
   kill $coll; wait $coll 2>/dev/null || true

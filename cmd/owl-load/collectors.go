@@ -37,6 +37,8 @@ func collectorYAML(s collectorSetup, paths []netpath.Path) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Collector configuration for owl-load: default parameters, %d generated paths.\n", len(paths))
 	fmt.Fprintf(&b, "grpc_listen: %q\nhttp_listen: %q\ndata_dir: %q\n", s.grpc, s.http, s.dataDir)
+	// The emulated probes connect in plaintext: a load generator is for a lab.
+	b.WriteString("insecure: true\n")
 	if s.pprof {
 		b.WriteString("pprof: true\n")
 	}

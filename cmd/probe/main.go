@@ -25,6 +25,11 @@ import (
 func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.StringVar(&c.ID, "id", c.ID, "observation point id (as named in the collector's paths)")
 	fs.StringVar(&c.Collector, "collector", c.Collector, "collector gRPC address host:port")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", c.TLS.Cert, "this probe's TLS certificate (PEM; URI SAN owl://probe/ID names it, so -id may be left out), re-read when it changes")
+	fs.StringVar(&c.TLS.Key, "tls-key", c.TLS.Key, "the certificate's private key (PEM), in the same directory")
+	fs.StringVar(&c.TLS.CA, "tls-ca", c.TLS.CA, "CA certificates (PEM) the collector's certificate must chain to")
+	fs.StringVar(&c.TLS.ServerName, "tls-server-name", c.TLS.ServerName, "name expected in the collector's certificate (default: the host of -collector)")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "connect in plaintext, to a collector run with -insecure")
 	str := func(s string) (string, error) { return s, nil }
 	fs.Var(option(c, str, func(l *capture.LiveConfig) *string { return &l.Interface }), "interface", "capture this interface live (AF_PACKET); replaces -file sources")
 	fs.Var(option(c, strconv.Atoi, func(l *capture.LiveConfig) *int { return &l.Workers }), "workers", "live capture: PACKET_FANOUT workers, each with its own synopses")
@@ -46,6 +51,7 @@ func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.DurationVar(&c.ReconnectMax, "reconnect-max", c.ReconnectMax, "longest wait between attempts to reach the collector")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for acknowledgements")
 	fs.DurationVar(&c.ReleaseTimeout, "release-timeout", c.ReleaseTimeout, "how long a finished replay waits for the collector to release its epochs (it may still ask for repairs)")
+	fs.StringVar(&c.WebConfigFile, "web-config-file", c.WebConfigFile, "TLS and basic auth for -metrics-listen: a Prometheus exporter-toolkit web configuration file")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "serve /metrics and /healthz on this address (empty: off)")
 	fs.StringVar(&c.Clock.Source, "clock", c.Clock.Source, "live capture: clock source: system (kernel-disciplined, e.g. by ptp4l+phc2sys or chrony), phc (a NIC's PTP hardware clock), ptp (built-in SPTP client)")
 	fs.StringVar(&c.Clock.Server, "clock-server", c.Clock.Server, "clock ptp: grandmaster address (ptp4u or another SPTP server), host or host:port")

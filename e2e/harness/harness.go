@@ -18,9 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
 
@@ -91,6 +88,12 @@ func (e *Env) Start(name, binary string, args ...string) (*Proc, error) {
 // StartIn runs a binary of the environment in a network namespace ("" for
 // the current one).
 func (e *Env) StartIn(netns, name, binary string, args ...string) (*Proc, error) {
+	if filepath.Base(binary) == "probe" {
+		var err error
+		if args, err = probeTLS(args); err != nil {
+			return nil, err
+		}
+	}
 	logPath := filepath.Join(e.Dir, name+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -212,7 +215,10 @@ func (e *Env) StartCollector(name, config string, extra ...string) (*Proc, Addrs
 	}
 	ready := filepath.Join(e.Dir, name+".ready")
 	os.Remove(ready)
-	args := append([]string{"-config", cfgPath, "-ready-file", ready}, extra...)
+	args, err := collectorTLS(name, config, append([]string{"-config", cfgPath, "-ready-file", ready}, extra...))
+	if err != nil {
+		return nil, Addrs{}, err
+	}
 	p, err := e.Start(name, "collector", args...)
 	if err != nil {
 		return nil, Addrs{}, err
@@ -242,11 +248,6 @@ func FreePort() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// Dial connects to a collector's gRPC address.
-func Dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 // WaitEpochs polls GetPathStats until the path has a result (of any

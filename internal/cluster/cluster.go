@@ -9,6 +9,7 @@ package cluster
 import (
 	"bytes"
 	"cmp"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log"
@@ -46,6 +47,12 @@ type Config struct {
 	GRPCAdvertise string `yaml:"grpc_advertise"`
 	// JoinTimeout bounds the wait for the first successful join.
 	JoinTimeout time.Duration `yaml:"join_timeout"`
+	// KeyFile holds the gossip encryption keys (AES-GCM, memberlist's
+	// keyring): base64 of 16, 24 or 32 bytes, one per line; the first
+	// encrypts, every one decrypts (add the new key second, then make it
+	// first on every member, then remove the old one). Members without a
+	// key of the ring cannot join or read the gossip.
+	KeyFile string `yaml:"key_file"`
 }
 
 // Enabled says whether the collector runs in a cluster.
@@ -69,6 +76,11 @@ func (c Config) Validate() error {
 	}
 	if c.JoinTimeout < 0 {
 		return fmt.Errorf("cluster: join_timeout %v is negative", c.JoinTimeout)
+	}
+	if c.KeyFile != "" {
+		if _, err := ReadKeyring(c.KeyFile); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -148,10 +160,19 @@ func Start(cfg Config, grpcAddr string, logger *slog.Logger) (*Cluster, error) {
 		}
 	}
 	c := &Cluster{self: mc.Name, changed: make(chan struct{}, 1), log: logger, nodes: map[string]Member{}}
+	var ml *memberlist.Memberlist
+	var err error
+	if cfg.KeyFile != "" {
+		if mc.Keyring, err = ReadKeyring(cfg.KeyFile); err != nil {
+			return nil, err
+		}
+	} else {
+		logger.Warn("cluster: gossip is not encrypted (no cluster.key_file): anyone who reaches the gossip port can join")
+	}
 	mc.Delegate = meta(grpcAddr)
 	mc.Events = &events{c: c}
 	mc.Logger = log.New(&logWriter{log: logger}, "", 0)
-	ml, err := memberlist.Create(mc)
+	ml, err = memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: starting member %q on %s: %w", mc.Name, cfg.Bind, err)
 	}
@@ -379,4 +400,36 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		w.log.Debug("memberlist: " + line)
 	}
 	return len(p), nil
+}
+
+// ReadKeyring reads gossip keys: base64, one per line, the first the one
+// that encrypts.
+func ReadKeyring(path string) (*memberlist.Keyring, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster key_file: %w", err)
+	}
+	var keys [][]byte
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, err := base64.StdEncoding.DecodeString(line)
+		if err != nil {
+			return nil, fmt.Errorf("cluster key_file %s line %d: not base64: %w", path, n+1, err)
+		}
+		if l := len(k); l != 16 && l != 24 && l != 32 {
+			return nil, fmt.Errorf("cluster key_file %s line %d: a key of %d bytes; want 16, 24 or 32", path, n+1, l)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("cluster key_file %s: no key in it", path)
+	}
+	kr, err := memberlist.NewKeyring(keys[1:], keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("cluster key_file %s: %w", path, err)
+	}
+	return kr, nil
 }

@@ -5,6 +5,8 @@
 package probe
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/ptp"
+	"github.com/owl-latency/owl/internal/security"
 )
 
 // Config is a probe's configuration.
@@ -24,6 +27,14 @@ type Config struct {
 	ID string `yaml:"id"`
 	// Collector is the collector's gRPC address (host:port).
 	Collector string `yaml:"collector"`
+	// TLS authenticates the probe to the collector with its certificate
+	// (whose URI SAN owl://probe/ID names it; ID may then be left out)
+	// and the collector to the probe (its certificate must chain to
+	// tls.ca, name the address's host or tls.server_name, and carry an
+	// owl://collector/ identity). Required unless Insecure.
+	TLS security.TLSConfig `yaml:"tls"`
+	// Insecure connects in plaintext, to a collector run with -insecure.
+	Insecure bool `yaml:"insecure"`
 	// Sources are read one after the other as one capture.
 	Sources []SourceConfig `yaml:"sources"`
 	// Params must equal the collector's: identity, epoch grid, synopses.
@@ -49,6 +60,10 @@ type Config struct {
 	ReleaseTimeout time.Duration `yaml:"release_timeout"`
 	// MetricsListen serves /metrics and /healthz when set (e.g. ":7702").
 	MetricsListen string `yaml:"metrics_listen"`
+	// WebConfigFile secures MetricsListen with TLS and basic
+	// authentication: a Prometheus exporter-toolkit web configuration
+	// file (tls_server_config, basic_auth_users). Empty: plain HTTP.
+	WebConfigFile string `yaml:"web_config_file"`
 	// Cache sets how the (packet ID, timestamp) lists behind RDA repair
 	// are kept.
 	Cache CacheConfig `yaml:"cache"`
@@ -108,6 +123,12 @@ func (c Config) Validate() error {
 	}
 	if c.Collector == "" {
 		return errors.New("probe needs a collector address")
+	}
+	if err := c.validateSecurity(); err != nil {
+		return err
+	}
+	if err := security.ValidateWebConfig(c.WebConfigFile); err != nil {
+		return err
 	}
 	if len(c.Sources) == 0 {
 		return errors.New("probe needs at least one source")
@@ -181,4 +202,56 @@ func LoadFile(path string, cfg *Config) error {
 		return fmt.Errorf("parsing probe config %s: %w", path, err)
 	}
 	return nil
+}
+
+// validateSecurity checks that the probe connects with TLS, or in
+// plaintext only when asked for, and that its id is its certificate's.
+func (c Config) validateSecurity() error {
+	if c.Insecure {
+		if c.TLS.Configured() {
+			return errors.New("insecure is set together with tls: choose one")
+		}
+		return nil
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	id, err := c.certificateID()
+	if err != nil {
+		return err
+	}
+	if id != c.ID {
+		return fmt.Errorf("probe id %q differs from its certificate's %q: the collector would refuse it", c.ID, id)
+	}
+	return nil
+}
+
+// certificateID is the probe id that the TLS certificate names.
+func (c Config) certificateID() (string, error) {
+	pair, err := tls.LoadX509KeyPair(c.TLS.Cert, c.TLS.Key)
+	if err != nil {
+		return "", fmt.Errorf("tls cert %s: %w", c.TLS.Cert, err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return "", fmt.Errorf("tls cert %s: %w", c.TLS.Cert, err)
+	}
+	id, err := security.FromCertificate(leaf)
+	if err != nil {
+		return "", fmt.Errorf("tls cert %s: %w", c.TLS.Cert, err)
+	}
+	if id.Role != security.RoleProbe {
+		return "", fmt.Errorf("tls cert %s is for a %s (%s), not a probe", c.TLS.Cert, id.Role, id.Via)
+	}
+	return id.Name, nil
+}
+
+// TakeCertificateID sets an unset probe id from the TLS certificate.
+func (c *Config) TakeCertificateID() error {
+	if c.ID != "" || c.Insecure || c.TLS.Cert == "" {
+		return nil
+	}
+	id, err := c.certificateID()
+	c.ID = id
+	return err
 }

@@ -297,7 +297,7 @@ func TestProbeRestartKeepsPaths(t *testing.T) {
 	pcap := filepath.Join(dir, "x.pcap")
 	os.WriteFile(pcap, nil, 0o644)
 	cfg := DefaultConfig()
-	cfg.ID, cfg.DataDir = "a", filepath.Join(dir, "data")
+	cfg.ID, cfg.DataDir, cfg.Insecure = "a", filepath.Join(dir, "data"), true
 	cfg.Sources = []SourceConfig{{File: pcap}}
 	p, err := New(cfg, quiet)
 	if err != nil {

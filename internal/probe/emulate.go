@@ -378,7 +378,7 @@ func NewEmulated(id, collector string, t *Traffic, log *slog.Logger) *Emulated {
 	e := &Emulated{id: id, traffic: t, log: log, ready: make(chan struct{}), roles: map[string]owlv1.Role{}, buckets: map[string]int{}}
 	e.spool = newSpool(emulatedSpoolEpochs, emulatedSpoolBytes)
 	e.spool.log = log
-	e.router = newRouter(collector, log, func() *client {
+	e.router = newRouter(collector, nil, log, func() *client {
 		return &client{log: log, spool: e.spool, reconnectMax: emulatedReconnect, h: e}
 	})
 	return e

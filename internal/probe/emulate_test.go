@@ -199,7 +199,7 @@ func startCollector(t *testing.T, paths []netpath.Path) string {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := collector.DefaultConfig()
-	cfg.DataDir, cfg.GRPCListen, cfg.HTTPListen = filepath.Join(dir, "data"), "127.0.0.1:0", ""
+	cfg.DataDir, cfg.GRPCListen, cfg.HTTPListen, cfg.Insecure = filepath.Join(dir, "data"), "127.0.0.1:0", "", true
 	cfg.ReadyFile = filepath.Join(dir, "ready")
 	cfg.Paths = paths
 	c, err := collector.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -22,6 +22,7 @@ import (
 	"github.com/owl-latency/owl/internal/buildinfo"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/ptp"
+	"github.com/owl-latency/owl/internal/security"
 )
 
 // Probe is one observation point.
@@ -46,7 +47,14 @@ type Probe struct {
 
 // New builds a probe; Run starts it.
 func New(cfg Config, log *slog.Logger) (*Probe, error) {
+	if err := cfg.TakeCertificateID(); err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	creds, err := probeCredentials(cfg)
+	if err != nil {
 		return nil, err
 	}
 	for _, s := range cfg.Sources {
@@ -94,12 +102,12 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 		pl.correct = correct
 		p.pipes = append(p.pipes, pl)
 	}
-	conn, err := dial(cfg.Collector) // checks the address now
+	conn, err := dial(cfg.Collector, creds) // checks the address now
 	if err != nil {
 		return nil, err
 	}
 	conn.Close()
-	p.router = newRouter(cfg.Collector, log, func() *client {
+	p.router = newRouter(cfg.Collector, creds, log, func() *client {
 		return &client{log: log, spool: p.spool, reconnectMax: cfg.ReconnectMax, h: p}
 	})
 	if cfg.DataDir != "" {
@@ -408,7 +416,7 @@ func (p *Probe) serveMetrics(ctx context.Context, g *errgroup.Group) error {
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := security.ServeHTTP(ln, srv, p.cfg.WebConfigFile, p.log); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil

@@ -170,7 +170,7 @@ func TestPipelineCorrectsTimestamps(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	good := DefaultConfig()
-	good.ID = "op-a"
+	good.ID, good.Insecure = "op-a", true
 	good.Sources = []SourceConfig{{File: "x.pcap"}}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
@@ -369,7 +369,7 @@ func TestPipelineRecordsColate(t *testing.T) {
 // when the probe is made, before it connects anywhere.
 func TestMissingCaptureFile(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.ID = "a"
+	cfg.ID, cfg.Insecure = "a", true
 	cfg.Sources = []SourceConfig{{File: filepath.Join(t.TempDir(), "missing.pcap")}}
 	_, err := New(cfg, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "missing.pcap") {

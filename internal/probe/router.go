@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/security"
 )
 
 // router sends each spooled message to the collector that takes it. With
@@ -23,8 +25,9 @@ import (
 // the router keeps one client per collector named, each sending the
 // messages routed to it, and re-routes when the owners change.
 type router struct {
-	seed string // the configured collector, which every probe keeps a stream to
-	log  *slog.Logger
+	seed  string // the configured collector, which every probe keeps a stream to
+	creds credsFor
+	log   *slog.Logger
 	// newClient makes a client for a collector, without its connection,
 	// address and routing fields.
 	newClient func() *client
@@ -50,14 +53,23 @@ type routed struct {
 // it took before, and ask for repairs, and release them.
 var lingerFor = time.Minute
 
-func newRouter(seed string, log *slog.Logger, newClient func() *client) *router {
-	return &router{seed: seed, log: log, newClient: newClient, paths: map[string]string{}, clients: map[string]*routed{}, errc: make(chan error, 1)}
+// newRouter makes a router; creds are the credentials for a collector's
+// address (nil: plaintext).
+func newRouter(seed string, creds credsFor, log *slog.Logger, newClient func() *client) *router {
+	return &router{seed: seed, creds: creds, log: log, newClient: newClient, paths: map[string]string{}, clients: map[string]*routed{}, errc: make(chan error, 1)}
 }
 
-// dial connects to a collector.
-func dial(addr string) (*grpc.ClientConn, error) {
+// credsFor are the transport credentials for a collector's address.
+type credsFor func(addr string) credentials.TransportCredentials
+
+// dial connects to a collector (in plaintext when creds is nil).
+func dial(addr string, creds credsFor) (*grpc.ClientConn, error) {
+	tc := insecure.NewCredentials()
+	if creds != nil {
+		tc = creds(addr)
+	}
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(tc),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
 	if err != nil {
@@ -98,7 +110,7 @@ func (r *router) run(ctx context.Context) error {
 
 // start runs a client for addr. r.mu is held.
 func (r *router) start(addr string) error {
-	conn, err := dial(addr)
+	conn, err := dial(addr, r.creds)
 	if err != nil {
 		return err
 	}
@@ -275,4 +287,19 @@ func (r *router) connected() bool {
 		}
 	}
 	return true
+}
+
+// probeCredentials are the credentials of a probe's connections: its
+// certificate, and the collector's verified (nil when insecure).
+func probeCredentials(cfg Config) (credsFor, error) {
+	if cfg.Insecure {
+		return nil, nil
+	}
+	c, err := security.Load(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	return func(addr string) credentials.TransportCredentials {
+		return c.Client(addr, security.WantRole(security.RoleCollector, ""))
+	}, nil
 }

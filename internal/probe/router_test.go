@@ -133,7 +133,7 @@ func TestRouterSendsToOwners(t *testing.T) {
 	sp := newSpool(100, 1<<30)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var r *router
-	r = newRouter(a.addr, log, func() *client {
+	r = newRouter(a.addr, nil, log, func() *client {
 		return &client{log: log, spool: sp, reconnectMax: 100 * time.Millisecond, h: routingOnly{r}}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -218,7 +218,7 @@ func TestRouterStartsKnownOwners(t *testing.T) {
 	b.setConfig(both, false)
 	sp := newSpool(100, 1<<30)
 	var r *router
-	r = newRouter(a.addr, quiet, func() *client {
+	r = newRouter(a.addr, nil, quiet, func() *client {
 		return &client{log: quiet, spool: sp, reconnectMax: 100 * time.Millisecond, h: routingOnly{r}}
 	})
 	r.update(both) // before run, as a kept configuration is
