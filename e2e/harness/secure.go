@@ -136,13 +136,8 @@ func collectorTLS(name, config string, args []string) ([]string, error) {
 	}
 	dir, _ := CertsDir()
 	return append(args, "-tls-cert", cert, "-tls-key", key, "-tls-ca", security.CAFile(dir),
-		"-cluster-key-file", GossipKeyFile(dir), "-reader-tokens", TokensFile(dir)), nil
+		"-cluster-key-file", security.GossipKeyFile(dir), "-reader-tokens", security.ReaderTokensFile(dir)), nil
 }
-
-// GossipKeyFile and TokensFile are the development CA directory's gossip
-// key and reader tokens.
-func GossipKeyFile(dir string) string { return dir + "/gossip.key" }
-func TokensFile(dir string) string    { return dir + "/reader-tokens" }
 
 // ReaderCredentials are the transport credentials of the harness's
 // reader, for a collector at addr.
