@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,18 +20,70 @@ import (
 
 	"github.com/owl-latency/owl/internal/collector"
 	"github.com/owl-latency/owl/internal/probe"
+	"github.com/owl-latency/owl/internal/security"
 )
+
+// secretFile names a certificate, key or secret an example reads from
+// /etc/owl.
+var secretFile = regexp.MustCompile(`/etc/owl/(?:tls|gossip)/([A-Za-z0-9._-]+)`)
+
+// withDevFiles writes the example text to a temporary file whose
+// certificate, key and secret paths under /etc/owl name files of a fresh
+// development CA (a Kubernetes secret's tls.crt and tls.key are the
+// collector's), so that Validate can read them.
+func withDevFiles(t *testing.T, text string) string {
+	t.Helper()
+	dir := t.TempDir()
+	spec := security.DevSpec{Readers: []string{"ops"}}
+	for _, m := range secretFile.FindAllStringSubmatch(text, -1) {
+		name := strings.TrimSuffix(strings.TrimSuffix(m[1], ".crt"), ".key")
+		if id, ok := strings.CutPrefix(name, "probe-"); ok {
+			spec.Probes = append(spec.Probes, id)
+		}
+	}
+	spec.Collectors = []string{"collector"}
+	slices.Sort(spec.Probes)
+	spec.Probes = slices.Compact(spec.Probes)
+	if err := security.MakeDevCerts(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	text = secretFile.ReplaceAllStringFunc(text, func(s string) string {
+		base := filepath.Base(s)
+		switch base {
+		case "tls.crt":
+			base = "collector-collector.crt"
+		case "tls.key":
+			base = "collector-collector.key"
+		}
+		return filepath.Join(dir, base)
+	})
+	f := filepath.Join(dir, "example.yaml")
+	if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// readExample is withDevFiles of an example file.
+func readExample(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withDevFiles(t, string(b))
+}
 
 func TestExampleConfigs(t *testing.T) {
 	c := collector.DefaultConfig()
-	if err := collector.LoadFile("collector.yaml", &c); err != nil {
+	if err := collector.LoadFile(readExample(t, "collector.yaml"), &c); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	p := probe.DefaultConfig()
-	if err := probe.LoadFile("probe.yaml", &p); err != nil {
+	if err := probe.LoadFile(readExample(t, "probe.yaml"), &p); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Validate(); err != nil {
@@ -131,10 +184,7 @@ func TestKubernetesManifests(t *testing.T) {
 		switch kind {
 		case "ConfigMap":
 			text, _ := dig(d, "data", "collector.yaml").(string)
-			f := filepath.Join(t.TempDir(), "collector.yaml")
-			if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			f := withDevFiles(t, text)
 			c := collector.DefaultConfig()
 			if err := collector.LoadFile(f, &c); err != nil {
 				t.Fatal(err)

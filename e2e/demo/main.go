@@ -28,6 +28,7 @@ import (
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/security"
 	"github.com/owl-latency/owl/internal/sim"
 )
 
@@ -62,6 +63,11 @@ func run(dir string, keep bool) error {
 	}
 	root, err := harness.ModuleRoot()
 	if err != nil {
+		return err
+	}
+	// Every connection is mTLS, with a development CA kept beside the
+	// logs so that grpcurl can use it.
+	if err := harness.UseCertsDir(filepath.Join(dir, "certs")); err != nil {
 		return err
 	}
 	fmt.Printf("building owl into %s/bin ...\n", dir)
@@ -188,8 +194,11 @@ func printPathTables(ctx context.Context, q owlv1.QueryServiceClient, coll *harn
 // collector at grpcAddr by hand.
 func printHints(dir, grpcAddr string) {
 	fmt.Printf("\nlogs, captures and data in %s\n", dir)
-	fmt.Printf("try: grpcurl -plaintext -d '{\"path\":\"loss-1pct\",\"limit\":2}' %s owl.v1.QueryService/GetPathStats\n", grpcAddr)
-	fmt.Printf("     grpcurl -plaintext -d '{\"flow\":{\"src\":\"10.99.0.2\",\"dst\":\"10.99.0.1\",\"srcPort\":8080,\"dstPort\":44368,\"protocol\":6},\"upstream\":\"up-loss-0\",\"downstream\":\"down-loss-0\"}' %s owl.v1.QueryService/GetFlowLatencyHistoric\n", grpcAddr)
+	certs, _ := harness.CertsDir()
+	cert, key := security.CertFiles(certs, security.RoleReader, harness.ReaderName)
+	tls := fmt.Sprintf("-cacert %s -cert %s -key %s", security.CAFile(certs), cert, key)
+	fmt.Printf("try: grpcurl %s -d '{\"path\":\"loss-1pct\",\"limit\":2}' %s owl.v1.QueryService/GetPathStats\n", tls, grpcAddr)
+	fmt.Printf("     grpcurl %s -d '{\"flow\":{\"src\":\"10.99.0.2\",\"dst\":\"10.99.0.1\",\"srcPort\":8080,\"dstPort\":44368,\"protocol\":6},\"upstream\":\"up-loss-0\",\"downstream\":\"down-loss-0\"}' %s owl.v1.QueryService/GetFlowLatencyHistoric\n", tls, grpcAddr)
 }
 
 // colateCounters is the demo's COLATE vector size (n).

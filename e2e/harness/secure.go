@@ -39,16 +39,35 @@ var (
 	readerErr   error
 )
 
-// CertsDir is the process's development CA directory (made on first use):
-// ca.crt, gossip.key, reader-tokens, and the certificates issued so far.
+// CertsDir is the process's development CA directory (made on first use,
+// in a temporary directory unless UseCertsDir named one): ca.crt,
+// gossip.key, reader-tokens, and the certificates issued so far.
 func CertsDir() (string, error) {
-	certsOnce.Do(func() {
-		if certsDir, certsErr = os.MkdirTemp("", "owl-e2e-certs-"); certsErr != nil {
-			return
-		}
-		certsErr = security.MakeDevCerts(certsDir, security.DevSpec{Readers: []string{ReaderName}})
-	})
+	certsOnce.Do(func() { certsErr = makeCerts("") })
 	return certsDir, certsErr
+}
+
+// UseCertsDir makes dir the development CA directory; it must come
+// before anything is started. The demo keeps its certificates beside its
+// logs, for grpcurl.
+func UseCertsDir(dir string) error {
+	used := false
+	certsOnce.Do(func() { used, certsErr = true, makeCerts(dir) })
+	if !used {
+		return fmt.Errorf("certificates are in %s already", certsDir)
+	}
+	return certsErr
+}
+
+func makeCerts(dir string) error {
+	var err error
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "owl-e2e-certs-"); err != nil {
+			return err
+		}
+	}
+	certsDir = dir
+	return security.MakeDevCerts(dir, security.DevSpec{Readers: []string{ReaderName}})
 }
 
 // Issue returns the certificate and key of role/name, issuing them (with

@@ -229,7 +229,7 @@ func (t *transport) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthIn
 }
 
 func (t *transport) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (t *transport) Clone() credentials.TransportCredentials {
