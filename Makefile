@@ -1,7 +1,7 @@
 # owl — passive one-way latency measurement.
 GO ?= go
 
-.PHONY: all build test lint bench demo fuzz proto clean
+.PHONY: all build test lint bench demo fuzz proto certs clean
 
 all: build
 
@@ -36,6 +36,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/capture/
 	$(GO) test -run '^$$' -fuzz '^FuzzFileSource$$' -fuzztime $(FUZZTIME) ./internal/capture/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/synopsis/lda/
+
+# Development certificates for mTLS (docs/security.md) in $(CERTS): a CA,
+# the probes of the demo and of deployments/, a collector `collector`, a
+# reader `ops`. Run again to add names: the CA is kept. Add the names
+# probes and readers dial with CERTS_HOSTS=collector.example,10.0.0.5.
+CERTS ?= certs
+CERTS_HOSTS ?=
+DEMO_PROBES = up-loss-0,down-loss-0,up-loss-0.1pct,down-loss-0.1pct,up-loss-1pct,down-loss-1pct,up-loss-1pct-reorder-dup,down-loss-1pct-reorder-dup
+DEPLOYMENT_PROBES = tor1-mirror,tor2-mirror,edge-mirror,core-mirror
+certs:
+	$(GO) run ./cmd/collector certs -dir $(CERTS) -probes $(DEMO_PROBES),$(DEPLOYMENT_PROBES) -collectors collector -readers ops -hosts '$(CERTS_HOSTS)'
 
 clean:
 	rm -rf bin

@@ -21,6 +21,7 @@ import (
 func bind(fs *flag.FlagSet, c *collector.Config) {
 	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen, "gRPC listen address (probes and queries)")
 	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address for /metrics and /healthz (empty: off)")
+	fs.StringVar(&c.WebConfigFile, "web-config-file", c.WebConfigFile, "TLS and basic auth for the HTTP listener: a Prometheus exporter-toolkit web configuration file")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "also serve Go's profiles under /debug/pprof/ on the HTTP listener")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the result database")
 	fs.DurationVar(&c.PairTimeout, "pair-timeout", c.PairTimeout, "how long a report waits for the other side of its path")
@@ -40,10 +41,19 @@ func bind(fs *flag.FlagSet, c *collector.Config) {
 		}
 		return nil
 	})
+	fs.StringVar(&c.TLS.Cert, "tls-cert", c.TLS.Cert, "this collector's TLS certificate (PEM; URI SAN owl://collector/NAME), re-read when it changes")
+	fs.StringVar(&c.TLS.Key, "tls-key", c.TLS.Key, "the certificate's private key (PEM), in the same directory")
+	fs.StringVar(&c.TLS.CA, "tls-ca", c.TLS.CA, "CA certificates (PEM) that probes', readers' and other collectors' certificates must chain to")
+	fs.StringVar(&c.ReaderTokensFile, "reader-tokens", c.ReaderTokensFile, "file of reader bearer tokens (NAME TOKEN per line) admitted for queries besides certificates")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "serve plaintext gRPC with no authentication (anyone who reaches it can report and read; warned about)")
+	fs.StringVar(&c.Cluster.KeyFile, "cluster-key-file", c.Cluster.KeyFile, "gossip encryption keys (base64 of 16, 24 or 32 bytes, one per line, the first encrypts)")
 	c.Params.BindFlags(fs)
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "certs" {
+		os.Exit(certs(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, log, err := cli.Parse("collector", os.Args[1:], collector.DefaultConfig, bind, collector.LoadFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "collector:", err)

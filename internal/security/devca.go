@@ -28,6 +28,8 @@ import (
 // DevSpec says which certificates MakeDevCerts makes: one per name, each
 // naming its holder owl://ROLE/NAME.
 type DevSpec struct {
+	// Probes, Collectors and Readers are the names to issue a
+	// certificate for, by role.
 	Probes, Collectors, Readers []string
 	// Hosts are DNS names and IP addresses put in every collector
 	// certificate besides localhost, 127.0.0.1 and ::1: the names
