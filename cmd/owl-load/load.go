@@ -179,17 +179,21 @@ func (l *loadRun) checkCollector(ctx context.Context) error {
 		l.seed, missing, len(l.paths), strings.Join(wrong[:min(3, len(wrong))], "; "), l.cfg.probes, l.cfg.paths)
 }
 
-// firstEpoch is the current epoch, or the one after the newest result of
-// the first path when an earlier run went ahead of the clock: reports of
-// an epoch already reconciled are duplicates.
+// firstEpoch is the epoch as many epochs back as the run sends, so that
+// at any rate none is ahead of the clock (the collector refuses epochs
+// ahead of its clock; the emulated probes say they replay, so past ones
+// are taken), or the one after the newest result of the first path when
+// an earlier run got further: reports of an epoch already reconciled are
+// duplicates.
 func (l *loadRun) firstEpoch(ctx context.Context) (int64, error) {
 	now, _ := l.grid.Of(time.Now().UnixNano())
+	start := now - int64(l.cfg.epochs)
 	resp, err := l.q.GetPathStats(ctx, &owlv1.GetPathStatsRequest{Path: l.paths[0].Name,
-		From: timestamppb.New(time.Unix(0, l.grid.StartNS(now))), Limit: 100_000})
+		From: timestamppb.New(time.Unix(0, l.grid.StartNS(start))), Limit: 100_000})
 	if err != nil {
 		return 0, fmt.Errorf("asking the collector at %s for the results of %s: %w", l.seed, l.paths[0].Name, err)
 	}
-	first := now
+	first := start
 	for _, s := range resp.GetStats() {
 		first = max(first, s.GetEpoch()+1)
 	}

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -128,6 +128,7 @@ const peerMaxBackoff = 2 * time.Second
 // peerConns are the gRPC connections to the other collectors.
 type peerConns struct {
 	maxMessageBytes int
+	creds           func(addr string) credentials.TransportCredentials
 
 	connsMu sync.Mutex // guards conns
 	conns   map[string]*grpc.ClientConn
@@ -154,7 +155,7 @@ func (p *peerConns) get(addr string) (*grpc.ClientConn, error) {
 	// gRPC's default of up to two minutes.
 	bo := backoff.DefaultConfig
 	bo.MaxDelay = peerMaxBackoff
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(p.creds(addr)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: peerMaxBackoff}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.maxMessageBytes)))
 	if err != nil {
@@ -302,7 +303,7 @@ func mergeProbes(lists [][]*owlv1.ProbeInfo) []*owlv1.ProbeInfo {
 			}
 			merged := &owlv1.ProbeInfo{ProbeId: m.GetProbeId(), Connected: b.GetConnected() || p.GetConnected(), Version: m.GetVersion(),
 				Address: m.GetAddress(), LastSeen: m.GetLastSeen(), Error: cmp.Or(m.GetError(), b.GetError(), p.GetError()), Clock: m.GetClock(),
-				Reports: b.GetReports() + p.GetReports()}
+				Reports: b.GetReports() + p.GetReports(), Refused: b.GetRefused() + p.GetRefused(), Identity: cmp.Or(m.GetIdentity(), b.GetIdentity(), p.GetIdentity())}
 			by[p.GetProbeId()] = merged
 		}
 	}

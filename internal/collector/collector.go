@@ -43,11 +43,14 @@ type Collector struct {
 	catchUpNow chan struct{} // asks catchUpLoop for a round
 
 	colates *colates
+	gate    *guardian
 
 	// pendingBytes is the synopsis bytes held in the pairing tables, as
-	// measureBacklog last counted them.
-	pendingBytes atomic.Int64
-	lastShedWarn atomic.Int64 // unix ns of the last warning about shedding
+	// measureBacklog last counted them; pendingByProbe the same by the
+	// probe that sent them.
+	pendingBytes   atomic.Int64
+	pendingByProbe atomic.Pointer[map[string]int64]
+	lastShedWarn   atomic.Int64 // unix ns of the last warning about shedding
 }
 
 // New opens the store, loads the reports a previous run left waiting and
@@ -62,13 +65,18 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	}
 	c := &Collector{cfg: cfg, log: log, store: st, now: time.Now, paths: map[string]*pathState{}, peers: peerConns{maxMessageBytes: cfg.MaxMessageBytes}}
 	c.m = newMetrics()
+	if c.gate, err = newGuardian(cfg, c.m.reg); err != nil {
+		st.Close()
+		return nil, err
+	}
+	c.peers.creds = c.gate.peerCreds
 	c.catchUpNow = make(chan struct{}, 1)
 	if cfg.Cluster.Enabled() {
 		c.repl = newReplicator(c.m, log)
 	}
 	now := func() time.Time { return c.now() } // tests move c.now
-	c.probes = newRegistry(cfg.Params, cfg.Paths, c.m, log, now)
-	c.watchers = newHub(c.m.watchersDropped)
+	c.probes = newRegistry(cfg.Params, cfg.Paths, cfg.Limits, c.m, log, now)
+	c.watchers = newHub(c.m.watchersDropped, cfg.Limits.MaxWatchers)
 	c.worker = &worker{cfg: cfg, log: log, store: st, m: c.m, now: now, paths: c.paths, probes: c.probes, watchers: c.watchers, repl: c.repl,
 		opts: lda.Options{Bounds: lda.DelayBounds{MinNS: int64(cfg.DelayBounds.Min), MaxNS: int64(cfg.DelayBounds.Max)}}}
 	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_cluster_members", Help: "Live collectors of the cluster (1 without one)."},
@@ -94,6 +102,10 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		c.pathList = append(c.pathList, p)
 	}
 	if err := c.restore(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := c.loadFlowAges(); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -132,25 +144,43 @@ func (c *Collector) registerBacklog() {
 // pairing table. ps.mu is held.
 func (ps *pathState) pendingBytes() int {
 	n := 0
-	for _, pr := range ps.pending {
-		for _, s := range []*side{pr.up, pr.down} {
-			if s != nil {
-				n += len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds())
-			}
-		}
-	}
+	ps.eachPending(func(s *side) { n += s.bytes() })
 	return n
 }
 
-// measureBacklog counts the synopsis bytes held in the pairing tables.
+// eachPending calls fn with each side held in the pairing table. ps.mu is
+// held.
+func (ps *pathState) eachPending(fn func(*side)) {
+	for _, pr := range ps.pending {
+		for _, s := range []*side{pr.up, pr.down} {
+			if s != nil {
+				fn(s)
+			}
+		}
+	}
+}
+
+// bytes is the size of the side's synopses in wire form.
+func (s *side) bytes() int {
+	return len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds())
+}
+
+// measureBacklog counts the synopsis bytes held in the pairing tables, in
+// all and by probe.
 func (c *Collector) measureBacklog() {
-	n := 0
+	n := int64(0)
+	by := map[string]int64{}
 	for _, ps := range c.paths {
 		ps.mu.Lock()
-		n += ps.pendingBytes()
+		ps.eachPending(func(s *side) {
+			b := int64(s.bytes())
+			n += b
+			by[s.Probe] += b
+		})
 		ps.mu.Unlock()
 	}
-	c.pendingBytes.Store(int64(n))
+	c.pendingBytes.Store(n)
+	c.pendingByProbe.Store(&by)
 }
 
 // backlogEvery is how often measureBacklog runs.
@@ -173,15 +203,15 @@ func (c *Collector) backlogLoop(ctx context.Context) {
 // errBusy ends a probe's stream when the backlog is over its bound.
 var errBusy = errors.New("the collector is behind: its backlog of reports is over max_pending_bytes; reconnect later")
 
-// overBacklog says whether a new report must wait: the reports held in
-// memory are over MaxPendingBytes. The report is counted as shed, with a
-// warning at most every 10 s.
-func (c *Collector) overBacklog() bool {
+// overBacklog says whether a new report of probe must wait: the reports
+// held in memory are over MaxPendingBytes. The report is counted as shed,
+// with a warning at most every 10 s.
+func (c *Collector) overBacklog(probe string) bool {
 	max := c.cfg.MaxPendingBytes
 	if max <= 0 || c.pendingBytes.Load() <= max {
 		return false
 	}
-	c.m.shed.Inc()
+	c.m.shed.WithLabelValues(probe, "pending_bytes").Inc()
 	now, last := time.Now().UnixNano(), c.lastShedWarn.Load()
 	if now-last >= int64(10*time.Second) && c.lastShedWarn.CompareAndSwap(last, now) {
 		c.log.Warn("backlog over max_pending_bytes: probes' streams end and they send again later", "pending_bytes", c.pendingBytes.Load(), "max_pending_bytes", max)
@@ -197,4 +227,7 @@ func btoi(b bool) int {
 }
 
 // Close closes the store.
-func (c *Collector) Close() error { return c.store.Close() }
+func (c *Collector) Close() error {
+	c.gate.close()
+	return c.store.Close()
+}

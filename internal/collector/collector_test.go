@@ -32,10 +32,22 @@ func testConfig(t testing.TB) Config {
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCListen = "127.0.0.1:0"
 	cfg.HTTPListen = ""
+	cfg.Insecure = true // the TLS tests set their own
 	cfg.PairTimeout = time.Second
 	cfg.PairRetention = time.Second
 	cfg.Paths = []netpath.Path{{Name: "p", Upstream: "a", Downstream: "b"}}
+	// Epochs of few digits, as the tests number them, start in 2024:
+	// the collector rejects epochs before 2000.
+	cfg.Params.Epoch.Start = testEpochStart
 	return cfg
+}
+
+// testEpochStart is t0 of the tests' epoch grid.
+var testEpochStart = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// epochTime is the start of epoch e of the tests' grid, plus d.
+func epochTime(e int64, d time.Duration) time.Time {
+	return testEpochStart.Add(time.Duration(e)*time.Second + d)
 }
 
 // newTest makes a collector whose path workers run until the test ends.
@@ -111,7 +123,7 @@ func TestPairAndStore(t *testing.T) {
 	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || r.GetMeanNs() != 12345 || r.GetSamples() != 1000 {
 		t.Errorf("result %v", r)
 	}
-	if got := r.GetStart().AsTime(); !got.Equal(time.Unix(7, 0)) {
+	if got := r.GetStart().AsTime(); !got.Equal(epochTime(7, 0)) {
 		t.Errorf("start %v", got)
 	}
 	// The same report again (after a reconnect) is acknowledged, not recombined.
@@ -172,16 +184,16 @@ func TestHelloMismatch(t *testing.T) {
 	cfg := testConfig(t)
 	c := newTest(t, cfg)
 	defer c.Close()
-	good := params.Default()
-	err := c.probes.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x")
+	good := cfg.Params
+	err := c.probes.hello(&owlv1.Hello{ProbeId: "a", Params: good.ToProto()}, "x", "")
 	pc := c.pathConfig("a")
 	if err != nil || len(pc.GetPaths()) != 1 || pc.GetPaths()[0].GetRole() != owlv1.Role_ROLE_UPSTREAM {
 		t.Fatalf("good hello: %v, %v", pc, err)
 	}
-	bad := params.Default()
+	bad := cfg.Params
 	bad.Identity.Seed++
 	bad.Epoch.Length = 2 * time.Second
-	err = c.probes.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y")
+	err = c.probes.hello(&owlv1.Hello{ProbeId: "b", Params: bad.ToProto()}, "y", "")
 	var rej *rejection
 	if !errors.As(err, &rej) || !strings.Contains(rej.reason, "seed") || !strings.Contains(rej.reason, "length") {
 		t.Fatalf("bad hello: %v", err)
@@ -190,7 +202,7 @@ func TestHelloMismatch(t *testing.T) {
 	if len(infos) != 2 || infos[1].GetError() == "" || !infos[0].GetConnected() {
 		t.Errorf("probe infos %v", infos)
 	}
-	if err := c.probes.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z"); err == nil {
+	if err := c.probes.hello(&owlv1.Hello{ProbeId: "bad id!", Params: good.ToProto()}, "z", ""); err == nil {
 		t.Error("invalid probe id accepted")
 	}
 }
@@ -199,7 +211,7 @@ func TestTimeoutThenLateSide(t *testing.T) {
 	cfg := testConfig(t)
 	c := newTest(t, cfg)
 	defer c.Close()
-	now := time.Unix(1000, 0)
+	now := epochTime(1000, 0)
 	c.now = func() time.Time { return now }
 	up, down := ldaPair(t, cfg.Params.LDA, 100, 500, 2)
 	if err := c.report("a", report("p", 3, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
@@ -289,7 +301,8 @@ func probeStream(t testing.TB, conn *grpc.ClientConn, id string, p params.Params
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: &owlv1.Hello{ProbeId: id, Params: p.ToProto()}}}); err != nil {
+	// The tests' epochs are old: the test probes replay.
+	if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: &owlv1.Hello{ProbeId: id, Params: p.ToProto(), Replay: true}}}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := st.Recv()

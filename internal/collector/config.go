@@ -20,6 +20,7 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/reconcile"
+	"github.com/owl-latency/owl/internal/security"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
@@ -30,6 +31,11 @@ type Config struct {
 	GRPCListen string `yaml:"grpc_listen"`
 	// HTTPListen serves /metrics and /healthz.
 	HTTPListen string `yaml:"http_listen"`
+	// WebConfigFile secures HTTPListen with TLS and basic authentication:
+	// a Prometheus exporter-toolkit web configuration file
+	// (tls_server_config, basic_auth_users), read again at each
+	// connection. Empty: plain HTTP, warned about when gRPC has TLS.
+	WebConfigFile string `yaml:"web_config_file"`
 	// Pprof also serves Go's profiles under /debug/pprof/ on HTTPListen
 	// (CPU, heap, goroutines): for finding where a collector's time and
 	// memory go. It exposes the process's internals: keep it off where
@@ -72,9 +78,27 @@ type Config struct {
 	// Colate sets how COLATE vectors are kept and queried (when
 	// params.colate.enabled).
 	Colate ColateConfig `yaml:"colate"`
+	// Limits bound what probes and readers may make the collector hold
+	// or do: epochs out of range, probe ids, report rate, watchers, one
+	// probe's share of the pending reports.
+	Limits LimitsConfig `yaml:"limits"`
 	// Cluster makes this collector one of several that share the paths
 	// (hashicorp/memberlist gossip); off unless cluster.bind is set.
 	Cluster cluster.Config `yaml:"cluster"`
+	// TLS secures every gRPC connection, in and out, with certificates
+	// on both ends (mTLS): the collector's own (an owl://collector/NAME
+	// identity), and the CA that probes', readers' and the other
+	// collectors' certificates must chain to. Required unless Insecure.
+	TLS security.TLSConfig `yaml:"tls"`
+	// ReaderTokensFile admits readers (queries only) by bearer token
+	// besides client certificates: one token per line, `NAME TOKEN` or
+	// `TOKEN`; the file is read again when it changes.
+	ReaderTokensFile string `yaml:"reader_tokens_file"`
+	// Insecure serves plaintext gRPC with no authentication: anyone who
+	// reaches the collector can report as any probe and read everything.
+	// For a laptop or a closed lab only; it is warned about in the log
+	// and in ListProbes.
+	Insecure bool `yaml:"insecure"`
 }
 
 // ColateConfig bounds the stored COLATE vectors and sets the defaults of
@@ -97,7 +121,9 @@ type ColateConfig struct {
 // FlowsConfig sets how per-flow results are kept and exported.
 type FlowsConfig struct {
 	// Retention is how long the sketches behind GetFlowStats of any flow,
-	// and the top flows' results, are kept.
+	// and the top flows' results, are kept after they were stored (by
+	// the collector's clock, up to a minute more): a replayed capture's
+	// as long as a live probe's.
 	Retention time.Duration `yaml:"retention"`
 	// MetricsTop is how many of a path's heaviest flows of its latest
 	// epoch get Prometheus series (bounded cardinality).
@@ -111,6 +137,10 @@ type RDAConfig struct {
 	// differences it sees: 2.5 × the largest of the last 8 epochs). The
 	// mean needs few buckets to be exact, the standard deviation more to be
 	// precise (its error falls as 1/√buckets): MinBuckets keeps 256.
+	// A report whose RDA is larger than MaxBuckets (or
+	// params.rda.buckets) is rejected, and the largest report
+	// MaxBuckets allows must fit max_message_bytes: 2^19 buckets take
+	// at most 32 MiB, which leaves room for large LDS and LDA params.
 	MinBuckets int `yaml:"min_buckets"`
 	MaxBuckets int `yaml:"max_buckets"`
 	// MaxRebuilds caps late-binding rebuilds per epoch.
@@ -144,11 +174,12 @@ func DefaultConfig() Config {
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
-		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 20, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
+		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 
 		ClockUncertaintyShare: 0.1,
+		Limits:                DefaultLimits(),
 	}
 }
 
@@ -179,6 +210,12 @@ func (c Config) Validate() error {
 	if err := c.Cluster.Validate(); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	if err := c.validateSecurity(); err != nil {
+		return err
+	}
+	if err := security.ValidateWebConfig(c.WebConfigFile); err != nil {
+		return err
+	}
 	if c.PairTimeout <= 0 || c.PairRetention < 0 {
 		return errors.New("pair_timeout must be positive and pair_retention not negative")
 	}
@@ -199,6 +236,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes < 1<<16 {
 		return fmt.Errorf("max_message_bytes %d is below 64 KiB", c.MaxMessageBytes)
+	}
+	if err := c.validateMessageSize(); err != nil {
+		return err
+	}
+	if err := c.Limits.Validate(c.Params.Epoch.Length); err != nil {
+		return fmt.Errorf("limits: %w", err)
 	}
 	return nil
 }
@@ -253,6 +296,29 @@ func LoadFile(path string, cfg *Config) error {
 	d.KnownFields(true)
 	if err := d.Decode(cfg); err != nil {
 		return fmt.Errorf("parsing collector config %s: %w", path, err)
+	}
+	return nil
+}
+
+// validateSecurity checks that the collector runs with TLS, or in
+// plaintext only when asked for.
+func (c Config) validateSecurity() error {
+	if c.Insecure {
+		if c.TLS.Configured() || c.ReaderTokensFile != "" {
+			return errors.New("insecure is set together with tls or reader_tokens_file: choose one")
+		}
+		return nil
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
+	}
+	if c.Cluster.Enabled() && c.Cluster.KeyFile == "" {
+		return errors.New("cluster.key_file is required with TLS: without a gossip key anyone who reaches the gossip port can join the cluster")
+	}
+	if c.ReaderTokensFile != "" {
+		if _, err := security.LoadTokens(c.ReaderTokensFile); err != nil {
+			return err
+		}
 	}
 	return nil
 }

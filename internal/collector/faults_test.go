@@ -28,7 +28,7 @@ import (
 func TestRestoredSideTimesOutFromRestart(t *testing.T) {
 	cfg := testConfig(t)
 	c := newTest(t, cfg)
-	c.now = func() time.Time { return time.Unix(1000, 0) } // received long ago
+	c.now = func() time.Time { return epochTime(1000, 0) } // received long ago
 	up, _ := ldaPair(t, cfg.Params.LDA, 100, 77, 3)
 	if err := c.report("a", report("p", 9, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,8 @@ func TestRangeBeyondNanoseconds(t *testing.T) {
 	c := newTest(t, cfg)
 	defer c.Close()
 	up, down := ldaPair(t, cfg.Params.LDA, 200, 500, 4)
-	for _, e := range []int64{1_800_000_000, 1_800_000_001} {
+	last, _ := cfg.Params.Epoch.Of(time.Now().UnixNano())
+	for _, e := range []int64{last - 1, last} {
 		_ = c.report("a", report("p", e, owlv1.Role_ROLE_UPSTREAM, up))
 		_ = c.report("b", report("p", e, owlv1.Role_ROLE_DOWNSTREAM, down))
 		waitResult(t, c, "p", e, anyResult)
@@ -134,7 +135,7 @@ func TestConfigurationMistakes(t *testing.T) {
 	}
 	c := newTest(t, testConfig(t))
 	defer c.Close()
-	err := c.probes.hello(&owlv1.Hello{ProbeId: "stray", Params: cfg.Params.ToProto()}, "x")
+	err := c.probes.hello(&owlv1.Hello{ProbeId: "stray", Params: cfg.Params.ToProto()}, "x", "")
 	if err == nil || !strings.Contains(err.Error(), "no configured path") {
 		t.Errorf("a probe in no path: %v", err)
 	}
@@ -255,6 +256,7 @@ func TestBacklogBound(t *testing.T) {
 	defer c.Close()
 	up, _ := ldaPair(t, c.cfg.Params.LDA, 50, 1000, 1)
 	c.cfg.MaxPendingBytes = int64(len(up))
+	c.cfg.Limits.MaxPendingShare = 1 // the bound of all probes (TestPendingShare: of one)
 	if err := c.report("a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
 		t.Fatal(err)
 	}

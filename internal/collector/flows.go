@@ -3,6 +3,7 @@ package collector
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -83,22 +84,141 @@ func (wk *worker) topFlows(path string, epoch int64, up, down *side, remove [2][
 	return out
 }
 
-// pruneFlows drops the sketches and per-flow results that are older than
-// the flow retention, counted back from each path's newest epoch (so that
-// replays of old captures keep theirs).
+// pruneFlows drops the sketches and per-flow results that were stored
+// longer than the flow retention ago, by the collector's clock: replays
+// of old captures keep theirs for the retention after they came, and an
+// epoch far ahead (a probe's clock gone wrong) takes no other's with it.
 func (wk *worker) pruneFlows() {
-	keep := int64(wk.cfg.Flows.Retention / wk.cfg.Params.Epoch.Length)
+	cutoff := wk.now().Add(-wk.cfg.Flows.Retention)
 	for name, ps := range wk.paths {
 		ps.mu.Lock()
-		newest, ok := ps.newest, ps.seen
+		drop := ps.flowAges.expire(cutoff)
 		ps.mu.Unlock()
-		if !ok {
+		if len(drop) == 0 {
 			continue
 		}
-		if _, err := wk.store.PruneFlows(name, newest-keep); err != nil {
+		if _, err := wk.store.DeleteFlows(name, drop); err != nil {
 			wk.log.Error("pruning per-flow data", "path", name, "err", err)
 		}
 	}
+}
+
+// flowAges says when the per-flow data of a path's epochs were stored, in
+// runs of nearby epochs stored within a slot of time of each other: a
+// path measured live, or a replay, makes about one run per slot, so that
+// 1000 paths keep a few tens of thousands of runs whatever their epochs.
+// Data are dropped up to a slot after their retention.
+type flowAges struct {
+	runs []flowRun // oldest first (by first)
+}
+
+// flowRun is epochs lo..hi whose per-flow data were stored between first
+// and last (the epochs between that are not of the run, if any, are
+// another run's or none's).
+type flowRun struct {
+	lo, hi      int64
+	first, last time.Time
+}
+
+const (
+	// flowSlot is how long a run takes more epochs.
+	flowSlot = time.Minute
+	// flowGap is how far from a run an epoch may be and join it.
+	flowGap = 64
+	// flowJoin is how many of the newest runs an epoch may join: a few
+	// streams of epochs stored at once (live, and a replay) each keep
+	// their run.
+	flowJoin = 4
+)
+
+// note records that an epoch's per-flow data were stored at t.
+func (a *flowAges) note(epoch int64, t time.Time) {
+	for i := len(a.runs) - 1; i >= max(0, len(a.runs)-flowJoin); i-- {
+		r := &a.runs[i]
+		if t.Sub(r.first) < flowSlot && epoch >= r.lo-flowGap && epoch <= r.hi+flowGap {
+			r.lo, r.hi = min(r.lo, epoch), max(r.hi, epoch)
+			if t.After(r.last) {
+				r.last = t
+			}
+			return
+		}
+	}
+	a.runs = append(a.runs, flowRun{lo: epoch, hi: epoch, first: t, last: t})
+}
+
+// expire takes out the runs last stored before cutoff and returns their
+// epochs, less those of the runs kept (stored again since).
+func (a *flowAges) expire(cutoff time.Time) []store.EpochRange {
+	var gone []store.EpochRange
+	kept := a.runs[:0]
+	for _, r := range a.runs {
+		if r.last.Before(cutoff) {
+			gone = append(gone, store.EpochRange{First: r.lo, Last: r.hi})
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(a.runs[len(kept):])
+	a.runs = kept
+	if len(gone) == 0 {
+		return nil
+	}
+	for _, r := range kept {
+		gone = cut(gone, r.lo, r.hi)
+	}
+	return gone
+}
+
+// cut takes epochs lo..hi out of the ranges.
+func cut(rs []store.EpochRange, lo, hi int64) []store.EpochRange {
+	out := rs[:0:0]
+	for _, r := range rs {
+		if r.Last < lo || r.First > hi {
+			out = append(out, r)
+			continue
+		}
+		if r.First < lo {
+			out = append(out, store.EpochRange{First: r.First, Last: lo - 1})
+		}
+		if r.Last > hi {
+			out = append(out, store.EpochRange{First: hi + 1, Last: r.Last})
+		}
+	}
+	return out
+}
+
+// loadFlowAges rebuilds each path's flowAges from the store at start: the
+// epochs with per-flow data, in runs of nearby epochs, each stored when
+// the result of its newest epoch was computed (now, for a result without
+// that time).
+func (c *Collector) loadFlowAges() error {
+	now := c.now()
+	for name, ps := range c.paths {
+		var runs []flowRun
+		err := c.store.FlowEpochs(name, func(e int64) bool {
+			if n := len(runs); n > 0 && e <= runs[n-1].hi+flowGap {
+				runs[n-1].hi = e
+			} else {
+				runs = append(runs, flowRun{lo: e, hi: e})
+			}
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("reading the epochs with per-flow data of %q: %w", name, err)
+		}
+		for i := range runs {
+			t := now
+			if res, err := c.store.Result(name, runs[i].hi); err == nil && res.GetComputed() != nil && res.GetComputed().AsTime().Before(now) {
+				t = res.GetComputed().AsTime()
+			}
+			runs[i].first, runs[i].last = t, t
+		}
+		slices.SortStableFunc(runs, func(a, b flowRun) int { return a.first.Compare(b.first) })
+		ps.mu.Lock()
+		ps.flowAges.runs = runs
+		ps.mu.Unlock()
+	}
+	return nil
 }
 
 // repairLDS returns copies of the two sketches without the packets RDA

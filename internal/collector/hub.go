@@ -2,6 +2,7 @@ package collector
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -13,17 +14,40 @@ import (
 const watchBuffer = 1024
 
 // hub hands new results to the watchers of their path. A send never
-// blocks: a watcher that does not keep up is cut off.
+// blocks: a watcher that does not keep up is cut off. At most max
+// watchers are admitted at once.
 type hub struct {
 	dropped prometheus.Counter
+	max     int64
+	// open counts the admitted watchers, cut off or not: a stream whose
+	// reader does not read stays open (its send blocks on gRPC's flow
+	// control) after the hub has cut it off, and holds its buffers.
+	open atomic.Int64
 
 	watchersMu sync.Mutex                       // guards watchers
 	watchers   map[chan *owlv1.PathStats]string // channel → path filter ("" for all)
 }
 
-func newHub(dropped prometheus.Counter) *hub {
-	return &hub{dropped: dropped, watchers: map[chan *owlv1.PathStats]string{}}
+func newHub(dropped prometheus.Counter, max int) *hub {
+	return &hub{dropped: dropped, max: int64(max), watchers: map[chan *owlv1.PathStats]string{}}
 }
+
+// admit takes a place for a new watcher; false when all max are taken.
+// Each place taken is given back with leave.
+func (h *hub) admit() bool {
+	for {
+		n := h.open.Load()
+		if n >= h.max {
+			return false
+		}
+		if h.open.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// leave gives back a watcher's place.
+func (h *hub) leave() { h.open.Add(-1) }
 
 // watch subscribes to new results of a path ("" for all).
 func (h *hub) watch(path string) chan *owlv1.PathStats {

@@ -6,12 +6,14 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/security"
 	"github.com/owl-latency/owl/internal/store"
 )
 
@@ -44,7 +46,14 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	}
 	sess := newSession(h.GetProbeId(), stream)
 	defer close(sess.done)
-	err = c.probes.hello(h, addr)
+	if reason := c.gate.probeIDRefused(stream.Context(), h.GetProbeId()); reason != "" {
+		id, _ := security.FromContext(stream.Context())
+		c.probes.refuse(id.Name, reason) // counted on the probe the certificate names
+		c.log.Warn("refusing probe stream: its certificate names another probe", "addr", addr, "reason", reason)
+		_ = stream.Send(rejectMessage(owlv1.Reject_KIND_PROBE, "", reason))
+		return nil
+	}
+	err = c.probes.hello(h, addr, via(stream.Context()))
 	var rej *rejection
 	if errors.As(err, &rej) {
 		_ = stream.Send(rejectMessage(owlv1.Reject_KIND_PROBE, "", rej.reason))
@@ -70,9 +79,12 @@ const reportsInFlight = 64
 
 // receive handles a probe's messages until the stream or a message fails;
 // the first error goes to received. Reports are handled on goroutines of
-// their own, at most reportsInFlight at once (each is acknowledged on its
-// own); the other messages in order. A message whose handling panics (a
-// damaged store) ends its stream, not the collector.
+// their own, at most reportsInFlight at once and max_message_bytes of
+// synopses (each is acknowledged on its own), and at most
+// limits.reports_per_second of the probe's: past any of these the stream
+// is read on later. The other messages are handled in order. A message
+// whose handling panics (a damaged store) ends its stream, not the
+// collector.
 func (c *Collector) receive(sess *session, received chan<- error) {
 	fail := func(err error) {
 		select {
@@ -81,8 +93,10 @@ func (c *Collector) receive(sess *session, received chan<- error) {
 		}
 	}
 	inflight := make(chan struct{}, reportsInFlight)
+	inflightBytes := semaphore.NewWeighted(int64(c.cfg.MaxMessageBytes))
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	lim := c.probes.limiter(sess.probe)
 	for {
 		m, err := sess.stream.Recv()
 		if err != nil {
@@ -90,9 +104,18 @@ func (c *Collector) receive(sess *session, received chan<- error) {
 			return
 		}
 		if r := m.GetReport(); r != nil {
+			if err := c.pace(sess.stream.Context(), sess.probe, lim); err != nil {
+				fail(err)
+				return
+			}
+			size := min(int64(len(r.GetLda())+len(r.GetRda())+len(r.GetLds())), int64(c.cfg.MaxMessageBytes))
+			if err := inflightBytes.Acquire(sess.stream.Context(), size); err != nil {
+				fail(err)
+				return
+			}
 			inflight <- struct{}{}
 			wg.Go(func() {
-				defer func() { <-inflight }()
+				defer func() { <-inflight; inflightBytes.Release(size) }()
 				c.guard(sess, fail, func() error {
 					return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.report(sess.probe, r))
 				})
@@ -175,10 +198,11 @@ func (c *Collector) answer(sess *session, kind owlv1.Reject_Kind, path string, e
 		return sess.send(notOwnerReject(kind, path, no))
 	case errors.As(err, &rej):
 		c.log.Warn("probe message rejected", "probe", sess.probe, "kind", kind, "path", path, "epoch", epoch, "reason", rej.reason)
+		c.probes.refuse(sess.probe, rej.reason)
 		if err := sess.send(rejectMessage(kind, path, rej.reason)); err != nil {
 			return err
 		}
-	case errors.Is(err, errBusy):
+	case errors.Is(err, errBusy), errors.Is(err, errProbeShare):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case err != nil:
 		c.log.Error("handling probe message", "probe", sess.probe, "kind", kind, "path", path, "epoch", epoch, "err", err)
@@ -214,7 +238,7 @@ func (c *Collector) sendPaths(sess *session) error {
 // the RDA size to start with, and in a cluster which collector takes the
 // reports (the size comes from the owner only, whose late binding sets it).
 func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
-	pc := &owlv1.PathConfig{}
+	pc := &owlv1.PathConfig{Params: c.cfg.Params.ToProto()}
 	if c.cl != nil {
 		pc.ColateCollector = c.cl.Owner(colateKey).GRPC
 	}
@@ -250,6 +274,9 @@ func (c *Collector) takeColate(probe string, v *owlv1.ColateVector) error {
 		c.m.rejected.WithLabelValues("not_owner").Inc()
 		return &notOwner{key: colateKey, owner: owner}
 	}
+	if err := c.checkEpoch(probe, "COLATE vector of", v.GetEpoch()); err != nil {
+		return err
+	}
 	return c.colates.put(probe, v)
 }
 
@@ -259,51 +286,71 @@ func (c *Collector) takeColate(probe string, v *owlv1.ColateVector) error {
 // Other errors are failures of the collector.
 func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 	c.probes.sawReport(probe)
-	ps, s, err := c.checkReport(probe, r)
+	ps, err := c.checkReport(probe, r)
 	if err != nil {
 		return err
 	}
-	if c.overBacklog() {
+	// Before decoding: a report turned away costs no more.
+	if c.overBacklog(probe) {
 		return errBusy
+	}
+	if c.overShare(probe) {
+		return errProbeShare
+	}
+	s, err := c.decodeReport(probe, r)
+	if err != nil {
+		return err
 	}
 	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds())))
 	return c.pairSide(ps, s)
 }
 
-// checkReport checks that a report belongs here and can be used, and
-// decodes it.
-func (c *Collector) checkReport(probe string, r *owlv1.EpochReport) (*pathState, *side, error) {
+// checkReport checks that a report belongs here and can be used, from
+// what it says and its synopses' headers.
+func (c *Collector) checkReport(probe string, r *owlv1.EpochReport) (*pathState, error) {
 	ps := c.paths[r.GetPath()]
 	if ps == nil {
 		c.m.rejected.WithLabelValues("unknown_path").Inc()
-		return nil, nil, &rejection{fmt.Sprintf("path %q is not configured", r.GetPath())}
+		return nil, &rejection{fmt.Sprintf("path %q is not configured", r.GetPath())}
 	}
 	if owner, self := c.owner(r.GetPath()); !self {
 		c.m.rejected.WithLabelValues("not_owner").Inc()
-		return nil, nil, &notOwner{key: r.GetPath(), owner: owner}
+		return nil, &notOwner{key: r.GetPath(), owner: owner}
 	}
 	want := ps.path.Upstream
 	if r.GetRole() == owlv1.Role_ROLE_DOWNSTREAM {
 		want = ps.path.Downstream
 	} else if r.GetRole() != owlv1.Role_ROLE_UPSTREAM {
 		c.m.rejected.WithLabelValues("bad_role").Inc()
-		return nil, nil, &rejection{fmt.Sprintf("path %q: report without a role", r.GetPath())}
+		return nil, &rejection{fmt.Sprintf("path %q: report without a role", r.GetPath())}
 	}
 	if probe != want {
 		c.m.rejected.WithLabelValues("bad_role").Inc()
-		return nil, nil, &rejection{fmt.Sprintf("path %q: %s is not its %s", r.GetPath(), probe, roleName(r.GetRole()))}
+		return nil, &rejection{fmt.Sprintf("path %q: %s is not its %s", r.GetPath(), probe, roleName(r.GetRole()))}
 	}
+	if err := c.checkEpoch(probe, fmt.Sprintf("path %q", r.GetPath()), r.GetEpoch()); err != nil {
+		return nil, err
+	}
+	if err := c.checkShapes(probe, r); err != nil {
+		return nil, err
+	}
+	return ps, nil
+}
+
+// decodeReport decodes a checked report and checks its synopses against
+// the deployment's parameters.
+func (c *Collector) decodeReport(probe string, r *owlv1.EpochReport) (*side, error) {
 	s, err := decodeSide(store.Pending{Probe: probe, Received: c.now(), Report: r})
 	if err != nil {
 		c.m.rejected.WithLabelValues("malformed").Inc()
-		return nil, nil, &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
+		return nil, &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
 	}
 	if err := c.compatible(s); err != nil {
 		c.m.rejected.WithLabelValues("mismatch").Inc()
 		c.m.mismatch.WithLabelValues(probe).Inc()
-		return nil, nil, &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
+		return nil, &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
 	}
-	return ps, s, nil
+	return s, nil
 }
 
 // compatible checks a side's synopses against the deployment's parameters.

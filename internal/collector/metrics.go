@@ -46,9 +46,15 @@ type metrics struct {
 	peels      *prometheus.CounterVec
 	exchanged  *prometheus.CounterVec
 
-	shed        prometheus.Counter
-	flowMean    *prometheus.GaugeVec
-	flowPackets *prometheus.GaugeVec
+	shed        *prometheus.CounterVec
+	conflicting *prometheus.CounterVec
+	rateWait    *prometheus.CounterVec
+	// probesRefused counts Hellos of ids not kept, watchersRefused
+	// WatchPathStats streams past the limit.
+	probesRefused   *prometheus.CounterVec
+	watchersRefused prometheus.Counter
+	flowMean        *prometheus.GaugeVec
+	flowPackets     *prometheus.GaugeVec
 	// flowLabels are the flow labels each path's series have now.
 	flowLabelsMu sync.Mutex
 	flowLabels   map[string][]string
@@ -122,8 +128,15 @@ func newMetrics() *metrics {
 	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
 	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
 	m.flowLabels = map[string][]string{}
-	m.shed = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_reports_shed_total", Help: "Reports turned away, unacknowledged, because the backlog was over max_pending_bytes (the probe sends them again)."})
-	m.reg.MustRegister(m.shed)
+	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_shed_total",
+		Help: "Reports turned away, unacknowledged (the probe sends them again), by probe and reason: the backlog was over max_pending_bytes (pending_bytes), or the probe's reports held over its share of it (probe_share)."}, []string{"probe", "reason"})
+	m.conflicting = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_conflicting_reports_total", Help: "Reports sent again with other content than the side already held or used, by probe (the result keeps the first, and counts them)."}, []string{"probe"})
+	m.rateWait = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_report_rate_wait_seconds_total", Help: "Time the collector waited before reading a probe's stream on, to keep its reports within limits.reports_per_second, by probe."}, []string{"probe"})
+	m.probesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_probes_refused_total", Help: "Probe streams refused at their Hello, by reason: an id no path names with COLATE off (not_in_paths), or past limits.max_probes (max_probes)."}, []string{"reason"})
+	m.watchersRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_watchers_refused_total", Help: "WatchPathStats streams refused because limits.max_watchers were open."})
+	for _, x := range []prometheus.Collector{m.shed, m.conflicting, m.rateWait, m.probesRefused, m.watchersRefused} {
+		f(x)
+	}
 	m.flowMean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_delay_mean_seconds", Help: "Mean one-way delay of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
 	m.clockUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_uncertainty_seconds", Help: "± on the mean delay of the path's latest epoch from the two probes' clocks."}, []string{"path"})
 	m.clockFlagged = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_flagged", Help: "1 when the path's latest epoch is flagged: clock uncertainty above the configured share of the mean, or a clock not synchronized."}, []string{"path"})
@@ -192,6 +205,18 @@ func (m *metrics) probeClock(probe string, c *owlv1.ClockStatus) {
 	m.probeSync.WithLabelValues(probe).Set(sync)
 	m.probeState.DeletePartialMatch(prometheus.Labels{"probe": probe})
 	m.probeState.WithLabelValues(probe, c.GetSource(), stateName(c.GetState())).Set(1)
+}
+
+// forgetProbe deletes every series of a probe.
+func (m *metrics) forgetProbe(probe string) {
+	l := prometheus.Labels{"probe": probe}
+	for _, v := range []*prometheus.CounterVec{m.reports, m.mismatch, m.shed, m.conflicting, m.rateWait,
+		m.colateVectors, m.colatePackets, m.colateBytesIn, m.colateOverflow, m.colateFullTables} {
+		v.DeletePartialMatch(l)
+	}
+	for _, v := range []*prometheus.GaugeVec{m.probesConnected, m.probeOffset, m.probeDelay, m.probeUnc, m.probeSync, m.probeState} {
+		v.DeletePartialMatch(l)
+	}
 }
 
 // settled counts the final loss of an RDA epoch.

@@ -34,8 +34,9 @@ type pathState struct {
 	boundaries map[int64]*boundary
 	recentDiff []int // set difference sizes of recent epochs
 	rdaBuckets int   // RDA size the probes were told to use
-	newest     int64 // newest epoch reconciled, or stored as a copy
-	seen       bool  // newest is set
+	// flowAges says when the epochs' per-flow data were stored, for
+	// pruning by flows.retention.
+	flowAges flowAges
 }
 
 // pairing is one epoch of a path whose sides have not both been combined.
@@ -51,6 +52,9 @@ type pairing struct {
 	// members for the missing side (handOver): asking while it runs,
 	// asked once it is done.
 	asking, asked bool
+	// conflicts counts reports of a side held that came again with other
+	// content; the epoch's result counts them.
+	conflicts uint32
 }
 
 // side is one probe's report of an epoch, decoded.
@@ -61,6 +65,7 @@ type side struct {
 	// ldsCfg is the parameters of the report's LDS (nil: it has none),
 	// checked when it came; the worker decodes it.
 	ldsCfg *lds.Config
+	digest uint64 // of its content (reportDigest)
 }
 
 func newPathState(p netpath.Path, rdaBuckets int) *pathState {
@@ -74,7 +79,7 @@ func decodeSide(p store.Pending) (*side, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &side{Pending: p, lda: l}
+	s := &side{Pending: p, lda: l, digest: reportDigest(p.Report)}
 	if b := p.Report.GetRda(); len(b) > 0 {
 		if s.rda, err = rda.Decode(b); err != nil {
 			return nil, err
@@ -105,14 +110,17 @@ func (ps *pathState) pairingFor(epoch int64, at time.Time) *pairing {
 }
 
 // has says whether the pairing holds a side of the role of s.
-func (pr *pairing) has(s *side) bool {
+func (pr *pairing) has(s *side) bool { return pr.held(s) != nil }
+
+// held returns the side of the role of s the pairing holds, or nil.
+func (pr *pairing) held(s *side) *side {
 	if pr == nil {
-		return false
+		return nil
 	}
 	if isUpstream(s) {
-		return pr.up != nil
+		return pr.up
 	}
-	return pr.down != nil
+	return pr.down
 }
 
 func (pr *pairing) set(s *side) {
@@ -153,28 +161,42 @@ func (ps *pathState) place(s *side) bool {
 // pairSide stores a checked report, puts it into its path's table and
 // queues its copy for the path's replica. A report whose side is in
 // already, or whose epoch was combined already (sent again after a
-// reconnect), is counted and dropped.
+// reconnect), is counted and dropped; when its content differs from the
+// side held or used, it is a rejection and the epoch's result counts it
+// (conflicting_reports).
 func (c *Collector) pairSide(ps *pathState, s *side) error {
 	path, epoch := ps.path.Name, s.Report.GetEpoch()
 	ps.ingestMu.Lock()
 	defer ps.ingestMu.Unlock()
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
-	dup, known := pr.has(s), pr != nil
+	held := pr.held(s)
+	conflict := held != nil && held.digest != s.digest
+	resultStored := false
+	if conflict {
+		pr.conflicts++
+		// A missing-side result is stored (timeOut counts the
+		// conflicts that come while it writes one).
+		resultStored = pr.timedOut
+	}
 	ps.mu.Unlock()
-	if dup {
+	switch {
+	case conflict:
+		if resultStored {
+			c.worker.addConflicts(path, epoch, 1)
+		}
+		return c.conflicting(s, held.digest, "held")
+	case held != nil:
 		c.m.dupReports.Inc()
 		return nil
-	}
-	if !known {
+	case pr == nil:
 		res, err := c.store.Result(path, epoch)
 		if err != nil {
 			return err
 		}
 		if res != nil && !missingSide(res) {
-			c.m.dupReports.Inc()
 			c.probes.release(s.Probe, path, epoch)
-			return nil
+			return c.usedAlready(s, res)
 		}
 	}
 	if err := c.store.PutPending(s.Pending); err != nil {
@@ -185,6 +207,33 @@ func (c *Collector) pairSide(ps *pathState, s *side) error {
 		c.m.dupReports.Inc() // a copy came in meanwhile
 	}
 	return nil
+}
+
+// usedAlready takes a report of an epoch whose result is stored: the same
+// content again is a duplicate; other content is a conflict, counted in
+// the stored result. A result stored before digests (0) tells nothing.
+func (c *Collector) usedAlready(s *side, res *owlv1.PathStats) error {
+	used := res.GetUpstreamDigest()
+	if !isUpstream(s) {
+		used = res.GetDownstreamDigest()
+	}
+	if used == 0 || used == s.digest {
+		c.m.dupReports.Inc()
+		return nil
+	}
+	c.worker.addConflicts(res.GetPath(), res.GetEpoch(), 1)
+	return c.conflicting(s, used, "used")
+}
+
+// conflicting counts a report whose content differs from the side of its
+// epoch held or used (whose digest is other), and is the rejection the
+// probe gets: it is acknowledged, never used.
+func (c *Collector) conflicting(s *side, other uint64, heldOrUsed string) error {
+	r := s.Report
+	c.m.conflicting.WithLabelValues(s.Probe).Inc()
+	c.m.rejected.WithLabelValues("conflicting").Inc()
+	return &rejection{fmt.Sprintf("report of path %q epoch %d differs from the one %s: content digest %016x, the %s one's %016x (was the probe restarted with other settings, or did another send as it?); the result keeps the first and counts this one in conflicting_reports",
+		r.GetPath(), r.GetEpoch(), heldOrUsed, s.digest, heldOrUsed, other)}
 }
 
 // restore reloads the reports still waiting for their other side.
@@ -245,7 +294,8 @@ type handOverAt struct {
 }
 
 // sweep writes missing-side results for epochs whose other side did not come
-// within PairTimeout, and forgets lone reports after PairRetention.
+// within PairTimeout, and forgets lone reports after PairRetention, and
+// probes no path names gone for limits.forget_probes_after.
 func (c *Collector) sweep() {
 	now := c.now()
 	for _, ps := range c.paths {
@@ -260,6 +310,7 @@ func (c *Collector) sweep() {
 			go c.handOver(ps, a.epoch, a.role)
 		}
 	}
+	c.probes.forgetIdle()
 }
 
 // planSweep decides, under the path's lock, what a sweep does to it.
@@ -337,9 +388,10 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 		ps.mu.Unlock()
 		return
 	}
-	up, down := pr.up, pr.down
+	up, down, conflicts := pr.up, pr.down, pr.conflicts
 	ps.mu.Unlock()
 	res := c.worker.missingResult(ps.path.Name, epoch, up, down)
+	res.ConflictingReports = conflicts
 	paired := false
 	err := c.store.Apply(store.Write{Results: []*owlv1.PathStats{res}, Keep: func(stored, _ *owlv1.PathStats) bool {
 		paired = !missingSide(stored)
@@ -351,10 +403,14 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	if pr.complete() {
 		ps.enqueue(epoch)
 	}
+	late := pr.conflicts - conflicts // came while the result was written
 	ps.mu.Unlock()
 	if err != nil {
 		c.log.Error("storing missing-side result", "path", ps.path.Name, "epoch", epoch, "err", err)
 		return
+	}
+	if late > 0 && !paired {
+		c.worker.addConflicts(ps.path.Name, epoch, late)
 	}
 	if !paired {
 		c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", epoch, "status", res.Status)

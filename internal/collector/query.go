@@ -30,7 +30,11 @@ func (s queryService) ListProbes(ctx context.Context, _ *owlv1.ListProbesRequest
 		r, err := q.ListProbes(ctx, &owlv1.ListProbesRequest{})
 		return r.GetProbes(), err
 	})
-	return &owlv1.ListProbesResponse{Probes: mergeProbes(append(others, s.c.probes.infos())), Note: note}, nil
+	resp := &owlv1.ListProbesResponse{Probes: mergeProbes(append(others, s.c.probes.infos())), Note: note}
+	if s.c.cfg.Insecure {
+		resp.Warning = insecureWarning
+	}
+	return resp, nil
 }
 
 func (s queryService) ListCollectors(context.Context, *owlv1.ListCollectorsRequest) (*owlv1.ListCollectorsResponse, error) {
@@ -94,6 +98,11 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 	if req.GetPath() != "" && s.c.paths[req.GetPath()] == nil {
 		return status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
 	}
+	if !s.c.watchers.admit() {
+		s.c.m.watchersRefused.Inc()
+		return status.Errorf(codes.ResourceExhausted, "%d WatchPathStats streams are open already (limits.max_watchers): watch again later", s.c.cfg.Limits.MaxWatchers)
+	}
+	defer s.c.watchers.leave()
 	ch := s.c.watchers.watch(req.GetPath())
 	defer s.c.watchers.unwatch(ch)
 	if s.c.cl != nil && !forwarded(stream.Context()) {

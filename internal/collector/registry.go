@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -22,6 +23,8 @@ import (
 type registry struct {
 	params params.Params
 	known  map[string]bool // probes named by a path (nil: any probe, for COLATE)
+	named  map[string]bool // probes named by a path
+	limits LimitsConfig
 	m      *metrics
 	log    *slog.Logger
 	now    func() time.Time
@@ -42,19 +45,27 @@ type probeState struct {
 	err       string
 	clock     *owlv1.ClockStatus
 	reports   uint64
+	identity  string // how the probe proved its id (security.Identity.Via)
+	// replay is set when the probe said in its latest Hello that it
+	// replays files: its epochs may be old.
+	replay  bool
+	refused uint64        // what it sent that was refused
+	limiter *rate.Limiter // its reports' rate (nil: no bound)
 }
 
 // newRegistry makes a registry for the probes of paths; with COLATE on,
-// a probe in no path is welcome too (it records vectors).
-func newRegistry(p params.Params, paths []netpath.Path, m *metrics, log *slog.Logger, now func() time.Time) *registry {
-	var known map[string]bool
-	if !p.Colate.Enabled {
-		known = map[string]bool{}
-		for _, x := range paths {
-			known[x.Upstream], known[x.Downstream] = true, true
-		}
+// a probe in no path is welcome too (it records vectors), up to
+// limits.MaxProbes kept at once.
+func newRegistry(p params.Params, paths []netpath.Path, limits LimitsConfig, m *metrics, log *slog.Logger, now func() time.Time) *registry {
+	named := map[string]bool{}
+	for _, x := range paths {
+		named[x.Upstream], named[x.Downstream] = true, true
 	}
-	return &registry{params: p, known: known, m: m, log: log, now: now,
+	known := named
+	if p.Colate.Enabled {
+		known = nil
+	}
+	return &registry{params: p, known: known, named: named, limits: limits, m: m, log: log, now: now,
 		probes: map[string]*probeState{}, sessions: map[string][]*session{}, joined: make(chan struct{})}
 }
 
@@ -67,27 +78,36 @@ func (r *rejection) Error() string { return r.reason }
 // hello registers a probe stream, or rejects it when no path names it (with
 // COLATE off) or its parameters differ from the deployment's. The caller then sends the probe its paths and
 // adds the session (addSession).
-func (r *registry) hello(h *owlv1.Hello, addr string) error {
+func (r *registry) hello(h *owlv1.Hello, addr, identity string) error {
 	id := h.GetProbeId()
 	if !netpath.ValidName(id) {
 		return &rejection{fmt.Sprintf("probe id %q: use 1–128 letters, digits or ._:-", id)}
 	}
 	if r.known != nil && !r.known[id] {
 		// Not kept in the registry: any number of unknown ids may knock.
+		r.m.probesRefused.WithLabelValues("not_in_paths").Inc()
 		r.log.Error("rejecting probe: it is in no configured path", "probe", id, "addr", addr)
 		return &rejection{fmt.Sprintf("probe %q is in no configured path (and COLATE is off): name it as a path's upstream or downstream in the collector's paths", id)}
 	}
-	p, err := params.FromProto(h.GetParams())
-	if err == nil {
-		err = r.params.Compatible(p)
+	var err error
+	if h.GetParams() != nil { // unset: the probe takes the collector's
+		var p params.Params
+		if p, err = params.FromProto(h.GetParams()); err == nil {
+			err = r.params.Compatible(p)
+		}
 	}
 	r.probesMu.Lock()
 	ps := r.probes[id]
 	if ps == nil {
-		ps = &probeState{id: id}
+		if n := len(r.probes); n >= r.limits.MaxProbes && !r.named[id] {
+			r.probesMu.Unlock()
+			return r.full(id, addr, n)
+		}
+		ps = &probeState{id: id, limiter: newLimiter(r.limits.ReportsPerSecond)}
 		r.probes[id] = ps
 	}
-	ps.version, ps.addr, ps.lastSeen, ps.clock = h.GetVersion(), addr, r.now(), h.GetClock()
+	ps.version, ps.addr, ps.lastSeen, ps.clock, ps.identity = h.GetVersion(), addr, r.now(), h.GetClock(), identity
+	ps.replay = h.GetReplay()
 	if err != nil {
 		ps.err = fmt.Sprintf("parameters rejected: %v", err)
 	} else {
@@ -241,9 +261,70 @@ func (r *registry) infos() []*owlv1.ProbeInfo {
 	for _, ps := range r.probes {
 		out = append(out, &owlv1.ProbeInfo{
 			ProbeId: ps.id, Connected: ps.connected > 0, Version: ps.version, Address: ps.addr,
-			LastSeen: timestamppb.New(ps.lastSeen), Error: ps.err, Clock: ps.clock, Reports: ps.reports,
+			LastSeen: timestamppb.New(ps.lastSeen), Error: ps.err, Clock: ps.clock, Reports: ps.reports, Refused: ps.refused, Identity: ps.identity,
 		})
 	}
 	slices.SortFunc(out, func(a, b *owlv1.ProbeInfo) int { return cmp.Compare(a.ProbeId, b.ProbeId) })
 	return out
+}
+
+// full refuses a new probe id: the registry keeps limits.MaxProbes (n)
+// already.
+func (r *registry) full(id, addr string, n int) error {
+	r.m.probesRefused.WithLabelValues("max_probes").Inc()
+	r.log.Warn("refusing probe: the collector keeps limits.max_probes probes already", "probe", id, "addr", addr, "probes", n)
+	return &rejection{fmt.Sprintf("the collector keeps %d probes already (limits.max_probes), and no path names %q: it is taken once others have been gone for limits.forget_probes_after (%v)",
+		n, id, r.limits.ForgetProbesAfter)}
+}
+
+// forgetIdle forgets the probes no path names that have had no stream
+// for limits.ForgetProbesAfter, and deletes their metric series.
+func (r *registry) forgetIdle() {
+	now := r.now()
+	r.probesMu.Lock()
+	defer r.probesMu.Unlock() // series go under the lock: a new Hello's come after
+	for id, ps := range r.probes {
+		if r.named[id] || ps.connected > 0 || len(r.sessions[id]) > 0 || now.Sub(ps.lastSeen) < r.limits.ForgetProbesAfter {
+			continue
+		}
+		delete(r.probes, id)
+		r.m.forgetProbe(id)
+		r.log.Info("forgot a probe no path names, disconnected since", "probe", id, "last_seen", ps.lastSeen)
+	}
+}
+
+// replaying says whether a probe replays files, and whether the registry
+// knows it.
+func (r *registry) replaying(probe string) (replay, known bool) {
+	r.probesMu.Lock()
+	defer r.probesMu.Unlock()
+	ps := r.probes[probe]
+	if ps == nil {
+		return false, false
+	}
+	return ps.replay, true
+}
+
+// limiter returns a probe's report rate limiter (nil: no bound, or a
+// probe the registry does not know).
+func (r *registry) limiter(probe string) *rate.Limiter {
+	r.probesMu.Lock()
+	defer r.probesMu.Unlock()
+	if ps := r.probes[probe]; ps != nil {
+		return ps.limiter
+	}
+	return nil
+}
+
+// refuse counts something a probe sent that was refused (ListProbes shows
+// the count); reason says what, for the log. A probe the registry does
+// not know is not counted.
+func (r *registry) refuse(probe, reason string) {
+	r.probesMu.Lock()
+	ps := r.probes[probe]
+	if ps != nil {
+		ps.refused++
+	}
+	r.probesMu.Unlock()
+	r.log.Debug("refused what a probe sent", "probe", probe, "reason", reason)
 }

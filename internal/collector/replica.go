@@ -42,22 +42,26 @@ func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
 		}
 		return keep
 	}}
-	newest := map[string]int64{}
+	var flows []store.EpochRef
 	for _, ec := range copies {
 		if err := c.checkCopy(ec); err != nil {
 			c.log.Warn("replication: leaving out a copy", "path", ec.GetPath(), "epoch", ec.GetEpoch(), "err", err)
 			continue
 		}
 		addCopy(&w, ec)
-		if e, ok := newest[ec.GetPath()]; ec.GetResult() != nil && (!ok || ec.GetEpoch() > e) {
-			newest[ec.GetPath()] = ec.GetEpoch()
+		if len(ec.GetFlows()) > 0 || len(ec.GetLdsUp())+len(ec.GetLdsDown()) > 0 {
+			flows = append(flows, store.EpochRef{Path: ec.GetPath(), Epoch: ec.GetEpoch()})
 		}
 	}
 	if err := c.store.Apply(w); err != nil {
 		return 0, err
 	}
-	for path, e := range newest {
-		c.paths[path].noteStored(e)
+	now := c.now()
+	for _, f := range flows {
+		ps := c.paths[f.Path]
+		ps.mu.Lock()
+		ps.flowAges.note(f.Epoch, now)
+		ps.mu.Unlock()
 	}
 	return len(w.Results) - kept, nil
 }
@@ -112,16 +116,6 @@ func addCopy(w *store.Write, ec *owlv1.EpochCopy) {
 	}
 	for _, l := range ec.GetLone() {
 		w.ReplicaPending = append(w.ReplicaPending, store.Pending{Probe: l.GetProbe(), Received: l.GetReceived().AsTime(), Report: l.GetReport()})
-	}
-}
-
-// noteStored notes an epoch whose result was stored here as a copy: the
-// path's per-flow data is pruned counting back from the newest.
-func (ps *pathState) noteStored(epoch int64) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if !ps.seen || epoch > ps.newest {
-		ps.newest, ps.seen = epoch, true
 	}
 }
 

@@ -436,7 +436,7 @@ func TestTimeOutKeepsCopiedResult(t *testing.T) {
 	cfg := testConfig(t)
 	c := newTest(t, cfg)
 	defer c.Close()
-	now := time.Unix(1000, 0)
+	now := epochTime(1000, 0)
 	c.now = func() time.Time { return now }
 	up, _ := ldaPair(t, cfg.Params.LDA, 100, 500, 2)
 	if err := c.report("a", report("p", 3, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/security"
 )
 
 // Addrs are the addresses the collector listens on.
@@ -93,7 +95,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	})
 	if l.http != nil {
 		g.Go(func() error {
-			if err := hs.Serve(l.http); !errors.Is(err, http.ErrServerClosed) {
+			if err := security.ServeHTTP(l.http, hs, c.cfg.WebConfigFile, c.log); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("HTTP server: %w", err)
 			}
 			return nil
@@ -128,7 +130,12 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.shutdown(gs, hs)
 		return nil
 	})
-	c.log.Info("collector listening", "grpc", l.addrs.GRPC, "http", l.addrs.HTTP, "gossip", l.addrs.Gossip, "paths", len(c.pathList), "data_dir", c.cfg.DataDir)
+	if c.cfg.Insecure {
+		c.log.Warn("INSECURE: " + insecureWarning)
+	} else if l.http != nil && c.cfg.WebConfigFile == "" {
+		c.log.Warn("the HTTP listener (/metrics, /healthz) is plain HTTP with no authentication: set web_config_file for TLS and basic auth", "http", l.addrs.HTTP)
+	}
+	c.log.Info("collector listening", "tls", !c.cfg.Insecure, "grpc", l.addrs.GRPC, "http", l.addrs.HTTP, "gossip", l.addrs.Gossip, "paths", len(c.pathList), "data_dir", c.cfg.DataDir)
 	c.writeReadyFile(l.addrs)
 	return g.Wait()
 }
@@ -138,7 +145,10 @@ func (c *Collector) grpcServer() *grpc.Server {
 	gs := grpc.NewServer(c.serverOptions()...)
 	owlv1.RegisterProbeServiceServer(gs, probeService{c: c})
 	owlv1.RegisterQueryServiceServer(gs, queryService{c: c})
-	owlv1.RegisterClusterServiceServer(gs, clusterService{c: c})
+	if c.cfg.Cluster.Enabled() {
+		// Alone, no other collector may take or replace its data.
+		owlv1.RegisterClusterServiceServer(gs, clusterService{c: c})
+	}
 	reflection.Register(gs)
 	return gs
 }
@@ -150,12 +160,12 @@ func (c *Collector) serverOptions() []grpc.ServerOption {
 		c.log.Error("a call failed with a panic; the collector goes on", "panic", p, "stack", string(debug.Stack()))
 		return status.Errorf(codes.Internal, "the collector failed on this call: %v", p)
 	})
-	return []grpc.ServerOption{
+	return append(c.gate.serverOptions(),
 		grpc.MaxRecvMsgSize(c.cfg.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(onPanic), faultsAsPanicsUnary),
-		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(onPanic), faultsAsPanicsStream),
-	}
+		grpc.ChainUnaryInterceptor(auth.UnaryServerInterceptor(c.gate.authorize), recovery.UnaryServerInterceptor(onPanic), faultsAsPanicsUnary),
+		grpc.ChainStreamInterceptor(auth.StreamServerInterceptor(c.gate.authorize), recovery.StreamServerInterceptor(onPanic), faultsAsPanicsStream),
+	)
 }
 
 // faultsAsPanicsUnary makes a memory fault in a call (a read of a damaged

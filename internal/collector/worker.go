@@ -90,6 +90,7 @@ type epochWork struct {
 	bd      *boundary // set when RDA reconciliation was complete enough
 	remove  [2][]reconcile.Packet
 	updated []*owlv1.PathStats // neighbours changed by boundary matching
+	flows   bool               // per-flow data stored with the result
 }
 
 // reconcileEpoch turns both sides of one epoch into a stored result:
@@ -98,11 +99,16 @@ type epochWork struct {
 func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64) error {
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
+	var conflicts uint32
+	if pr != nil {
+		conflicts = pr.conflicts
+	}
 	ps.mu.Unlock()
 	if pr == nil || !pr.complete() {
 		return nil // done already
 	}
 	w := &epochWork{ps: ps, epoch: epoch, pr: pr, res: wk.baseResult(ps.path.Name, epoch, pr.up, pr.down)}
+	w.res.ConflictingReports = conflicts
 	wk.estimateLDA(w.res, pr.up, pr.down)
 	if pr.up.rda != nil && pr.down.rda != nil {
 		wk.estimateRDA(ctx, w)
@@ -113,6 +119,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	markPartial(w.res, pr.up, pr.down)
 	sw := store.Write{Results: []*owlv1.PathStats{w.res}, Done: []store.EpochRef{{Path: ps.path.Name, Epoch: epoch}}}
 	flows := wk.topFlows(ps.path.Name, epoch, pr.up, pr.down, w.remove, &sw)
+	w.flows = len(sw.LDS)+len(sw.Flows) > 0
 	if w.bd != nil {
 		wk.matchBoundaries(w, &sw)
 	}
@@ -123,7 +130,9 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 		return fmt.Errorf("storing result: %w", err)
 	}
 	wk.repl.enqueueWrite(sw)
-	wk.finish(w)
+	if late := wk.finish(w); late > 0 {
+		wk.addConflicts(ps.path.Name, epoch, late)
+	}
 	wk.publish(w.res, pr)
 	wk.m.flows(ps.path.Name, flows, wk.cfg.Flows.MetricsTop)
 	for _, u := range w.updated {
@@ -135,17 +144,20 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	return nil
 }
 
-// finish takes a stored epoch out of the pairing table and keeps its
-// boundary record for its neighbours.
-func (wk *worker) finish(w *epochWork) {
+// finish takes a stored epoch out of the pairing table, notes when its
+// per-flow data were stored, and keeps its boundary record for its
+// neighbours. It returns the conflicting reports that came after the
+// result was made (they are counted in it next).
+func (wk *worker) finish(w *epochWork) (late uint32) {
 	ps, epoch := w.ps, w.epoch
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.pending[epoch] == w.pr {
 		delete(ps.pending, epoch)
 	}
-	if !ps.seen || epoch > ps.newest {
-		ps.newest, ps.seen = epoch, true
+	late = w.pr.conflicts - w.res.GetConflictingReports()
+	if w.flows {
+		ps.flowAges.note(epoch, wk.now())
 	}
 	if w.bd != nil {
 		ps.boundaries[epoch] = w.bd
@@ -155,6 +167,26 @@ func (wk *worker) finish(w *epochWork) {
 			}
 		}
 	}
+	return late
+}
+
+// addConflicts counts n conflicting reports in the stored result of a
+// path's epoch, and hands the result on like one changed by boundary
+// matching (replicas, watchers).
+func (wk *worker) addConflicts(path string, epoch int64, n uint32) {
+	res, err := wk.store.UpdateResult(path, epoch, func(r *owlv1.PathStats) bool {
+		r.ConflictingReports += n
+		return true
+	})
+	if err != nil {
+		wk.log.Error("counting conflicting reports in a stored result", "path", path, "epoch", epoch, "err", err)
+		return
+	}
+	if res == nil {
+		return
+	}
+	wk.repl.enqueue(&owlv1.EpochCopy{Path: path, Epoch: epoch, Result: res, Done: !missingSide(res)})
+	wk.watchers.notify(res)
 }
 
 // matchBoundaries matches the epoch's boundary record with both
@@ -240,10 +272,10 @@ func (wk *worker) baseResult(path string, epoch int64, up, down *side) *owlv1.Pa
 		res.ExchangedBytes += n
 	}
 	if up != nil {
-		res.UpstreamClock, res.UpstreamCounters = up.Report.GetClock(), up.Report.GetCounters()
+		res.UpstreamClock, res.UpstreamCounters, res.UpstreamDigest = up.Report.GetClock(), up.Report.GetCounters(), up.digest
 	}
 	if down != nil {
-		res.DownstreamClock, res.DownstreamCounters = down.Report.GetClock(), down.Report.GetCounters()
+		res.DownstreamClock, res.DownstreamCounters, res.DownstreamDigest = down.Report.GetClock(), down.Report.GetCounters(), down.digest
 	}
 	return res
 }

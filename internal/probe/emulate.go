@@ -499,7 +499,8 @@ func (e *Emulated) clock(atNS int64) ptp.Status {
 // hello introduces the probe: the traffic's parameters, a synchronized
 // clock.
 func (e *Emulated) hello() *owlv1.Hello {
-	return &owlv1.Hello{ProbeId: e.id, Version: buildinfo.Version(), Params: e.traffic.params.ToProto(), Clock: e.clockStatus()}
+	// Made-up epochs are a replay: the load generator sends past ones.
+	return &owlv1.Hello{ProbeId: e.id, Version: buildinfo.Version(), Params: e.traffic.params.ToProto(), Clock: e.clockStatus(), Replay: true}
 }
 
 // clockStatus is the emulated clock's status now.

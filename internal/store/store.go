@@ -18,6 +18,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -407,24 +408,101 @@ func putLDS(tx *bolt.Tx, ps []LDSPair) error {
 }
 
 // putResults stores results (vals are their encodings), leaving a stored
-// one in place where keep says so, and returns the epochs it left.
+// one in place where keep says so, and returns the epochs it left. A
+// result that replaces a stored one keeps its conflicting_reports when
+// the stored one counted more: the count is raised by UpdateResult, and a
+// result computed before (boundary matching re-stores its neighbours)
+// must not take it back.
 func putResults(tx *bolt.Tx, rs []*owlv1.PathStats, vals [][]byte, keep func(stored, incoming *owlv1.PathStats) bool) (map[EpochRef]bool, error) {
 	b := tx.Bucket(bucketResults)
 	kept := map[EpochRef]bool{}
 	for i, r := range rs {
 		k := epochKey(r.GetPath(), r.GetEpoch())
-		if old := b.Get(k); keep != nil && old != nil {
-			stored := &owlv1.PathStats{}
-			if err := proto.Unmarshal(old, stored); err == nil && keep(stored, r) {
-				kept[EpochRef{Path: r.GetPath(), Epoch: r.GetEpoch()}] = true
-				continue
+		v := vals[i]
+		if old := b.Get(k); old != nil {
+			if keep != nil {
+				stored := &owlv1.PathStats{}
+				if err := proto.Unmarshal(old, stored); err == nil && keep(stored, r) {
+					kept[EpochRef{Path: r.GetPath(), Epoch: r.GetEpoch()}] = true
+					continue
+				}
+			}
+			if n := conflictsOf(old); n > r.GetConflictingReports() {
+				c := proto.CloneOf(r)
+				c.ConflictingReports = n
+				var err error
+				if v, err = proto.Marshal(c); err != nil {
+					return nil, err
+				}
 			}
 		}
-		if err := b.Put(k, vals[i]); err != nil {
+		if err := b.Put(k, v); err != nil {
 			return nil, err
 		}
 	}
 	return kept, nil
+}
+
+// conflictingReportsField is PathStats.conflicting_reports's number.
+const conflictingReportsField = 34
+
+// conflictsOf reads conflicting_reports from an encoded result without
+// decoding the rest (0 when the encoding is damaged).
+func conflictsOf(b []byte) uint32 {
+	var n uint32
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return 0
+		}
+		b = b[l:]
+		if num == conflictingReportsField && typ == protowire.VarintType {
+			v, l := protowire.ConsumeVarint(b)
+			if l < 0 {
+				return 0
+			}
+			n = uint32(v)
+			b = b[l:]
+			continue
+		}
+		l = protowire.ConsumeFieldValue(num, typ, b)
+		if l < 0 {
+			return 0
+		}
+		b = b[l:]
+	}
+	return n
+}
+
+// UpdateResult changes a stored result in one transaction: change is
+// given the stored result (decoded anew each time it runs) and says
+// whether to store it back. It returns the result as stored, or nil when
+// there is none or change left it.
+func (s *Store) UpdateResult(path string, epoch int64, change func(*owlv1.PathStats) bool) (*owlv1.PathStats, error) {
+	var out *owlv1.PathStats
+	err := s.update(func(tx *bolt.Tx) error {
+		out = nil
+		b := tx.Bucket(bucketResults)
+		k := epochKey(path, epoch)
+		old := b.Get(k)
+		if old == nil {
+			return nil
+		}
+		r := &owlv1.PathStats{}
+		if err := proto.Unmarshal(old, r); err != nil {
+			return fmt.Errorf("result of %q epoch %d: %w", path, epoch, err)
+		}
+		if !change(r) {
+			return nil
+		}
+		v, err := proto.Marshal(r)
+		if err != nil {
+			return err
+		}
+		out = r
+		return b.Put(k, v)
+	})
+	return out, err
 }
 
 // putBoundaries stores boundary records, but not those of the epochs in
@@ -570,6 +648,55 @@ func (s *Store) LDSPairs(path string, from, to int64, fn func(epoch int64, up, d
 		}
 		return nil
 	})
+}
+
+// FlowEpochs calls fn with each epoch of a path that has stored sketches
+// (every epoch with per-flow results has them), oldest first, until it
+// returns false. It reads keys only.
+func (s *Store) FlowEpochs(path string, fn func(epoch int64) bool) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketLDS).Cursor()
+		end := epochKey(path, math.MaxInt64)
+		for k, _ := c.Seek(epochKey(path, math.MinInt64)); k != nil && bytes.Compare(k, end) <= 0; k, _ = c.Next() {
+			if !fn(keyEpoch(k)) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// EpochRange is the epochs from First to Last, both included.
+type EpochRange struct{ First, Last int64 }
+
+// DeleteFlows deletes a path's sketches and per-flow results of the
+// epochs in the ranges, in one transaction, and returns how many records
+// went.
+func (s *Store) DeleteFlows(path string, ranges []EpochRange) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		n = 0
+		for _, r := range ranges {
+			if r.First > r.Last {
+				continue
+			}
+			start := epochKey(path, r.First)
+			for _, x := range []struct {
+				name []byte
+				end  []byte
+			}{{bucketLDS, epochKey(path, r.Last)}, {bucketFlows, flowKey(path, r.Last, math.MaxUint64)}} {
+				c := tx.Bucket(x.name).Cursor()
+				for k, _ := c.Seek(start); k != nil && bytes.Compare(k, x.end) <= 0; k, _ = c.Seek(start) {
+					if err := c.Delete(); err != nil {
+						return err
+					}
+					n++
+				}
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // PruneFlows deletes a path's sketches and per-flow results of epochs

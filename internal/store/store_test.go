@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,67 @@ func TestColatePairsAndRetention(t *testing.T) {
 	// An age limit drops what is older whatever the budget.
 	if n, _ := s.PutColate("c", &owlv1.ColateVector{Epoch: 7}, budget, 5); n != 2 {
 		t.Errorf("age limit pruned %d records, want 2 (a4, b4)", n)
+	}
+}
+
+// TestDeleteFlows: the epochs of the ranges go, of their path only (not
+// of a path whose name starts with it), sketches and per-flow results.
+func TestDeleteFlows(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var w Write
+	for _, path := range []string{"p", "p2"} {
+		for e := int64(1); e <= 6; e++ {
+			w.LDS = append(w.LDS, LDSPair{EpochRef: EpochRef{Path: path, Epoch: e}, Up: []byte{1}, Down: []byte{2}})
+			w.Flows = append(w.Flows, FlowResult{Hash: uint64(e), Stats: &owlv1.FlowStats{Path: path, Epoch: e}})
+		}
+	}
+	if err := s.Apply(w); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteFlows("p", []EpochRange{{First: 2, Last: 3}, {First: 6, Last: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string][]int64{"p": {1, 4, 5}, "p2": {1, 2, 3, 4, 5, 6}} {
+		var got []int64
+		if err := s.FlowEpochs(path, func(e int64) bool { got = append(got, e); return true }); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		_ = s.FlowResults(path, 0, 100, func(uint64, *owlv1.FlowStats) bool { n++; return true })
+		if !slices.Equal(got, want) || n != len(want) {
+			t.Errorf("%s: sketches of %v and %d per-flow results, want %v", path, got, n, want)
+		}
+	}
+}
+
+// TestUpdateResultKeepsConflicts: UpdateResult changes a stored result;
+// a result stored over it later keeps the higher conflicting_reports.
+func TestUpdateResultKeepsConflicts(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r, err := s.UpdateResult("p", 1, func(*owlv1.PathStats) bool { return true }); r != nil || err != nil {
+		t.Fatalf("no result: %v, %v", r, err)
+	}
+	r := &owlv1.PathStats{Path: "p", Epoch: 1, MeanNs: 5}
+	if err := s.Apply(Write{Results: []*owlv1.PathStats{r}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.UpdateResult("p", 1, func(r *owlv1.PathStats) bool { r.ConflictingReports += 2; return true })
+	if err != nil || got.GetConflictingReports() != 2 {
+		t.Fatalf("updated %v, %v", got, err)
+	}
+	r.MeanNs = 6 // boundary matching re-stores it, from before the update
+	if err := s.Apply(Write{Results: []*owlv1.PathStats{r}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Result("p", 1); got.GetConflictingReports() != 2 || got.GetMeanNs() != 6 || r.GetConflictingReports() != 0 {
+		t.Errorf("re-stored %v (caller's copy %d conflicts)", got, r.GetConflictingReports())
 	}
 }

@@ -349,13 +349,19 @@ func (l *LDA) AppendBinary(b []byte) ([]byte, error) {
 // MarshalBinary returns the wire form.
 func (l *LDA) MarshalBinary() ([]byte, error) { return l.AppendBinary(nil) }
 
-// Decode parses a wire form. It rejects truncated, oversized or trailing
-// input and parameters out of range with an error wrapping synopsis.ErrFormat.
-func Decode(b []byte) (*LDA, error) {
+// DecodeConfig reads the parameters at the head of a wire form without
+// decoding its cells: a receiver checks an LDA's shape before it
+// allocates it.
+func DecodeConfig(b []byte) (Config, error) {
 	r, err := synopsis.NewReader(b, synopsis.KindLDA, version)
 	if err != nil {
-		return nil, err
+		return Config{}, err
 	}
+	return decodeConfig(r)
+}
+
+// decodeConfig reads the parameters that follow the envelope.
+func decodeConfig(r *synopsis.Reader) (Config, error) {
 	var cfg Config
 	cfg.Rows = int(r.Uvarint("rows", MaxRows))
 	nb := int(r.Byte("banks"))
@@ -370,11 +376,26 @@ func Decode(b []byte) (*LDA, error) {
 	}
 	cfg.Seed = r.Uint64("seed")
 	if r.Err() != nil {
-		return nil, r.Err()
+		return Config{}, r.Err()
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
+		return Config{}, fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
 	}
+	return cfg, nil
+}
+
+// Decode parses a wire form. It rejects truncated, oversized or trailing
+// input and parameters out of range with an error wrapping synopsis.ErrFormat.
+func Decode(b []byte) (*LDA, error) {
+	r, err := synopsis.NewReader(b, synopsis.KindLDA, version)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := decodeConfig(r)
+	if err != nil {
+		return nil, err
+	}
+	nb := len(cfg.BankSampleLog2)
 	// Each cell takes at least two bytes: check before allocating.
 	cells := nb * cfg.Rows
 	if !r.Need("cells", 2*cells) {

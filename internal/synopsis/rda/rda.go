@@ -246,6 +246,17 @@ func (r *RDA) MarshalBinary() ([]byte, error) {
 // ErrFormat is synopsis.ErrFormat, for callers that import only this package.
 var ErrFormat = synopsis.ErrFormat
 
+// DecodeConfig reads the parameters at the head of a wire form without
+// decoding its buckets: a receiver checks an RDA's size before it
+// allocates it.
+func DecodeConfig(b []byte) (Config, error) {
+	rd, err := synopsis.NewReader(b, synopsis.KindRDA, version)
+	if err != nil {
+		return Config{}, err
+	}
+	return decodeConfig(rd)
+}
+
 // Decode parses a wire form, rejecting truncated, oversized or trailing
 // input with an error wrapping synopsis.ErrFormat.
 func Decode(b []byte) (*RDA, error) {
@@ -253,22 +264,9 @@ func Decode(b []byte) (*RDA, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cfg Config
-	cfg.Banks = int(rd.Byte("banks"))
-	switch rd.Byte("check") {
-	case 0:
-	case 1:
-		cfg.Check = true
-	default:
-		rd.Fail("check", "must be 0 or 1")
-	}
-	cfg.Buckets = int(rd.Uvarint("buckets", MaxBuckets))
-	cfg.Seed = rd.Uint64("seed")
-	if rd.Err() != nil {
-		return nil, rd.Err()
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
+	cfg, err := decodeConfig(rd)
+	if err != nil {
+		return nil, err
 	}
 	per := 10 // ID + at least one byte each for sum and count
 	if cfg.Check {
@@ -292,4 +290,26 @@ func Decode(b []byte) (*RDA, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// decodeConfig reads the parameters that follow the envelope.
+func decodeConfig(rd *synopsis.Reader) (Config, error) {
+	var cfg Config
+	cfg.Banks = int(rd.Byte("banks"))
+	switch rd.Byte("check") {
+	case 0:
+	case 1:
+		cfg.Check = true
+	default:
+		rd.Fail("check", "must be 0 or 1")
+	}
+	cfg.Buckets = int(rd.Uvarint("buckets", MaxBuckets))
+	cfg.Seed = rd.Uint64("seed")
+	if rd.Err() != nil {
+		return Config{}, rd.Err()
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
+	}
+	return cfg, nil
 }
