@@ -1,6 +1,7 @@
 // Command probe runs an observation point: it reads packets, folds them into
 // synopses per epoch for the paths the collector assigns, and streams the
-// closed epochs to the collector.
+// closed epochs to the collector. It takes the deployment's parameters from
+// the collector unless given its own.
 //
 //	probe -id op-a -collector 127.0.0.1:7700 -file up.pcap
 //	probe -config probe.yaml
@@ -19,6 +20,7 @@ import (
 
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/cli"
+	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/probe"
 )
 
@@ -62,7 +64,38 @@ func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.DurationVar(&c.Clock.Holdover, "clock-holdover", c.Clock.Holdover, "how long the clock counts as synchronized after its last measurement (and how long it may acquire before it is unsynchronized)")
 	fs.BoolVar(&c.Clock.Correct, "clock-correct", c.Clock.Correct, "subtract the measured clock offset from timestamps (false: measure and report only)")
 	fs.DurationVar(&c.Clock.Fault, "clock-fault", c.Clock.Fault, "testing: add this artificial offset to every local timestamp, PTP exchanges included")
-	c.Params.BindFlags(fs)
+	bindParams(fs, &c.Params)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+}
+
+// usage heads the probe's help.
+const usage = `Usage of probe:
+  probe -collector HOST:PORT [-id ID] [-tls-cert CERT -tls-key KEY -tls-ca CA | -insecure] (-file CAPTURE | -interface IF)
+  probe -config probe.yaml
+
+The deployment's parameters (the flags marked [param]) come from the
+collector with the path configuration. Give them only to pin them: a probe
+given any uses its own (the defaults below for those not given), and the
+collector refuses it when they differ from its own. -grace, -rda-buckets,
+-flow-tag and -vxlan-port are each probe's own setting.
+
+`
+
+// bindParams binds the deployment's parameters, marking the flags of the
+// shared ones: optional, the collector's are taken otherwise.
+func bindParams(fs *flag.FlagSet, p *params.Params) {
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	p.BindFlags(all)
+	all.VisitAll(func(f *flag.Flag) {
+		u := f.Usage
+		if params.SetsShared([]string{f.Name}) {
+			u = "[param] " + u
+		}
+		fs.Var(f.Value, f.Name, u)
+	})
 }
 
 // filesFlag sets the probe's sources from -file flags.

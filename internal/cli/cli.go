@@ -14,6 +14,13 @@ import (
 	"strings"
 )
 
+// FlagNoter is a configuration that takes note of the flags given on the
+// command line, e.g. to tell a value given from a default: Parse calls
+// NoteFlags on the result with their names.
+type FlagNoter interface {
+	NoteFlags(names []string)
+}
+
 // Parse builds a configuration from args. bind binds a command's flags to a
 // configuration; load reads the YAML file named by -config into one. The
 // result is the defaults, overridden by the file, overridden by the flags
@@ -35,7 +42,10 @@ func Parse[T any](name string, args []string, def func() T, bind func(*flag.Flag
 	if err != nil {
 		return cfg, nil, err
 	}
+	var given []string
+	fs.Visit(func(f *flag.Flag) { given = append(given, f.Name) })
 	if *configPath == "" {
+		noteFlags(&cfg, given)
 		return cfg, log, nil
 	}
 	fromFile := def()
@@ -54,7 +64,15 @@ func Parse[T any](name string, args []string, def func() T, bind func(*flag.Flag
 			errs = append(errs, fmt.Errorf("-%s: %w", f.Name, err))
 		}
 	})
+	noteFlags(&fromFile, given)
 	return fromFile, log, errors.Join(errs...)
+}
+
+// noteFlags tells cfg the flags given, when it takes note of them.
+func noteFlags(cfg any, names []string) {
+	if n, ok := cfg.(FlagNoter); ok {
+		n.NoteFlags(names)
+	}
 }
 
 // Logger returns a slog logger writing to w.

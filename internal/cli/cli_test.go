@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,5 +58,32 @@ func TestPrecedence(t *testing.T) {
 	}
 	if _, _, err := Parse("x", []string{"extra"}, def, bind, load); err == nil {
 		t.Error("stray argument accepted")
+	}
+}
+
+// noting is a configuration that takes note of the flags given.
+type noting struct {
+	conf
+	given []string
+}
+
+func (n *noting) NoteFlags(names []string) { n.given = names }
+
+// TestNoteFlags: a FlagNoter hears of the flags given on the command
+// line, with a configuration file or without, and of no other.
+func TestNoteFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("name: file\n"), 0o644)
+	def := func() noting { return noting{conf: def()} }
+	bind := func(fs *flag.FlagSet, n *noting) { bind(fs, &n.conf) }
+	load := func(path string, n *noting) error { return load(path, &n.conf) }
+	for _, args := range [][]string{{"-count", "4"}, {"-config", path, "-count", "4"}} {
+		n, _, err := Parse("x", args, def, bind, load)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(n.given, "count") || slices.Contains(n.given, "name") || slices.Contains(n.given, "every") {
+			t.Errorf("%v: noted %v", args, n.given)
+		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package params holds the parameters that both ends of a path must share —
 // packet identity, epoch grid and synopsis shapes — and their API form. The
-// collector checks every probe's parameters against the deployment's and
-// rejects a probe whose parameters differ.
+// collector pushes the deployment's to every probe with its path
+// configuration; a probe given parameters of its own has them checked
+// against the deployment's and is rejected when they differ.
 package params
 
 import (

@@ -47,3 +47,35 @@ func TestFromProtoRejects(t *testing.T) {
 		t.Error("zero epoch accepted")
 	}
 }
+
+// TestLocalSettings: the API form loses the local settings, WithLocal
+// puts a point's own back, and only flags of shared parameters count as
+// giving them.
+func TestLocalSettings(t *testing.T) {
+	local := Default()
+	local.Epoch.Grace, local.RDA.Buckets = 300*time.Millisecond, 4096
+	local.Identity.FlowTag, local.Identity.VXLANPort = true, 8472
+	pushed := Default()
+	pushed.LDA.Rows = 512
+	got, err := FromProto(pushed.ToProto())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = got.WithLocal(local)
+	if got.LDA.Rows != 512 || got.Epoch.Grace != local.Epoch.Grace || got.RDA.Buckets != 4096 || !got.Identity.FlowTag || got.Identity.VXLANPort != 8472 {
+		t.Errorf("with the local settings: %+v", got)
+	}
+	for _, tc := range []struct {
+		names []string
+		want  bool
+	}{
+		{nil, false},
+		{[]string{"config", "id", "grace", "rda-buckets", "flow-tag", "vxlan-port"}, false},
+		{[]string{"grace", "lda-rows"}, true},
+		{[]string{"colate-solve"}, true},
+	} {
+		if got := SetsShared(tc.names); got != tc.want {
+			t.Errorf("SetsShared(%v) = %v, want %v", tc.names, got, tc.want)
+		}
+	}
+}

@@ -24,6 +24,14 @@ type RejectedError struct{ Reason string }
 
 func (e *RejectedError) Error() string { return "collector rejected the probe: " + e.Reason }
 
+// fatal says whether err ends the probe: the collector rejected it, or
+// changed the parameters it took from the collector. Reconnecting would
+// not help.
+func fatal(err error) bool {
+	var rej *RejectedError
+	return errors.As(err, &rej) || errors.Is(err, ErrParamsChanged)
+}
+
 // handler is the probe's side of a collector stream: what it says, and
 // what it does with what the collector sends. hello and clockStatus are
 // called on the sending goroutine; the others on the receiving goroutine,
@@ -67,7 +75,8 @@ type client struct {
 	sessions  atomic.Uint64
 }
 
-// run keeps sessions going until ctx ends or the collector rejects the probe.
+// run keeps sessions going until ctx ends or an error ends the probe (see
+// fatal).
 func (c *client) run(ctx context.Context) error {
 	const minBackoff = 100 * time.Millisecond
 	backoff := minBackoff
@@ -81,8 +90,7 @@ func (c *client) run(ctx context.Context) error {
 		if errors.Is(err, errRestart) {
 			continue
 		}
-		var rej *RejectedError
-		if errors.As(err, &rej) {
+		if fatal(err) {
 			return err
 		}
 		if time.Since(start) > 10*time.Second {
@@ -165,7 +173,11 @@ func (c *client) open(ctx context.Context) (*stream, error) {
 	case *owlv1.CollectorMessage_Reject:
 		return nil, &RejectedError{Reason: m.Reject.GetReason()}
 	case *owlv1.CollectorMessage_Paths:
-		if err := c.h.setPaths(m.Paths); err != nil {
+		err := c.h.setPaths(m.Paths)
+		if errors.Is(err, ErrParamsChanged) {
+			return nil, err
+		}
+		if err != nil {
 			return nil, &RejectedError{Reason: "unusable path configuration: " + err.Error()}
 		}
 	default:
@@ -182,7 +194,11 @@ func (c *client) dispatch(st *stream, m *owlv1.CollectorMessage, wg *sync.WaitGr
 	case *owlv1.CollectorMessage_Ack:
 		c.spool.ack(m.Ack.GetSeq())
 	case *owlv1.CollectorMessage_Paths:
-		if err := c.h.setPaths(m.Paths); err != nil {
+		err := c.h.setPaths(m.Paths)
+		if errors.Is(err, ErrParamsChanged) {
+			return err
+		}
+		if err != nil {
 			c.log.Error("ignoring unusable path configuration", "err", err)
 		}
 	case *owlv1.CollectorMessage_Reject:

@@ -5,6 +5,7 @@
 package probe
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/ptp"
@@ -37,16 +39,27 @@ type Config struct {
 	Insecure bool `yaml:"insecure"`
 	// Sources are read one after the other as one capture.
 	Sources []SourceConfig `yaml:"sources"`
-	// Params must equal the collector's: identity, epoch grid, synopses.
+	// Params are the deployment's shared parameters (identity, epoch
+	// grid, synopses) when ExplicitParams; otherwise the probe takes the
+	// collector's, which come with the path configuration, and keeps of
+	// these only its local settings (params.Params.WithLocal: grace, the
+	// RDA size to start with, flow tags and VXLAN port).
 	Params params.Params `yaml:"params"`
+	// ExplicitParams says that Params were given (a flag of a shared
+	// parameter, or one under params in the YAML file): the probe's Hello
+	// carries them, and the collector refuses the probe when they differ
+	// from its own. LoadFile and NoteFlags set it.
+	ExplicitParams bool `yaml:"-"`
 	// SpoolMaxEpochs bounds the epochs whose reports (one per path) and COLATE
 	// vectors are kept until acknowledged; past it the oldest epoch goes.
 	SpoolMaxEpochs int `yaml:"spool_max_epochs"`
 	// SpoolMaxBytes bounds the same messages in bytes.
 	SpoolMaxBytes int64 `yaml:"spool_max_bytes"`
-	// DataDir keeps the spool and the repair caches on disk, so that a
-	// restarted probe sends what was not acknowledged and answers repairs
-	// of what was not released; empty keeps them in memory only.
+	// DataDir keeps the spool, the repair caches and the last path
+	// configuration (with the collector's parameters) on disk, so that a
+	// restarted probe sends what was not acknowledged, answers repairs of
+	// what was not released and captures before the collector is back;
+	// empty keeps them in memory only.
 	DataDir string `yaml:"data_dir"`
 	// ExitWhenDone makes the probe exit once its file sources are read and
 	// every report is acknowledged.
@@ -190,18 +203,37 @@ func (c CacheConfig) Validate() error {
 }
 
 // LoadFile reads a YAML configuration over cfg. Unknown keys are errors.
+// Shared parameters under params make the parameters explicit.
 func LoadFile(path string, cfg *Config) error {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("reading probe config: %w", err)
 	}
-	defer f.Close()
-	d := yaml.NewDecoder(f)
+	d := yaml.NewDecoder(bytes.NewReader(b))
 	d.KnownFields(true)
 	if err := d.Decode(cfg); err != nil {
 		return fmt.Errorf("parsing probe config %s: %w", path, err)
 	}
+	var doc struct {
+		Params yaml.Node `yaml:"params"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("parsing probe config %s: %w", path, err)
+	}
+	if params.SharedInYAML(&doc.Params) {
+		cfg.ExplicitParams = true
+	}
 	return nil
+}
+
+var _ cli.FlagNoter = (*Config)(nil)
+
+// NoteFlags makes the parameters explicit when a flag of a shared
+// parameter was given (cli.Parse calls it).
+func (c *Config) NoteFlags(names []string) {
+	if params.SetsShared(names) {
+		c.ExplicitParams = true
+	}
 }
 
 // validateSecurity checks that the probe connects with TLS, or in

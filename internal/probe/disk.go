@@ -26,7 +26,8 @@ import (
 // still answers repairs of the epochs not released:
 //
 //	probe-id          the probe the directory belongs to
-//	paths.pb          the last path configuration from a collector
+//	paths.pb          the last path configuration from a collector, with
+//	                  the deployment's parameters
 //	lock              held (flock) while a probe runs on the directory
 //	spool/<seq>.msg   one unacknowledged ProbeMessage each
 //	cache/<path>@<epoch>.cache   one epoch's (ID, timestamp) cache each
@@ -133,8 +134,9 @@ func writeFile(name string, b []byte, sync bool) error {
 	return err
 }
 
-// putPaths keeps the path configuration, so that a probe restarted while
-// the collector is away captures at once.
+// putPaths keeps the path configuration, and the collector's parameters
+// it carries, so that a probe restarted while the collector is away
+// captures at once (with those parameters, unless given its own).
 func (d *disk) putPaths(pc *owlv1.PathConfig) {
 	b, err := proto.Marshal(pc)
 	if err == nil {

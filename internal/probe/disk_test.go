@@ -14,6 +14,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -304,7 +305,7 @@ func TestProbeRestartKeepsPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc := &owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Role: owlv1.Role_ROLE_UPSTREAM,
-		Path: &owlv1.Path{Name: "a-b", Upstream: "a", Downstream: "b"}}}}
+		Path: &owlv1.Path{Name: "a-b", Upstream: "a", Downstream: "b"}}}, Params: params.Default().ToProto()}
 	if err := p.setPaths(pc); err != nil {
 		t.Fatal(err)
 	}

@@ -194,14 +194,18 @@ func TestEmulatedAgainstCollector(t *testing.T) {
 }
 
 // startCollector runs a collector of paths on a free loopback port until
-// the test ends and returns its gRPC address.
-func startCollector(t *testing.T, paths []netpath.Path) string {
+// the test ends and returns its gRPC address. mods change its
+// configuration first.
+func startCollector(t *testing.T, paths []netpath.Path, mods ...func(*collector.Config)) string {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := collector.DefaultConfig()
 	cfg.DataDir, cfg.GRPCListen, cfg.HTTPListen, cfg.Insecure = filepath.Join(dir, "data"), "127.0.0.1:0", "", true
 	cfg.ReadyFile = filepath.Join(dir, "ready")
 	cfg.Paths = paths
+	for _, mod := range mods {
+		mod(&cfg)
+	}
 	c, err := collector.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/buildinfo"
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/ptp"
 	"github.com/owl-latency/owl/internal/security"
 )
@@ -32,17 +33,27 @@ type Probe struct {
 	spool     *spool
 	stats     counters
 	router    *router
-	pipes     []*pipeline // one per capture worker
 	rep       *reporter
-	merge     *merger       // for more than one worker
 	ready     chan struct{} // closed when the first path configuration arrived
 	readyOnce sync.Once
 	reg       *prometheus.Registry
 	caches    *cacheStore
-	disk      *disk        // nil without a data directory
-	live      *liveCapture // nil for file sources
-	clock     ptp.Clock    // live: the configured source; files: "file"
-	source    ptp.Source   // the live clock's measuring loop
+	disk      *disk             // nil without a data directory
+	live      *liveCapture      // nil for file sources
+	clock     ptp.Clock         // live: the configured source; files: "file"
+	source    ptp.Source        // the live clock's measuring loop
+	workers   int               // capture workers, each with a pipeline
+	correct   func(int64) int64 // maps live timestamps onto the reference clock
+
+	// pipesMu guards the parameters in use and what is built for them.
+	// They are set once, when the parameters are known (in New when
+	// explicit, else with the first path configuration that carries
+	// them), before ready is closed: capture reads them after ready
+	// without the lock.
+	pipesMu sync.Mutex
+	inUse   *params.Params // nil until known
+	pipes   []*pipeline    // one per capture worker
+	merge   *merger        // for more than one worker
 }
 
 // New builds a probe; Run starts it.
@@ -69,38 +80,27 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
 	p.spool.log = log
 	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
-	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, grid: cfg.Params.Epoch, clock: p.clockOver, emit: p.spool.add,
+	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, clock: p.clockOver, emit: p.spool.add,
 		emitVector: func(v *owlv1.ColateVector) {
 			p.stats.colateVectors.Add(1)
 			p.stats.colateBytes.Add(uint64(len(v.GetVector())))
 			p.spool.addVector(v)
 		}}
-	workers := 1
-	var correct func(int64) int64
+	p.workers = 1
 	if lc := cfg.Sources[0].Live; lc != nil {
-		workers = lc.Workers
+		p.workers = lc.Workers
 		p.live = &liveCapture{cfg: *lc}
 		p.rep.dropped = p.live.droppedSince
 		src, err := ptp.New(cfg.Clock)
 		if err != nil {
 			return nil, fmt.Errorf("clock: %w", err)
 		}
-		p.clock, p.source, correct = src, src, src.Correct
+		p.clock, p.source, p.correct = src, src, src.Correct
 	}
-	sink := p.rep.report
-	if workers > 1 {
-		p.merge = newMerger(workers, cfg.Params.Epoch, p.rep.report)
-	}
-	for w := 0; w < workers; w++ {
-		if p.merge != nil {
-			sink = func(ce closedEpoch) { p.merge.add(w, ce) }
-		}
-		pl, err := newPipeline(cfg.Params, cfg.Cache.MaxPackets, cfg.TopFlows, sink, &p.stats)
-		if err != nil {
+	if cfg.ExplicitParams {
+		if err := p.build(cfg.Params); err != nil {
 			return nil, err
 		}
-		pl.correct = correct
-		p.pipes = append(p.pipes, pl)
 	}
 	conn, err := dial(cfg.Collector, creds) // checks the address now
 	if err != nil {
@@ -141,10 +141,11 @@ func (p *Probe) openDisk() error {
 	}
 	caches := p.caches.load(d, p.cfg.Cache.MaxPackets, func(k cacheKey) bool { return spooled[k] })
 	if pc := d.paths(); pc != nil {
-		// Capture starts with the paths of the previous run; the
-		// collector's configuration replaces them when it comes.
+		// Capture starts with the paths (and the collector's
+		// parameters) of the previous run; the collector's
+		// configuration replaces them when it comes.
 		if err := p.setPaths(pc); err != nil {
-			p.log.Error("ignoring the kept path configuration", "err", err)
+			p.log.Error("ignoring the kept path configuration; waiting for the collector's", "err", err)
 		}
 	}
 	p.disk = d
@@ -154,13 +155,26 @@ func (p *Probe) openDisk() error {
 	return nil
 }
 
-// setPaths takes a path configuration from a collector.
+// setPaths takes a path configuration from a collector (or the one the
+// previous run kept). The first that carries parameters sets those of a
+// probe not given its own; a later one with others ends the probe with
+// ErrParamsChanged.
 func (p *Probe) setPaths(pc *owlv1.PathConfig) error {
 	s, err := newPathSet(pc)
 	if err != nil {
 		return err
 	}
-	for _, pl := range p.pipes {
+	pipes, err := p.takeParams(pc.GetParams())
+	if errors.Is(err, ErrParamsChanged) {
+		p.log.Error("the collector's parameters differ from those the probe captures with: stopping, so that a restart takes them", "err", err)
+		if p.disk != nil {
+			p.disk.putPaths(pc) // a restart captures with the new ones at once
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, pl := range pipes {
 		pl.setPaths(s)
 	}
 	p.router.update(pc)
@@ -173,7 +187,7 @@ func (p *Probe) setPaths(pc *owlv1.PathConfig) error {
 
 // setRDASize takes a path's new RDA size from its collector.
 func (p *Probe) setRDASize(m *owlv1.RDASize) error {
-	for _, pl := range p.pipes {
+	for _, pl := range p.pipelines() {
 		if err := pl.setRDASize(m.GetPath(), int(m.GetBuckets())); err != nil {
 			return err
 		}
@@ -185,8 +199,16 @@ func (p *Probe) fetch(req *owlv1.FetchRequest) *owlv1.FetchReply       { return 
 func (p *Probe) rebuild(req *owlv1.RebuildRequest) *owlv1.RebuildReply { return p.caches.rebuild(req) }
 func (p *Probe) release(path string, epoch int64)                      { p.caches.release(path, epoch) }
 
+// hello introduces the probe; one that reads files says it replays them
+// (its epochs may be old). It carries the probe's parameters only when it
+// was given its own: the collector then checks them; otherwise the probe
+// takes the collector's from the path configuration.
 func (p *Probe) hello() *owlv1.Hello {
-	return &owlv1.Hello{ProbeId: p.cfg.ID, Version: buildinfo.Version(), Params: p.cfg.Params.ToProto(), Clock: p.clockStatus()}
+	h := &owlv1.Hello{ProbeId: p.cfg.ID, Version: buildinfo.Version(), Clock: p.clockStatus(), Replay: p.live == nil}
+	if p.cfg.ExplicitParams {
+		h.Params = p.cfg.Params.ToProto()
+	}
+	return h
 }
 
 // clockStatus describes the probe's clock now.
@@ -228,10 +250,12 @@ func clockToProto(s ptp.Status) *owlv1.ClockStatus {
 // errDone ends Run once a replay is over and acknowledged.
 var errDone = errors.New("replay done")
 
-// Run captures and reports until ctx ends, the collector rejects the probe,
-// or (with ExitWhenDone) the sources are read and every report is
-// acknowledged. Shutdown stops capture, waits up to DrainTimeout for
-// acknowledgements, then closes the connection.
+// Run captures and reports until ctx ends, the collector rejects the probe
+// (a *RejectedError), the collector's parameters change under a probe that
+// took them (ErrParamsChanged), or (with ExitWhenDone) the sources are read
+// and every report is acknowledged. Shutdown stops capture, waits up to
+// DrainTimeout for acknowledgements (not after a rejection or a change of
+// parameters: they would not be taken), then closes the connection.
 func (p *Probe) Run(ctx context.Context) error {
 	if p.disk != nil {
 		defer p.disk.close()
@@ -250,7 +274,7 @@ func (p *Probe) Run(ctx context.Context) error {
 	g.Go(func() error {
 		select {
 		case <-clientStopped:
-			return clientErr // the collector rejected the probe
+			return clientErr // the collector rejected the probe, or changed the parameters
 		case <-gctx.Done():
 			return nil
 		}
@@ -268,8 +292,7 @@ func (p *Probe) Run(ctx context.Context) error {
 	if errors.Is(err, errDone) {
 		err = nil
 	}
-	var rej *RejectedError
-	if !errors.As(err, &rej) {
+	if !fatal(err) {
 		p.drain(p.cfg.DrainTimeout)
 	}
 	stopClient()

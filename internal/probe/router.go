@@ -3,7 +3,6 @@ package probe
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -38,7 +37,7 @@ type router struct {
 	clients map[string]*routed
 	ctx     context.Context
 	wg      sync.WaitGroup
-	errc    chan error // a rejection of the probe, from any client
+	errc    chan error // an error that ends the probe, from any client
 }
 
 // routed is a running client.
@@ -78,8 +77,8 @@ func dial(addr string, creds credsFor) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// run keeps the clients going until ctx ends or a collector rejects the
-// probe.
+// run keeps the clients going until ctx ends or a client's error ends the
+// probe (a collector rejected it, or changed the parameters it took).
 func (r *router) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -122,8 +121,7 @@ func (r *router) start(addr string) error {
 	r.clients[addr] = &routed{c: c, cancel: cancel}
 	r.wg.Go(func() {
 		defer conn.Close()
-		var rej *RejectedError
-		if err := c.run(ctx); errors.As(err, &rej) {
+		if err := c.run(ctx); fatal(err) {
 			select {
 			case r.errc <- err:
 			default:
