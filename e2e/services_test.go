@@ -182,63 +182,7 @@ func endToEnd(t *testing.T, m sim.Impairment, checkLDA bool) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, coll.Log())
 	}
-	byEpoch := map[int64]*owlv1.PathStats{}
-	for _, s := range stats {
-		byEpoch[s.GetEpoch()] = s
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%12s %6s %5s %5s %5s %12s %12s %9s %12s %9s %8s %6s %4s\n", "epoch", "sent", "lost", "owl", "cross",
-		"true µs", "owl µs", "rel err", "LDA µs", "LDA err", "samples", "est", "m")
-	checked, exact := 0, 0
-	last := truths[len(truths)-1].Epoch
-	for _, tr := range truths {
-		s := byEpoch[tr.Epoch]
-		if s == nil {
-			t.Errorf("epoch %d: no result", tr.Epoch)
-			continue
-		}
-		if s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
-			t.Errorf("epoch %d: status %v (%s)", tr.Epoch, s.GetStatus(), s.GetDetail())
-			continue
-		}
-		// RDA with boundary matching measures every packet sent in the
-		// epoch, wherever it arrived.
-		rel := math.Abs(s.GetMeanNs()-tr.AllMeanNS) / tr.AllMeanNS
-		ldaRel := math.Abs(s.GetLdaMeanNs()-tr.MeanNS) / tr.MeanNS
-		fmt.Fprintf(&b, "%12d %6d %5d %5.0f %5d %12.3f %12.3f %9.2e %12.3f %8.3f%% %8d %6s %4d\n", tr.Epoch, tr.Sent, tr.Lost, s.GetLost(), s.GetBoundaryMatched(),
-			tr.AllMeanNS/1e3, s.GetMeanNs()/1e3, rel, s.GetLdaMeanNs()/1e3, 100*ldaRel, s.GetSamples(), s.GetEstimator(), s.GetRdaBuckets())
-		if s.GetEstimator() != "rda" || !s.GetDecoded() {
-			t.Errorf("epoch %d: estimator %s decoded %t: RDA reconciliation did not complete", tr.Epoch, s.GetEstimator(), s.GetDecoded())
-		}
-		switch {
-		case s.GetUnusableBuckets() == 0:
-			// Exact: every bucket repaired.
-			if rel > 1e-9 {
-				t.Errorf("epoch %d: mean %.3f ns, truth %.3f ns: relative error %.2e, want exact", tr.Epoch, s.GetMeanNs(), tr.AllMeanNS, rel)
-			}
-			exact++
-		case rel > 0.01:
-			// Identical packets (same ID) with one copy lost leave buckets out.
-			t.Errorf("epoch %d: mean relative error %.3f%% with %d buckets left out", tr.Epoch, 100*rel, s.GetUnusableBuckets())
-		}
-		if checkLDA && ldaRel > 0.01 {
-			t.Errorf("epoch %d: LDA mean relative error %.3f%% > 1%%", tr.Epoch, 100*ldaRel)
-		}
-		// Loss is exact once boundary crossers are matched; the last epoch
-		// has no next epoch upstream to match them in.
-		if tr.Epoch != last && s.GetLost() != float64(tr.Lost) {
-			t.Errorf("epoch %d: lost %.0f, truth %d", tr.Epoch, s.GetLost(), tr.Lost)
-		}
-		if tr.Epoch != last && s.GetBoundaryMatched() != uint64(tr.Crossed) {
-			t.Errorf("epoch %d: %d boundary matched, truth %d crossed", tr.Epoch, s.GetBoundaryMatched(), tr.Crossed)
-		}
-		checked++
-	}
-	t.Logf("collector vs ground truth, loss %g, reordering %g, duplicates %g (%d of %d epochs exact):\n%s",
-		m.Loss, m.Reorder, m.Duplicate, exact, checked, b.String())
-	if checked < 5 || exact < checked-1 {
-		t.Fatalf("%d epochs checked, %d exact", checked, exact)
-	}
+	checkTruth(t, stats, truths, m, checkLDA)
 
 	checkFlows(t, q, flowTruths)
 
@@ -499,5 +443,71 @@ func checkFlows(t *testing.T, q owlv1.QueryServiceClient, truths map[int64]map[c
 	t.Logf("heaviest flow %v:\n%s", fk, b.String())
 	if checked < 3 {
 		t.Errorf("only %d epochs of the heaviest flow checked", checked)
+	}
+}
+
+// checkTruth compares a path's results with the ground truth of the
+// impairment m: every epoch OK, estimated by a decoded RDA, its mean exact
+// (or within 1% where identical packets left buckets out), loss and
+// boundary matching exact but for the last epoch; with checkLDA, the LDA
+// mean within 1%.
+func checkTruth(t *testing.T, stats []*owlv1.PathStats, truths []sim.EpochTruth, m sim.Impairment, checkLDA bool) {
+	t.Helper()
+	byEpoch := map[int64]*owlv1.PathStats{}
+	for _, s := range stats {
+		byEpoch[s.GetEpoch()] = s
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%12s %6s %5s %5s %5s %12s %12s %9s %12s %9s %8s %6s %4s\n", "epoch", "sent", "lost", "owl", "cross",
+		"true µs", "owl µs", "rel err", "LDA µs", "LDA err", "samples", "est", "m")
+	checked, exact := 0, 0
+	last := truths[len(truths)-1].Epoch
+	for _, tr := range truths {
+		s := byEpoch[tr.Epoch]
+		if s == nil {
+			t.Errorf("epoch %d: no result", tr.Epoch)
+			continue
+		}
+		if s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
+			t.Errorf("epoch %d: status %v (%s)", tr.Epoch, s.GetStatus(), s.GetDetail())
+			continue
+		}
+		// RDA with boundary matching measures every packet sent in the
+		// epoch, wherever it arrived.
+		rel := math.Abs(s.GetMeanNs()-tr.AllMeanNS) / tr.AllMeanNS
+		ldaRel := math.Abs(s.GetLdaMeanNs()-tr.MeanNS) / tr.MeanNS
+		fmt.Fprintf(&b, "%12d %6d %5d %5.0f %5d %12.3f %12.3f %9.2e %12.3f %8.3f%% %8d %6s %4d\n", tr.Epoch, tr.Sent, tr.Lost, s.GetLost(), s.GetBoundaryMatched(),
+			tr.AllMeanNS/1e3, s.GetMeanNs()/1e3, rel, s.GetLdaMeanNs()/1e3, 100*ldaRel, s.GetSamples(), s.GetEstimator(), s.GetRdaBuckets())
+		if s.GetEstimator() != "rda" || !s.GetDecoded() {
+			t.Errorf("epoch %d: estimator %s decoded %t: RDA reconciliation did not complete", tr.Epoch, s.GetEstimator(), s.GetDecoded())
+		}
+		switch {
+		case s.GetUnusableBuckets() == 0:
+			// Exact: every bucket repaired.
+			if rel > 1e-9 {
+				t.Errorf("epoch %d: mean %.3f ns, truth %.3f ns: relative error %.2e, want exact", tr.Epoch, s.GetMeanNs(), tr.AllMeanNS, rel)
+			}
+			exact++
+		case rel > 0.01:
+			// Identical packets (same ID) with one copy lost leave buckets out.
+			t.Errorf("epoch %d: mean relative error %.3f%% with %d buckets left out", tr.Epoch, 100*rel, s.GetUnusableBuckets())
+		}
+		if checkLDA && ldaRel > 0.01 {
+			t.Errorf("epoch %d: LDA mean relative error %.3f%% > 1%%", tr.Epoch, 100*ldaRel)
+		}
+		// Loss is exact once boundary crossers are matched; the last epoch
+		// has no next epoch upstream to match them in.
+		if tr.Epoch != last && s.GetLost() != float64(tr.Lost) {
+			t.Errorf("epoch %d: lost %.0f, truth %d", tr.Epoch, s.GetLost(), tr.Lost)
+		}
+		if tr.Epoch != last && s.GetBoundaryMatched() != uint64(tr.Crossed) {
+			t.Errorf("epoch %d: %d boundary matched, truth %d crossed", tr.Epoch, s.GetBoundaryMatched(), tr.Crossed)
+		}
+		checked++
+	}
+	t.Logf("collector vs ground truth, loss %g, reordering %g, duplicates %g (%d of %d epochs exact):\n%s",
+		m.Loss, m.Reorder, m.Duplicate, exact, checked, b.String())
+	if checked < 5 || exact < checked-1 {
+		t.Fatalf("%d epochs checked, %d exact", checked, exact)
 	}
 }

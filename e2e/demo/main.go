@@ -157,7 +157,7 @@ func replayProbes(env *harness.Env, dir, grpcAddr string) error {
 	for _, l := range losses {
 		for _, side := range []string{"up", "down"} {
 			p, err := env.Start(side+"-"+l.name, "probe", "-id", side+"-"+l.name, "-collector", grpcAddr,
-				"-file", filepath.Join(dir, l.name+"-"+side+".pcap"), "-colate", "-colate-counters", fmt.Sprint(colateCounters))
+				"-file", filepath.Join(dir, l.name+"-"+side+".pcap")) // parameters come from the collector
 			if err != nil {
 				return err
 			}
