@@ -30,12 +30,22 @@ demo:
 proto:
 	scripts/proto.sh
 
-# Short fuzzing of every decoder of outside bytes (FUZZTIME each).
+# Short fuzzing of every decoder and handler of outside bytes (FUZZTIME
+# each). FUZZMINIMIZETIME bounds the minimizing of each new input found,
+# which would take most of a short run.
 FUZZTIME ?= 20s
+FUZZMINIMIZETIME ?= 3s
+FUZZ = $(GO) test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/capture/
-	$(GO) test -run '^$$' -fuzz '^FuzzFileSource$$' -fuzztime $(FUZZTIME) ./internal/capture/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/synopsis/lda/
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/capture/
+	$(FUZZ) -fuzz '^FuzzFileSource$$' ./internal/capture/
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/lda/
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/rda/
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/lds/
+	$(FUZZ) -fuzz '^FuzzUnmarshal$$' ./internal/synopsis/colate/
+	$(FUZZ) -fuzz '^FuzzReport$$' ./internal/collector/
+	$(FUZZ) -fuzz '^FuzzRepairAnswers$$' ./internal/collector/
+	$(FUZZ) -fuzz '^FuzzHandover$$' ./internal/collector/
 
 # Development certificates for mTLS (docs/security.md) in $(CERTS): a CA,
 # the probes of the demo and of deployments/, a collector `collector`, a

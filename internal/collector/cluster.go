@@ -3,6 +3,7 @@ package collector
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -366,17 +367,44 @@ func (c *Collector) handOver(ps *pathState, epoch int64, role owlv1.Role) {
 			c.log.Warn("asking a member for a missing side", "member", m.Name, "path", ps.path.Name, "epoch", epoch, "err", err)
 			continue
 		}
-		if r.GetProbe() == "" {
+		taken, err := c.takeHandedOver(ps, epoch, role, r)
+		if err != nil {
+			c.log.Error("taking a side handed over", "member", m.Name, "path", ps.path.Name, "epoch", epoch, "err", err)
 			continue
 		}
-		if err := c.report(r.GetProbe(), r.GetReport()); err != nil {
-			c.log.Error("taking a side handed over", "member", m.Name, "path", ps.path.Name, "epoch", epoch, "err", err)
+		if !taken {
 			continue
 		}
 		c.m.handedOver.Inc()
 		c.log.Info("took a side from an earlier owner", "member", m.Name, "path", ps.path.Name, "epoch", epoch, "role", roleName(role))
 		return
 	}
+}
+
+// errNotAsked says a member handed over another side than the one asked
+// for.
+var errNotAsked = errors.New("a member handed over another side than the one asked for")
+
+// takeHandedOver takes the side another member handed over when asked
+// for the path's epoch and role: like a report of its probe, once it is
+// checked to be that side. It reports false when the member had none (no
+// probe named).
+func (c *Collector) takeHandedOver(ps *pathState, epoch int64, role owlv1.Role, r *owlv1.TakePendingResponse) (bool, error) {
+	if r.GetProbe() == "" {
+		return false, nil
+	}
+	rep, want := r.GetReport(), ps.path.Upstream
+	if role == owlv1.Role_ROLE_DOWNSTREAM {
+		want = ps.path.Downstream
+	}
+	if rep.GetPath() != ps.path.Name || rep.GetEpoch() != epoch || rep.GetRole() != role || r.GetProbe() != want {
+		return false, fmt.Errorf("%w: asked for the %s side (%s) of %q epoch %d, got %q's %v of %q epoch %d",
+			errNotAsked, roleName(role), want, ps.path.Name, epoch, r.GetProbe(), rep.GetRole(), rep.GetPath(), rep.GetEpoch())
+	}
+	if err := c.report(r.GetProbe(), rep); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // askAgain makes the owner of each path ask the members again for the

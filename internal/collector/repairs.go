@@ -52,19 +52,32 @@ func (r *sessionRepairs) Rebuild(ctx context.Context, s reconcile.Side, buckets 
 	if err != nil {
 		return nil, err
 	}
-	b, err := sess.rebuild(ctx, r.ps.path.Name, r.epoch, buckets)
+	rep, err := sess.rebuild(ctx, r.ps.path.Name, r.epoch, buckets)
 	if err != nil {
 		return nil, err
 	}
-	r.count(len(b))
+	out, n, err := rebuiltRDA(sess.probe, r.wk.cfg.Params.RDA, rep)
+	r.count(n)
+	return out, err
+}
+
+// rebuiltRDA reads probe's answer to a rebuild: the RDA, which must hash
+// as the deployment's RDAs do (hashing; the caller checks its size), and
+// the bytes exchanged. rep comes from outside: nil (the probe answered
+// with another message) reads as an empty, malformed RDA.
+func rebuiltRDA(probe string, hashing rda.Config, rep *owlv1.RebuildReply) (*rda.RDA, int, error) {
+	if rep.GetError() != "" {
+		return nil, 0, fmt.Errorf("%s: %s", probe, rep.GetError())
+	}
+	b := rep.GetRda()
 	out, err := rda.Decode(b)
 	if err != nil {
-		return nil, fmt.Errorf("rebuilt RDA from %s: %w", sess.probe, err)
+		return nil, len(b), fmt.Errorf("rebuilt RDA from %s: %w", probe, err)
 	}
-	if err := params.SameRDAHashing(r.wk.cfg.Params.RDA, out.Config()); err != nil {
-		return nil, fmt.Errorf("rebuilt RDA from %s: %w", sess.probe, err)
+	if err := params.SameRDAHashing(hashing, out.Config()); err != nil {
+		return nil, len(b), fmt.Errorf("rebuilt RDA from %s: %w", probe, err)
 	}
-	return out, nil
+	return out, len(b), nil
 }
 
 // Fetch asks the side's probe for the entries of ids.

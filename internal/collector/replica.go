@@ -9,7 +9,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/store"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 // The replica's side of replication: it stores the copies the owner
@@ -31,8 +33,9 @@ func (s clusterService) Replicate(_ context.Context, req *owlv1.ReplicateRequest
 // as they came; a result missing a side never replaces a stored one, nor
 // does one older than the stored one (newerResult).
 // Lone sides go to replica-pending, and an epoch done takes its copies of
-// lone sides out. Copies of paths not configured here, or whose parts
-// name another path or epoch, are left out.
+// lone sides out. Copies of paths not configured here, whose parts name
+// another path or epoch, or that hold what no member stores (a sketch
+// that does not decode, a lone side of no probe id), are left out.
 func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
 	kept := 0
 	w := store.Write{Keep: func(stored, incoming *owlv1.PathStats) bool {
@@ -66,8 +69,9 @@ func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
 	return len(w.Results) - kept, nil
 }
 
-// checkCopy checks that a copy's path is configured and that its parts
-// are of its path and epoch.
+// checkCopy checks that a copy's path is configured, that its parts are
+// of its path and epoch, and that its sketches and lone sides can be
+// stored and read back.
 func (c *Collector) checkCopy(ec *owlv1.EpochCopy) error {
 	path, epoch := ec.GetPath(), ec.GetEpoch()
 	if c.paths[path] == nil {
@@ -81,10 +85,24 @@ func (c *Collector) checkCopy(ec *owlv1.EpochCopy) error {
 			return fmt.Errorf("a per-flow result is of %q epoch %d", f.GetStats().GetPath(), f.GetStats().GetEpoch())
 		}
 	}
+	if up, down := ec.GetLdsUp(), ec.GetLdsDown(); len(up)+len(down) > 0 {
+		// Stored, a sketch that does not decode would fail every
+		// GetFlowStats over its epoch.
+		if _, err := lds.Check(up); err != nil {
+			return fmt.Errorf("its upstream sketch: %w", err)
+		}
+		if _, err := lds.Check(down); err != nil {
+			return fmt.Errorf("its downstream sketch: %w", err)
+		}
+	}
 	for _, l := range ec.GetLone() {
 		r := l.GetReport()
 		if r.GetPath() != path || r.GetEpoch() != epoch || r.GetRole() != owlv1.Role_ROLE_UPSTREAM && r.GetRole() != owlv1.Role_ROLE_DOWNSTREAM {
 			return fmt.Errorf("a lone side is of %q epoch %d role %v", r.GetPath(), r.GetEpoch(), r.GetRole())
+		}
+		if !netpath.ValidName(l.GetProbe()) {
+			// Stored, it would fail the whole batch.
+			return fmt.Errorf("a lone side's probe %q is no probe id", l.GetProbe())
 		}
 	}
 	return nil

@@ -78,7 +78,7 @@ func waitMembers(t *testing.T, n int, cs ...*Collector) {
 
 // flowReports are both sides of an epoch of path with two flows in their
 // sketches and top-flow lists.
-func flowReports(t *testing.T, cfg Config, path string, epoch int64) (up, down *owlv1.EpochReport) {
+func flowReports(t testing.TB, cfg Config, path string, epoch int64) (up, down *owlv1.EpochReport) {
 	t.Helper()
 	flows := []capture.FlowKey{
 		{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 1, DstPort: 2, Proto: 6},

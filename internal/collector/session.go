@@ -130,18 +130,24 @@ func (s *session) deliver(id uint64, m *owlv1.ProbeMessage) {
 func (s *session) fetch(ctx context.Context, req *owlv1.FetchRequest) (map[uint64][]reconcile.Entry, int, error) {
 	id := requestIDs.Add(1)
 	req.RequestId = id
-	ids := req.GetPacketIds()
 	r, err := s.call(ctx, id, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Fetch{Fetch: req}})
 	if err != nil {
 		return nil, 0, err
 	}
-	rep := r.GetFetchReply()
+	return fetchEntries(s.probe, req.GetPacketIds(), r.GetFetchReply())
+}
+
+// fetchEntries reads probe's answer to a fetch of ids (nil: of its
+// repeated IDs): the entries by ID, and the bytes exchanged. rep comes
+// from outside: nil (the probe answered with another message) reads as
+// an empty answer, and lists of different lengths are an error.
+func fetchEntries(probe string, ids []uint64, rep *owlv1.FetchReply) (map[uint64][]reconcile.Entry, int, error) {
 	size := 8*len(ids) + 28*len(rep.GetPacketIds())
 	if rep.GetError() != "" {
-		return nil, size, fmt.Errorf("%s: %s", s.probe, rep.GetError())
+		return nil, size, fmt.Errorf("%s: %s", probe, rep.GetError())
 	}
 	if len(rep.GetPacketIds()) != len(rep.GetOffsetsNs()) {
-		return nil, size, fmt.Errorf("%s: fetch reply with %d ids and %d offsets", s.probe, len(rep.GetPacketIds()), len(rep.GetOffsetsNs()))
+		return nil, size, fmt.Errorf("%s: fetch reply with %d ids and %d offsets", probe, len(rep.GetPacketIds()), len(rep.GetOffsetsNs()))
 	}
 	withFlows := len(rep.GetFlowHashes()) == len(rep.GetPacketIds()) && len(rep.GetWeights()) == len(rep.GetPacketIds())
 	out := make(map[uint64][]reconcile.Entry, len(ids))
@@ -155,17 +161,14 @@ func (s *session) fetch(ctx context.Context, req *owlv1.FetchRequest) (map[uint6
 	return out, size, nil
 }
 
-// rebuild asks the probe for a path's epoch RDA at another size.
-func (s *session) rebuild(ctx context.Context, path string, epoch int64, buckets int) ([]byte, error) {
+// rebuild asks the probe for a path's epoch RDA at another size; its
+// answer is read by rebuiltRDA.
+func (s *session) rebuild(ctx context.Context, path string, epoch int64, buckets int) (*owlv1.RebuildReply, error) {
 	id := requestIDs.Add(1)
 	req := &owlv1.RebuildRequest{RequestId: id, Path: path, Epoch: epoch, Buckets: uint32(buckets)}
 	r, err := s.call(ctx, id, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Rebuild{Rebuild: req}})
 	if err != nil {
 		return nil, err
 	}
-	rep := r.GetRebuildReply()
-	if rep.GetError() != "" {
-		return nil, fmt.Errorf("%s: %s", s.probe, rep.GetError())
-	}
-	return rep.GetRda(), nil
+	return r.GetRebuildReply(), nil
 }

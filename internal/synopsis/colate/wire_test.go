@@ -2,8 +2,10 @@ package colate
 
 import (
 	"errors"
+	"math"
 	"math/bits"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -165,11 +167,28 @@ func FuzzUnmarshal(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		v, err := Unmarshal(data, cfg)
+		var v *Vector
+		var err error
+		// Unmarshal keeps data and allocates for the deployment's
+		// counters (a rank table), not for what the header says.
+		if limit := uint64(cfg.Counters + 16<<10); allocated(limit, func() { v, err = Unmarshal(data, cfg) }) > limit {
+			t.Fatalf("decoding %d bytes allocated over %d", len(data), limit)
+		}
 		if err != nil {
 			return
 		}
 		c7, f3 := v.counter(7), v.FlowPackets(3)
+		// Check unpacks the counters (8 bytes each) and the flows (a
+		// table of at least 1024 slots, about 3 per flow entry of 12
+		// bytes); measured on a copy, as it unpacks once.
+		check := func() {
+			if w, err := Unmarshal(data, cfg); err == nil {
+				_ = w.Check()
+			}
+		}
+		if limit := uint64(9*cfg.Counters + 4*len(data) + 64<<10); allocated(limit, check) > limit {
+			t.Fatalf("checking %d bytes allocated over %d", len(data), limit)
+		}
 		_ = v.Check() // may fail: the header's sum is not checked by Unmarshal
 		if v.counter(7) != c7 || v.FlowPackets(3) != f3 {
 			t.Fatalf("lazy and unpacked reads differ: %d/%d, %d/%d", c7, v.counter(7), f3, v.FlowPackets(3))
@@ -185,6 +204,23 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// allocated is the bytes the heap allocated while fn ran: the least of
+// up to three runs, while over limit (the fuzz worker's own goroutines
+// allocate too, now and then; a decoder allocates the same each time).
+func allocated(limit uint64, fn func()) uint64 {
+	n := uint64(math.MaxUint64)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		fn()
+		runtime.ReadMemStats(&after)
+		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
+			break
+		}
+	}
+	return n
 }
 
 func TestPackWidths(t *testing.T) {

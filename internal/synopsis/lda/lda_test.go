@@ -1,9 +1,11 @@
 package lda
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -283,8 +285,18 @@ func FuzzDecode(f *testing.F) {
 	d, _, _ := pair(f, DefaultConfig(), 300, func(int) int64 { return 1 }, nil)
 	big, _ := d.MarshalBinary()
 	f.Add(big)
+	// A header announcing the most cells the limits allow, and no cell.
+	huge := synopsis.AppendHeader(nil, synopsis.KindLDA, version)
+	huge = binary.AppendUvarint(huge, MaxRows)
+	huge = append(huge, MaxBanks, 0, 1, 2, 3, 4, 5, 6, 7)
+	f.Add(binary.LittleEndian.AppendUint64(huge, 3))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, err := Decode(b)
+		var l *LDA
+		var err error
+		// A cell takes at least 2 bytes on the wire and 16 decoded.
+		if limit := uint64(16*len(b) + 16<<10); allocated(limit, func() { l, err = Decode(b) }) > limit {
+			t.Fatalf("decoding %d bytes allocated over %d", len(b), limit)
+		}
 		if err != nil {
 			if !errors.Is(err, synopsis.ErrFormat) {
 				t.Fatalf("error %v does not wrap ErrFormat", err)
@@ -302,6 +314,23 @@ func FuzzDecode(f *testing.F) {
 		}
 		_, _ = EstimatePair(l, l, DefaultOptions())
 	})
+}
+
+// allocated is the bytes the heap allocated while fn ran: the least of
+// up to three runs, while over limit (the fuzz worker's own goroutines
+// allocate too, now and then; a decoder allocates the same each time).
+func allocated(limit uint64, fn func()) uint64 {
+	n := uint64(math.MaxUint64)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		fn()
+		runtime.ReadMemStats(&after)
+		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
+			break
+		}
+	}
+	return n
 }
 
 func BenchmarkInsert(b *testing.B) {

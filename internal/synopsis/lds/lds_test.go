@@ -2,10 +2,12 @@ package lds
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -144,9 +146,22 @@ func FuzzDecode(f *testing.F) {
 	}
 	b, _ := l.MarshalBinary()
 	f.Add(b)
+	// A header announcing the most cells the limits allow, and no cell.
+	huge := append(synopsis.AppendHeader(nil, synopsis.KindLDS, version), MaxRows)
+	huge = append(binary.AppendUvarint(huge, MaxCols), MaxK, 0)
+	f.Add(binary.LittleEndian.AppendUint64(huge, 4))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, err := Decode(b)
-		cfg, cerr := Check(b)
+		var l *LDS
+		var cfg Config
+		var err, cerr error
+		// A cell takes at least 2 bytes on the wire and 24 decoded;
+		// Check keeps none.
+		if limit := uint64(16*len(b) + 16<<10); allocated(limit, func() { l, err = Decode(b) }) > limit {
+			t.Fatalf("decoding %d bytes allocated over %d", len(b), limit)
+		}
+		if limit := uint64(16 << 10); allocated(limit, func() { cfg, cerr = Check(b) }) > limit {
+			t.Fatalf("checking %d bytes allocated over %d", len(b), limit)
+		}
 		if (err == nil) != (cerr == nil) || err == nil && !reflect.DeepEqual(cfg, l.Config()) {
 			t.Fatalf("Check says %v, %v; Decode %v", cfg, cerr, err)
 		}
@@ -163,6 +178,23 @@ func FuzzDecode(f *testing.F) {
 		}
 		_, _ = EstimateFlow(l, l, 1, 1, DefaultOptions())
 	})
+}
+
+// allocated is the bytes the heap allocated while fn ran: the least of
+// up to three runs, while over limit (the fuzz worker's own goroutines
+// allocate too, now and then; a decoder allocates the same each time).
+func allocated(limit uint64, fn func()) uint64 {
+	n := uint64(math.MaxUint64)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		fn()
+		runtime.ReadMemStats(&after)
+		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
+			break
+		}
+	}
+	return n
 }
 
 func BenchmarkInsert(b *testing.B) {

@@ -1,8 +1,11 @@
 package rda
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -205,8 +208,20 @@ func FuzzDecode(f *testing.F) {
 	r2.Remove(3, 4)
 	b2, _ := r2.MarshalBinary()
 	f.Add(b2)
+	// A header announcing the most buckets the limits allow, and none.
+	huge := synopsis.AppendHeader(nil, synopsis.KindRDA, version)
+	huge = binary.AppendUvarint(append(huge, MaxBanks, 1), MaxBuckets)
+	f.Add(binary.LittleEndian.AppendUint64(huge, 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := Decode(b)
+		var r *RDA
+		var err error
+		// A bucket takes at least 10 bytes on the wire and 32 decoded.
+		if limit := uint64(4*len(b) + 16<<10); allocated(limit, func() { r, err = Decode(b) }) > limit {
+			t.Fatalf("decoding %d bytes allocated over %d", len(b), limit)
+		}
+		if cfg, cerr := DecodeConfig(b); err == nil && (cerr != nil || cfg != r.cfg) {
+			t.Fatalf("DecodeConfig says %+v, %v; Decode %+v", cfg, cerr, r.cfg)
+		}
 		if err != nil {
 			if !errors.Is(err, synopsis.ErrFormat) {
 				t.Fatalf("%v does not wrap ErrFormat", err)
@@ -219,6 +234,23 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded form decodes differently: %v", err)
 		}
 	})
+}
+
+// allocated is the bytes the heap allocated while fn ran: the least of
+// up to three runs, while over limit (the fuzz worker's own goroutines
+// allocate too, now and then; a decoder allocates the same each time).
+func allocated(limit uint64, fn func()) uint64 {
+	n := uint64(math.MaxUint64)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		fn()
+		runtime.ReadMemStats(&after)
+		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
+			break
+		}
+	}
+	return n
 }
 
 func BenchmarkInsert(b *testing.B) {
