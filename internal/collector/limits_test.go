@@ -578,3 +578,20 @@ func TestFlowAges(t *testing.T) {
 		t.Errorf("kept %+v, want epoch 120's run", a.runs)
 	}
 }
+
+// TestFetchEntriesOnlyAsked: a probe's fetch answer naming IDs the
+// collector did not ask for adds nothing to what it holds.
+func TestFetchEntriesOnlyAsked(t *testing.T) {
+	rep := &owlv1.FetchReply{PacketIds: []uint64{1, 2, 2, 3}, OffsetsNs: []int64{10, 20, 21, 30}}
+	out, _, err := fetchEntries("a", []uint64{2}, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 1 || len(out[2]) != 2 || out[2][1].OffsetNS != 21 {
+		t.Errorf("entries %v, want both copies of 2 only", out)
+	}
+	// Asking for the IDs seen more than once names none: all are kept.
+	if out, _, _ := fetchEntries("a", nil, rep); len(out) != 3 {
+		t.Errorf("entries %v, want every ID", out)
+	}
+}

@@ -150,8 +150,20 @@ func fetchEntries(probe string, ids []uint64, rep *owlv1.FetchReply) (map[uint64
 		return nil, size, fmt.Errorf("%s: fetch reply with %d ids and %d offsets", probe, len(rep.GetPacketIds()), len(rep.GetOffsetsNs()))
 	}
 	withFlows := len(rep.GetFlowHashes()) == len(rep.GetPacketIds()) && len(rep.GetWeights()) == len(rep.GetPacketIds())
+	// Entries of IDs not asked for are dropped: a probe cannot make the
+	// collector hold more than it asked for.
+	var asked map[uint64]bool
+	if len(ids) > 0 {
+		asked = make(map[uint64]bool, len(ids))
+		for _, id := range ids {
+			asked[id] = true
+		}
+	}
 	out := make(map[uint64][]reconcile.Entry, len(ids))
 	for i, pid := range rep.GetPacketIds() {
+		if asked != nil && !asked[pid] {
+			continue
+		}
 		e := reconcile.Entry{OffsetNS: rep.GetOffsetsNs()[i]}
 		if withFlows {
 			e.Flow, e.Weight = rep.GetFlowHashes()[i], uint64(rep.GetWeights()[i])
