@@ -430,6 +430,9 @@ type clusterService struct {
 }
 
 func (s clusterService) TakePending(_ context.Context, req *owlv1.TakePendingRequest) (*owlv1.TakePendingResponse, error) {
+	if r := req.GetRole(); r != owlv1.Role_ROLE_UPSTREAM && r != owlv1.Role_ROLE_DOWNSTREAM {
+		return nil, status.Errorf(codes.InvalidArgument, "TakePending of path %q epoch %d names no side (role %v)", req.GetPath(), req.GetEpoch(), r)
+	}
 	r, err := s.c.takePending(req.GetPath(), req.GetEpoch(), req.GetRole())
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())

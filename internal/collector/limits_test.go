@@ -595,3 +595,14 @@ func TestFetchEntriesOnlyAsked(t *testing.T) {
 		t.Errorf("entries %v, want every ID", out)
 	}
 }
+
+// TestTakePendingNamesASide: a TakePending without a side is refused,
+// not answered with the upstream one.
+func TestTakePendingNamesASide(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	defer c.Close()
+	_, err := clusterService{c: c}.TakePending(context.Background(), &owlv1.TakePendingRequest{Path: "p", Epoch: 3})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("no role: %v, want InvalidArgument", err)
+	}
+}
