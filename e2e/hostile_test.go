@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -243,7 +244,9 @@ func TestHostileClient(t *testing.T) {
 	}
 	t.Logf("collector peak RSS %.0f MiB (bound %d MiB); %d answers refused something, %d hostile streams ended in errors",
 		float64(rss)/(1<<20), hostileRSSBound>>20, h.refused.Load(), h.errs.Load())
-	if rss > hostileRSSBound {
+	// The race detector's shadow memory is several times the program's:
+	// the bound is for the binaries as shipped.
+	if rss > hostileRSSBound && os.Getenv("OWL_E2E_RACE") != "1" {
 		t.Errorf("collector peak RSS %d MiB over the bound %d MiB", rss>>20, hostileRSSBound>>20)
 	}
 	if h.refused.Load() < 3000 {

@@ -109,7 +109,7 @@ func newEnv(t *testing.T) *harness.Env {
 	}
 	t.Cleanup(func() {
 		if raced := env.Close(); len(raced) > 0 {
-			t.Errorf("data races in %v (see their logs in %s)", raced, dir)
+			t.Errorf("data races in %v:\n%s", raced, env.RaceReports())
 		}
 	})
 	return env

@@ -184,6 +184,30 @@ func (p *Proc) Log() string {
 	return string(b)
 }
 
+// RaceReports is the data race reports of the environment's processes
+// (each from the detector's warning to its closing line).
+func (e *Env) RaceReports() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var b strings.Builder
+	for _, p := range e.procs {
+		log := p.Log()
+		for {
+			i := strings.Index(log, "WARNING: DATA RACE")
+			if i < 0 {
+				break
+			}
+			end := strings.Index(log[i:], "==================")
+			if end < 0 {
+				end = len(log) - i
+			}
+			fmt.Fprintf(&b, "%s:\n%s\n", p.Name, log[i:i+end])
+			log = log[i+end:]
+		}
+	}
+	return b.String()
+}
+
 // Close kills every process still running and returns the names of those
 // whose race detector reported a data race.
 func (e *Env) Close() []string {

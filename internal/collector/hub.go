@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
@@ -68,8 +69,10 @@ func (h *hub) unwatch(ch chan *owlv1.PathStats) {
 	}
 }
 
-// notify sends a result to the watchers of its path.
+// notify sends a result to the watchers of its path: a copy, which they
+// read while the worker may change the result (boundary matching).
 func (h *hub) notify(res *owlv1.PathStats) {
+	res = proto.CloneOf(res)
 	h.watchersMu.Lock()
 	defer h.watchersMu.Unlock()
 	for ch, path := range h.watchers {

@@ -72,6 +72,11 @@ func (r *replicator) enqueue(copies ...*owlv1.EpochCopy) {
 		return
 	}
 	for _, ec := range copies {
+		if ec.Result != nil {
+			// The worker may change the result later (boundary
+			// matching) while the copy waits to be sent.
+			ec.Result = proto.CloneOf(ec.Result)
+		}
 		n := int64(proto.Size(ec))
 		if r.bytes.Add(n) > replicaQueueBytes {
 			r.bytes.Add(-n)
@@ -149,7 +154,7 @@ func writeCopies(w store.Write) []*owlv1.EpochCopy {
 		return ec
 	}
 	for _, r := range w.Results {
-		get(store.EpochRef{Path: r.GetPath(), Epoch: r.GetEpoch()}).Result = proto.CloneOf(r)
+		get(store.EpochRef{Path: r.GetPath(), Epoch: r.GetEpoch()}).Result = r // enqueue copies it
 	}
 	for _, f := range w.Flows {
 		ec := get(store.EpochRef{Path: f.Stats.GetPath(), Epoch: f.Stats.GetEpoch()})
