@@ -42,6 +42,7 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/lda/
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/rda/
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/lds/
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/sample/
 	$(FUZZ) -fuzz '^FuzzUnmarshal$$' ./internal/synopsis/colate/
 	$(FUZZ) -fuzz '^FuzzReport$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzRepairAnswers$$' ./internal/collector/

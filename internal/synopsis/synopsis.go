@@ -27,6 +27,8 @@ const (
 	KindLDA Kind = 'L'
 	KindRDA Kind = 'R'
 	KindLDS Kind = 'S'
+	// KindSample is a consistent packet sample (trajectory sampling).
+	KindSample Kind = 'T'
 )
 
 // String names the kind.
@@ -38,6 +40,8 @@ func (k Kind) String() string {
 		return "RDA"
 	case KindLDS:
 		return "LDS"
+	case KindSample:
+		return "sample"
 	}
 	return fmt.Sprintf("kind %#x", byte(k))
 }

@@ -1,0 +1,168 @@
+package sample
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"gonum.org/v1/gonum/stat/distuv"
+
+	"github.com/owl-latency/owl/internal/synopsis"
+)
+
+// Joined is what two sides' samples of a path say together.
+type Joined struct {
+	// Delays are the one-way delays (ns) of the sampled packets both
+	// sides saw, sorted.
+	Delays []int64
+	// UpLeft are the upstream entries with no downstream match (lost, or
+	// arriving in a later epoch); DownLeft the downstream ones with no
+	// upstream match (sent in an earlier epoch).
+	UpLeft, DownLeft []Entry
+	// Ambiguous counts the entries left out because an identity came more
+	// than once and which copy arrived when cannot be told.
+	Ambiguous int
+}
+
+// Join matches an upstream sample with a downstream one. downShiftNS is
+// added to the downstream offsets: 0 for the same epoch, the epoch length
+// for the next epoch's sample (packets that crossed the boundary). An
+// identity seen once on each side gives a delay. One seen k times on each
+// side gives k delays when each downstream copy came after its upstream
+// copy and before the next one was sent (so the copies cannot be told
+// apart wrongly); otherwise its entries are left out and counted, as RDA's
+// policy does not guess which copy was lost.
+func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
+	if up.cfg != down.cfg {
+		return Joined{}, fmt.Errorf("%w: sampling seed or threshold differ (%x/%x and %x/%x)", synopsis.ErrMismatch,
+			up.cfg.Seed, up.cfg.Threshold, down.cfg.Seed, down.cfg.Threshold)
+	}
+	u, d := up.Entries(), down.Entries()
+	var j Joined
+	j.Delays = make([]int64, 0, min(len(u), len(d)))
+	for len(u) > 0 || len(d) > 0 {
+		switch {
+		case len(d) == 0 || len(u) > 0 && u[0].ID < d[0].ID:
+			n := run(u)
+			j.UpLeft = append(j.UpLeft, u[:n]...)
+			u = u[n:]
+		case len(u) == 0 || d[0].ID < u[0].ID:
+			n := run(d)
+			j.DownLeft = append(j.DownLeft, d[:n]...)
+			d = d[n:]
+		default:
+			nu, nd := run(u), run(d)
+			j.pair(u[:nu], d[:nd], downShiftNS)
+			u, d = u[nu:], d[nd:]
+		}
+	}
+	slices.Sort(j.Delays)
+	return j, nil
+}
+
+// run is the number of leading entries with the first one's identity.
+func run(es []Entry) int {
+	n := 1
+	for n < len(es) && es[n].ID == es[0].ID {
+		n++
+	}
+	return n
+}
+
+// pair matches the copies of one identity on both sides.
+func (j *Joined) pair(u, d []Entry, shift int64) {
+	if len(u) == len(d) {
+		ok := true
+		for i := range u {
+			at := d[i].OffsetNS + shift
+			if at < u[i].OffsetNS || i+1 < len(u) && at >= u[i+1].OffsetNS {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			for i := range u {
+				j.Delays = append(j.Delays, d[i].OffsetNS+shift-u[i].OffsetNS)
+			}
+			return
+		}
+	}
+	j.Ambiguous += len(u) + len(d)
+}
+
+// Remainder is a sample of the entries left over by a join, for joining
+// with a neighbouring epoch's sample.
+func Remainder(cfg Config, entries []Entry) *Sample {
+	return &Sample{cfg: cfg, entries: slices.Clone(entries), sorted: false}
+}
+
+// Quantile is a quantile of a sample of delays and its confidence
+// interval.
+type Quantile struct {
+	Q      float64
+	Value  int64 // the sample quantile
+	Lo, Hi int64 // the interval's ends (order statistics)
+	// Exact is true when the sample is the whole population (rate 1):
+	// Value is the quantile itself, and Lo = Hi = Value.
+	Exact bool
+}
+
+// Quantiles returns the q-quantiles of sorted delays, with intervals that
+// hold the population's quantile with probability at least conf (from the
+// binomial distribution of the number of sampled delays below it: the
+// sample is a Bernoulli sample of the delivered packets). With exact
+// (rate 1), the sample quantiles are the population's.
+func Quantiles(sorted []int64, qs []float64, conf float64, exact bool) ([]Quantile, error) {
+	if !(conf > 0 && conf < 1) {
+		return nil, fmt.Errorf("confidence %v out of (0, 1)", conf)
+	}
+	n := len(sorted)
+	out := make([]Quantile, 0, len(qs))
+	for _, q := range qs {
+		if !(q > 0 && q < 1) {
+			return nil, fmt.Errorf("quantile %v out of (0, 1)", q)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("no delays to take quantile %v of", q)
+		}
+		k := int(math.Ceil(q*float64(n))) - 1 // the sample quantile's rank (0-based)
+		k = max(0, min(n-1, k))
+		r := Quantile{Q: q, Value: sorted[k]}
+		if exact {
+			r.Lo, r.Hi, r.Exact = r.Value, r.Value, true
+			out = append(out, r)
+			continue
+		}
+		lo, hi := rankInterval(n, q, conf)
+		r.Lo, r.Hi = sorted[lo], sorted[hi]
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// rankInterval is the narrowest symmetric pair of ranks (0-based) l ≤ h
+// with P(X(l) ≤ ξq ≤ X(h)) ≥ conf, where the number of sample values
+// below the population quantile ξq is Binomial(n, q). Ranks are clamped to
+// the sample: with too few values the interval runs to the extremes (and
+// then holds with less than conf).
+func rankInterval(n int, q, conf float64) (lo, hi int) {
+	b := distuv.Binomial{N: float64(n), P: q}
+	alpha := (1 - conf) / 2
+	// X(l) ≤ ξq ⇔ at least l+1 values ≤ ξq ⇔ B ≥ l+1; take the largest l
+	// with P(B ≤ l) ≤ alpha, and the smallest h with P(B ≤ h) ≥ 1−alpha.
+	lo = 0
+	for l := int(q*float64(n)) - 1; l >= 0; l-- {
+		if b.CDF(float64(l)) <= alpha {
+			lo = l
+			break
+		}
+	}
+	hi = n - 1
+	for h := max(int(q*float64(n)), 0); h < n; h++ {
+		if b.CDF(float64(h)) >= 1-alpha {
+			hi = h
+			break
+		}
+	}
+	return lo, hi
+}

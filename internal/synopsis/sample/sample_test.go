@@ -1,0 +1,302 @@
+package sample
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/owl-latency/owl/internal/synopsis"
+)
+
+// TestKeepsRate: the share kept is the rate (within 4 binomial standard
+// deviations), and two samples with one configuration keep the same IDs.
+func TestKeepsRate(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, rate := range []float64{0.001, 0.01, 0.1, 0.5, 1} {
+		cfg, err := ForRate(0x5a, rate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Rate(); math.Abs(got-rate) > 1e-12 {
+			t.Errorf("rate %v: Config.Rate %v", rate, got)
+		}
+		a, _ := New(cfg)
+		b, _ := New(cfg)
+		const n = 200_000
+		for range n {
+			id := r.Uint64()
+			if a.Insert(id, 1) != b.Insert(id, 2) {
+				t.Fatalf("rate %v: the two sides disagree on %x", rate, id)
+			}
+		}
+		want, sd := rate*n, math.Sqrt(n*rate*(1-rate))
+		if math.Abs(float64(a.Len())-want) > 4*sd+1e-9 {
+			t.Errorf("rate %v: kept %d of %d, want %.0f ± %.0f", rate, a.Len(), n, want, 4*sd)
+		}
+	}
+	for _, bad := range []float64{0, -1, 1.5, math.NaN()} {
+		if _, err := ForRate(1, bad); err == nil {
+			t.Errorf("rate %v accepted", bad)
+		}
+	}
+	// Another seed keeps other packets.
+	c1, _ := ForRate(1, 0.5)
+	c2, _ := ForRate(2, 0.5)
+	same := 0
+	for i := range 10_000 {
+		if c1.Keeps(uint64(i)*0x9e3779b97f4a7c15) == c2.Keeps(uint64(i)*0x9e3779b97f4a7c15) {
+			same++
+		}
+	}
+	if same < 4_500 || same > 5_500 {
+		t.Errorf("seeds 1 and 2 agree on %d of 10,000 packets, want about half", same)
+	}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	cfg, _ := ForRate(7, 0.3)
+	s, _ := New(cfg)
+	r := rand.New(rand.NewPCG(3, 4))
+	for s.Len() < 1000 {
+		s.Insert(r.Uint64(), r.Int64N(1e9))
+	}
+	// Copies of one ID, in time order.
+	id := s.Entries()[10].ID
+	s.entries = append(s.entries, Entry{id, 2e9}, Entry{id, 3e9})
+	s.sorted = false
+	b, err := s.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Config() != cfg || !slices.Equal(got.Entries(), s.Entries()) {
+		t.Fatal("round trip differs")
+	}
+	t.Logf("%d entries in %d bytes (%.1f bytes each)", s.Len(), len(b), float64(len(b))/float64(s.Len()))
+	for name, bad := range map[string][]byte{
+		"truncated": b[:len(b)-1],
+		"trailing":  append(slices.Clone(b), 0),
+		"empty":     nil,
+		"other kind": func() []byte {
+			c := slices.Clone(b)
+			c[3] = byte(synopsis.KindLDA)
+			return c
+		}(),
+		"huge count": func() []byte {
+			c := slices.Clone(b[:21])
+			return append(c, 0xff, 0xff, 0xff, 0xff, 0x0f)
+		}(),
+	} {
+		if _, err := Decode(bad); !errors.Is(err, synopsis.ErrFormat) {
+			t.Errorf("%s: %v, want a format error", name, err)
+		}
+	}
+}
+
+// TestJoinExact: the join gives every delivered sampled packet's delay,
+// crossers through the next epoch's sample, copies in order, and leaves
+// out copies that cannot be told apart.
+func TestJoinExact(t *testing.T) {
+	cfg, _ := ForRate(9, 0.2)
+	const epoch = int64(1e9)
+	up, _ := New(cfg)
+	down, _ := New(cfg)
+	next, _ := New(cfg)
+	r := rand.New(rand.NewPCG(5, 6))
+	var want []int64
+	lost, crossed := 0, 0
+	for len(want) < 3000 {
+		id, at := r.Uint64(), r.Int64N(epoch)
+		if !up.Insert(id, at) {
+			continue
+		}
+		delay := 20_000 + r.Int64N(200_000)
+		switch {
+		case r.Float64() < 0.01:
+			lost++
+			continue
+		case at+delay >= epoch:
+			next.Insert(id, at+delay-epoch)
+			crossed++
+		default:
+			down.Insert(id, at+delay)
+		}
+		want = append(want, delay)
+	}
+	// A packet sent twice, each copy arriving before the next was sent:
+	// two delays. One sent twice whose copies overtook each other: left out.
+	var dup uint64
+	for dup = r.Uint64(); !cfg.Keeps(dup); dup = r.Uint64() {
+	}
+	up.Insert(dup, 100)
+	up.Insert(dup, 5000)
+	down.Insert(dup, 1100)
+	down.Insert(dup, 5500)
+	want = append(want, 1000, 500)
+	var tangled uint64
+	for tangled = r.Uint64(); !cfg.Keeps(tangled); tangled = r.Uint64() {
+	}
+	up.Insert(tangled, 100)
+	up.Insert(tangled, 200)
+	down.Insert(tangled, 300)
+	down.Insert(tangled, 400)
+
+	j, err := Join(up, down, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Ambiguous != 4 {
+		t.Errorf("ambiguous %d, want the 4 tangled copies", j.Ambiguous)
+	}
+	if len(j.UpLeft) != crossed+lost {
+		t.Errorf("%d upstream left over, want %d crossed + %d lost", len(j.UpLeft), crossed, lost)
+	}
+	jn, err := Join(Remainder(cfg, j.UpLeft), next, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jn.UpLeft) != lost || len(jn.DownLeft) != 0 {
+		t.Errorf("after the next epoch: %d up left (want %d lost), %d down left", len(jn.UpLeft), lost, len(jn.DownLeft))
+	}
+	got := append(slices.Clone(j.Delays), jn.Delays...)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%d delays, want %d; not the true ones", len(got), len(want))
+	}
+	other, _ := ForRate(10, 0.2)
+	o, _ := New(other)
+	if _, err := Join(up, o, 0); !errors.Is(err, synopsis.ErrMismatch) {
+		t.Errorf("join of two configurations: %v", err)
+	}
+}
+
+// TestQuantileCoverage: over many epochs of Weibull delays with a 1% slow
+// mode, sampled at 5%, the 95% intervals hold the epoch's true p50, p90
+// and p99 in about 95% of epochs (at least 93%), and at rate 1 the
+// quantiles are exact.
+func TestQuantileCoverage(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	qs := []float64{0.5, 0.9, 0.99}
+	const epochs, packets, rate = 400, 20_000, 0.05
+	cfg, _ := ForRate(13, rate)
+	held := make([]int, len(qs))
+	for range epochs {
+		pop := make([]int64, 0, packets)
+		var kept []int64
+		for range packets {
+			d := int64(20_000 + 50_000*math.Pow(-math.Log(1-r.Float64()), 1/0.65))
+			if r.Float64() < 0.01 {
+				d += 5_000_000 // the slow mode
+			}
+			pop = append(pop, d)
+			if cfg.Keeps(r.Uint64()) {
+				kept = append(kept, d)
+			}
+		}
+		slices.Sort(pop)
+		slices.Sort(kept)
+		est, err := Quantiles(kept, qs, 0.95, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		truth, _ := Quantiles(pop, qs, 0.95, true)
+		for i := range qs {
+			if est[i].Lo <= truth[i].Value && truth[i].Value <= est[i].Hi {
+				held[i]++
+			}
+		}
+	}
+	for i, q := range qs {
+		share := float64(held[i]) / epochs
+		t.Logf("p%g: true quantile inside the 95%% interval in %.1f%% of %d epochs", 100*q, 100*share, epochs)
+		if share < 0.93 {
+			t.Errorf("p%g: coverage %.1f%% < 93%%", 100*q, 100*share)
+		}
+	}
+	// Rate 1: the sample is the population.
+	pop := []int64{5, 1, 4, 2, 3}
+	slices.Sort(pop)
+	ex, _ := Quantiles(pop, []float64{0.5, 0.99}, 0.95, true)
+	if ex[0].Value != 3 || ex[1].Value != 5 || !ex[0].Exact || ex[0].Lo != 3 || ex[0].Hi != 3 {
+		t.Errorf("exact quantiles %+v", ex)
+	}
+	if _, err := Quantiles(nil, []float64{0.5}, 0.95, false); err == nil {
+		t.Error("quantile of nothing")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	cfg, _ := ForRate(7, 0.5)
+	s, _ := New(cfg)
+	for i := range 50 {
+		s.Insert(uint64(i)*0x9e3779b97f4a7c15, int64(i)*1000)
+	}
+	b, _ := s.MarshalBinary()
+	f.Add(b)
+	f.Add(b[:len(b)/2])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, synopsis.ErrFormat) {
+				t.Fatalf("error %v does not wrap ErrFormat", err)
+			}
+			return
+		}
+		if cap(s.entries) > len(b) {
+			t.Fatalf("%d entries' room for %d bytes", cap(s.entries), len(b))
+		}
+		// Varints need not be minimal in the input: compare what the
+		// bytes say, not the bytes.
+		again, err := s.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Decode(again)
+		if err != nil || back.Config() != s.Config() || !slices.Equal(back.Entries(), s.Entries()) {
+			t.Fatalf("re-encoding differs (%v)", err)
+		}
+	})
+}
+
+// BenchmarkInsert is the per-packet cost of offering packets to a sample
+// (the probe's cost of sampling) at a low rate and at rate 1, and of the
+// join per joined packet.
+func BenchmarkInsert(b *testing.B) {
+	for _, rate := range []float64{0.01, 1} {
+		b.Run(fmt.Sprintf("rate=%g", rate), func(b *testing.B) {
+			cfg, _ := ForRate(1, rate)
+			s, _ := New(cfg)
+			id := uint64(0)
+			for b.Loop() {
+				id += 0x9e3779b97f4a7c15
+				if s.Insert(id, int64(id>>40)) && s.Len() >= 1<<16 {
+					s.Reset()
+				}
+			}
+		})
+	}
+	b.Run("join", func(b *testing.B) {
+		cfg, _ := ForRate(1, 1)
+		up, _ := New(cfg)
+		down, _ := New(cfg)
+		for i := range 10_000 {
+			id := uint64(i) * 0x9e3779b97f4a7c15
+			up.Insert(id, int64(i))
+			down.Insert(id, int64(i)+50_000)
+		}
+		for b.Loop() {
+			up.sorted, down.sorted = false, false
+			if _, err := Join(up, down, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/10_000, "ns/joined")
+	})
+}
