@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/synopsistest"
 )
 
 // The fuzz tests of what the collector takes from outside: probes'
@@ -532,23 +532,6 @@ func reconcileCase(cfg Config, cs *repairCase, p *fuzzProbes) (reconcile.Outcome
 	return out, [2]*lds.LDS{upL, downL}, err
 }
 
-// allocated is the bytes the heap allocated while fn ran: the least of
-// up to three runs, while over limit (the fuzz worker's own goroutines
-// allocate too, now and then; a decoder allocates the same each time).
-func allocated(limit uint64, fn func()) uint64 {
-	n := uint64(math.MaxUint64)
-	for range 3 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
-			break
-		}
-	}
-	return n
-}
-
 // maxAlloc bounds what reading n bytes from outside may allocate:
 // perByte times n, and some slack.
 func maxAlloc(n, perByte int) uint64 { return uint64(perByte*n + 64<<10) }
@@ -626,12 +609,12 @@ func FuzzRepairAnswers(f *testing.F) {
 		}
 		frep, rrep := &owlv1.FetchReply{}, &owlv1.RebuildReply{}
 		if proto.Unmarshal(fetch, frep) == nil {
-			if limit := maxAlloc(len(fetch), 32); allocated(limit, func() { _, _, _ = fetchEntries("a", nil, frep) }) > limit {
+			if limit := maxAlloc(len(fetch), 32); synopsistest.Allocated(limit, func() { _, _, _ = fetchEntries("a", nil, frep) }) > limit {
 				t.Fatalf("reading a fetch reply of %d bytes allocated over %d", len(fetch), limit)
 			}
 		}
 		if proto.Unmarshal(rebuild, rrep) == nil {
-			if limit := maxAlloc(len(rebuild), 16); allocated(limit, func() { _, _, _ = rebuiltRDA("a", cfg.Params.RDA, rrep) }) > limit {
+			if limit := maxAlloc(len(rebuild), 16); synopsistest.Allocated(limit, func() { _, _, _ = rebuiltRDA("a", cfg.Params.RDA, rrep) }) > limit {
 				t.Fatalf("reading a rebuild reply of %d bytes allocated over %d", len(rebuild), limit)
 			}
 		}

@@ -2,14 +2,14 @@ package colate
 
 import (
 	"errors"
-	"math"
 	"math/bits"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/owl-latency/owl/internal/synopsis/synopsistest"
 )
 
 func smallConfig() Config {
@@ -171,7 +171,7 @@ func FuzzUnmarshal(f *testing.F) {
 		var err error
 		// Unmarshal keeps data and allocates for the deployment's
 		// counters (a rank table), not for what the header says.
-		if limit := uint64(cfg.Counters + 16<<10); allocated(limit, func() { v, err = Unmarshal(data, cfg) }) > limit {
+		if limit := uint64(cfg.Counters + 16<<10); synopsistest.Allocated(limit, func() { v, err = Unmarshal(data, cfg) }) > limit {
 			t.Fatalf("decoding %d bytes allocated over %d", len(data), limit)
 		}
 		if err != nil {
@@ -186,7 +186,7 @@ func FuzzUnmarshal(f *testing.F) {
 				_ = w.Check()
 			}
 		}
-		if limit := uint64(9*cfg.Counters + 4*len(data) + 64<<10); allocated(limit, check) > limit {
+		if limit := uint64(9*cfg.Counters + 4*len(data) + 64<<10); synopsistest.Allocated(limit, check) > limit {
 			t.Fatalf("checking %d bytes allocated over %d", len(data), limit)
 		}
 		_ = v.Check() // may fail: the header's sum is not checked by Unmarshal
@@ -204,23 +204,6 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
-}
-
-// allocated is the bytes the heap allocated while fn ran: the least of
-// up to three runs, while over limit (the fuzz worker's own goroutines
-// allocate too, now and then; a decoder allocates the same each time).
-func allocated(limit uint64, fn func()) uint64 {
-	n := uint64(math.MaxUint64)
-	for range 3 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
-			break
-		}
-	}
-	return n
 }
 
 func TestPackWidths(t *testing.T) {

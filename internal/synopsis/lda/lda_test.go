@@ -5,11 +5,11 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"testing"
 
 	"github.com/owl-latency/owl/internal/synopsis"
+	"github.com/owl-latency/owl/internal/synopsis/synopsistest"
 )
 
 // pair fills an upstream and a downstream LDA with n packets of the given
@@ -294,7 +294,7 @@ func FuzzDecode(f *testing.F) {
 		var l *LDA
 		var err error
 		// A cell takes at least 2 bytes on the wire and 16 decoded.
-		if limit := uint64(16*len(b) + 16<<10); allocated(limit, func() { l, err = Decode(b) }) > limit {
+		if limit := uint64(16*len(b) + 16<<10); synopsistest.Allocated(limit, func() { l, err = Decode(b) }) > limit {
 			t.Fatalf("decoding %d bytes allocated over %d", len(b), limit)
 		}
 		if err != nil {
@@ -314,23 +314,6 @@ func FuzzDecode(f *testing.F) {
 		}
 		_, _ = EstimatePair(l, l, DefaultOptions())
 	})
-}
-
-// allocated is the bytes the heap allocated while fn ran: the least of
-// up to three runs, while over limit (the fuzz worker's own goroutines
-// allocate too, now and then; a decoder allocates the same each time).
-func allocated(limit uint64, fn func()) uint64 {
-	n := uint64(math.MaxUint64)
-	for range 3 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
-			break
-		}
-	}
-	return n
 }
 
 func BenchmarkInsert(b *testing.B) {

@@ -7,11 +7,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
-	"runtime"
 	"slices"
 	"testing"
 
 	"github.com/owl-latency/owl/internal/synopsis"
+	"github.com/owl-latency/owl/internal/synopsis/synopsistest"
 )
 
 func TestSingleFlowExact(t *testing.T) {
@@ -156,10 +156,10 @@ func FuzzDecode(f *testing.F) {
 		var err, cerr error
 		// A cell takes at least 2 bytes on the wire and 24 decoded;
 		// Check keeps none.
-		if limit := uint64(16*len(b) + 16<<10); allocated(limit, func() { l, err = Decode(b) }) > limit {
+		if limit := uint64(16*len(b) + 16<<10); synopsistest.Allocated(limit, func() { l, err = Decode(b) }) > limit {
 			t.Fatalf("decoding %d bytes allocated over %d", len(b), limit)
 		}
-		if limit := uint64(16 << 10); allocated(limit, func() { cfg, cerr = Check(b) }) > limit {
+		if limit := uint64(16 << 10); synopsistest.Allocated(limit, func() { cfg, cerr = Check(b) }) > limit {
 			t.Fatalf("checking %d bytes allocated over %d", len(b), limit)
 		}
 		if (err == nil) != (cerr == nil) || err == nil && !reflect.DeepEqual(cfg, l.Config()) {
@@ -178,23 +178,6 @@ func FuzzDecode(f *testing.F) {
 		}
 		_, _ = EstimateFlow(l, l, 1, 1, DefaultOptions())
 	})
-}
-
-// allocated is the bytes the heap allocated while fn ran: the least of
-// up to three runs, while over limit (the fuzz worker's own goroutines
-// allocate too, now and then; a decoder allocates the same each time).
-func allocated(limit uint64, fn func()) uint64 {
-	n := uint64(math.MaxUint64)
-	for range 3 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
-			break
-		}
-	}
-	return n
 }
 
 func BenchmarkInsert(b *testing.B) {

@@ -3,13 +3,12 @@ package rda
 import (
 	"encoding/binary"
 	"errors"
-	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"testing"
 
 	"github.com/owl-latency/owl/internal/synopsis"
+	"github.com/owl-latency/owl/internal/synopsis/synopsistest"
 )
 
 func TestInsertRemoveSubtract(t *testing.T) {
@@ -216,7 +215,7 @@ func FuzzDecode(f *testing.F) {
 		var r *RDA
 		var err error
 		// A bucket takes at least 10 bytes on the wire and 32 decoded.
-		if limit := uint64(4*len(b) + 16<<10); allocated(limit, func() { r, err = Decode(b) }) > limit {
+		if limit := uint64(4*len(b) + 16<<10); synopsistest.Allocated(limit, func() { r, err = Decode(b) }) > limit {
 			t.Fatalf("decoding %d bytes allocated over %d", len(b), limit)
 		}
 		if cfg, cerr := DecodeConfig(b); err == nil && (cerr != nil || cfg != r.cfg) {
@@ -234,23 +233,6 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded form decodes differently: %v", err)
 		}
 	})
-}
-
-// allocated is the bytes the heap allocated while fn ran: the least of
-// up to three runs, while over limit (the fuzz worker's own goroutines
-// allocate too, now and then; a decoder allocates the same each time).
-func allocated(limit uint64, fn func()) uint64 {
-	n := uint64(math.MaxUint64)
-	for range 3 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		fn()
-		runtime.ReadMemStats(&after)
-		if n = min(n, after.TotalAlloc-before.TotalAlloc); n <= limit {
-			break
-		}
-	}
-	return n
 }
 
 func BenchmarkInsert(b *testing.B) {
