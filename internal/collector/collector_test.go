@@ -57,13 +57,19 @@ func newTest(t testing.TB, cfg Config) *Collector {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(startWorkers(c))
+	return c
+}
+
+// startWorkers runs the collector's path workers until the returned
+// function is called (which waits for them).
+func startWorkers(c *Collector) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, ps := range c.paths {
 		wg.Go(func() { c.worker.work(ctx, ps) })
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return c
+	return func() { cancel(); wg.Wait() }
 }
 
 // waitResult waits for a path's epoch to have a result that satisfies ok.

@@ -195,15 +195,10 @@ func (ft *fuzzTarget) collector(t testing.TB) *Collector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, ps := range c.paths {
-		wg.Go(func() { c.worker.work(ctx, ps) })
-	}
+	stopWorkers := startWorkers(c)
 	ft.c, ft.uses = c, 1
 	ft.stop = func() {
-		cancel()
-		wg.Wait()
+		stopWorkers()
 		c.Close()
 		os.RemoveAll(dir)
 	}

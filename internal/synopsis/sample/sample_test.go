@@ -131,17 +131,20 @@ func TestJoinExact(t *testing.T) {
 	}
 	// A packet sent twice, each copy arriving before the next was sent:
 	// two delays. One sent twice whose copies overtook each other: left out.
-	var dup uint64
-	for dup = r.Uint64(); !cfg.Keeps(dup); dup = r.Uint64() {
+	kept := func() uint64 {
+		for {
+			if id := r.Uint64(); cfg.Keeps(id) {
+				return id
+			}
+		}
 	}
+	dup := kept()
 	up.Insert(dup, 100)
 	up.Insert(dup, 5000)
 	down.Insert(dup, 1100)
 	down.Insert(dup, 5500)
 	want = append(want, 1000, 500)
-	var tangled uint64
-	for tangled = r.Uint64(); !cfg.Keeps(tangled); tangled = r.Uint64() {
-	}
+	tangled := kept()
 	up.Insert(tangled, 100)
 	up.Insert(tangled, 200)
 	down.Insert(tangled, 300)
