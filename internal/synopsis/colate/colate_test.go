@@ -264,9 +264,8 @@ func TestOverflowCloses(t *testing.T) {
 
 // BenchmarkInsert: one hash onto the flow's counter, one add, and the
 // flow's packet count, for a vector in cache (2^16 counters, 512 KiB) and
-// one that is not (2^20, 8 MiB).
-// BenchmarkInsert: 4,096 flows, each packet of another flow (run=1) or in
-// runs of 8 packets of one flow, as on a link.
+// one that is not (2^20, 8 MiB); 4,096 flows, each packet of another flow
+// (run=1) or in runs of 8 packets of one flow, as on a link.
 func BenchmarkInsert(b *testing.B) {
 	for _, n := range []int{1 << 16, 1 << 20} {
 		for _, run := range []int{1, 8} {
@@ -285,6 +284,43 @@ func BenchmarkInsert(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkRobustQuery: one flow's robust estimate from one pair of
+// vectors (n = 2^20) whose flow tables hold 1,000 or 100,000 flows of 1–50
+// packets and 100 of 1,000 (those asked about), the pair's statistics
+// computed beforehand (as the collector keeps them): reading the flow
+// tables for the flows sharing a counter with the asked one is what grows
+// with the flows.
+func BenchmarkRobustQuery(b *testing.B) {
+	for _, flows := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("flows=%d", flows), func(b *testing.B) {
+			s, _ := New(testConfig(), 0)
+			r, _ := New(testConfig(), 0)
+			rng := rand.New(rand.NewPCG(3, 4))
+			hashes := make([]uint64, flows)
+			for i := range hashes {
+				hashes[i] = rng.Uint64()
+				n := 1 + rng.IntN(50)
+				if i < 100 {
+					n = 1000
+				}
+				for range n {
+					ts, id := rng.Int64N(9e8), rng.Uint64()
+					s.Insert(hashes[i], id, ts)
+					r.Insert(hashes[i], id, ts+5e6)
+				}
+			}
+			st := NewPairStats(s, r)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				q := NewQuery(hashes[i%100], -1, nil).Robust()
+				if err := q.AddPair(s, r, st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -298,3 +298,89 @@ func TestRobustTrafficStartingAtAnEpochEnd(t *testing.T) {
 		t.Errorf("%d of %d flows within 1%%", within, flows)
 	}
 }
+
+// sharingOne returns a flow hash, other than f, whose subvector has exactly
+// one counter in common with f's, searching from the hash start.
+func sharingOne(v *Vector, f, start uint64) uint64 {
+	mine := map[int]bool{}
+	for j := range uint64(v.cfg.Subvector) {
+		mine[v.index(f, j)] = true
+	}
+	for h := start; ; h++ {
+		g := h * 0x2545f4914f6cdd1d
+		common := 0
+		for j := range uint64(v.cfg.Subvector) {
+			if mine[v.index(g, j)] {
+				common++
+			}
+		}
+		if common == 1 && g != f {
+			return g
+		}
+	}
+}
+
+// TestRobustSameWayFlowSharingACounter: a flow going the same way shares
+// one of the flow's counters, its rate changing from epoch to epoch. The
+// shared counter lies on a line of its own: where the other flow is heavy
+// it stands out by its mass, where it is light it does not, and what it
+// adds goes into the flow's sum. Whether a counter is left out must not
+// depend on the flow's own packets, or the scaling up to m counters is
+// biased. (Real-link runs had downloads 0.8–1.03% high this way, against
+// ± 13.7 µs claimed, two downloads sharing a counter.) Over seeds, the
+// error must stay within 4 standard errors as the estimate states them.
+func TestRobustSameWayFlowSharingACounter(t *testing.T) {
+	cfg := testConfig()
+	cfg.Counters = 1 << 16
+	second := int64(time.Second)
+	const epochs, rate = 30, 850
+	bad := 0
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		var sv, rv []*Vector
+		for e := range int64(epochs + 1) {
+			s, _ := New(cfg, e*second)
+			r, _ := New(cfg, e*second)
+			sv, rv = append(sv, s), append(rv, r)
+		}
+		f := rng.Uint64()
+		other := sharingOne(sv[0], f, rng.Uint64N(1<<40))
+		var sum, n float64
+		send := func(fh uint64, e int64, d int64) float64 {
+			ts := e*second + rng.Int64N(second)
+			id := rng.Uint64()
+			sv[ts/second].Insert(fh, id, ts)
+			rv[(ts+d)/second].Insert(fh, id, ts+d)
+			return float64(d)
+		}
+		for e := range int64(epochs) {
+			for range rate {
+				sum += send(f, e, int64(5e6+rng.Float64()*1e6))
+				n++
+			}
+			for range rng.IntN(2 * rate) {
+				send(other, e, int64(9e6+rng.Float64()*2e6))
+			}
+		}
+		q := NewQuery(f, -1, nil).Robust()
+		for e := range sv {
+			if err := q.AddPair(sv[e], rv[e], NewPairStats(sv[e], rv[e])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		est, err := q.Estimate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu := sum / n
+		z := (est.MeanNS - mu) / est.MeanErrNS
+		t.Logf("seed %d: %.2f µs, truth %.2f µs (%+.3f%%), ± %.2f µs (z %+.1f), %d counters left out",
+			seed, est.MeanNS/1e3, mu/1e3, 100*(est.MeanNS-mu)/mu, est.MeanErrNS/1e3, z, est.LeftOut)
+		if math.Abs(z) > 4 {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of 8 runs more than 4 standard errors off", bad)
+	}
+}

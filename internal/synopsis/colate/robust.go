@@ -1,6 +1,7 @@
 package colate
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -91,10 +92,23 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	up, own := flowCounters(s, r, flowHash)
 	foldCrossers(up, own, float64(s.cfg.Span)/float64(s.cfg.Unit))
 	ln := fitLine(up, own, st.Cut)
-	perCounter := float64(s.FlowPackets(flowHash)) / float64(m)
-	massCut, downCut := massCuts(up, own, perCounter)
-	left, offLine := ln.classify(up, own, massCut)
-	ps := ln.keep(up, own, offLine, massCut, downCut, st)
+	p := max(s.FlowPackets(flowHash), r.FlowPackets(flowHash))
+	perCounter := float64(p) / float64(m)
+	// Below massMinPackets per counter, as for the mass test, no
+	// counter is left out for sharing: for so light a flow most of the
+	// others are heavy enough to matter (and, with many flows, most of
+	// its counters are shared).
+	var shared []bool
+	known := perCounter < massMinPackets
+	if !known {
+		shared, known = sharedCounters(s, r, flowHash, p)
+	}
+	massCut, downCut := math.Inf(1), math.Inf(1)
+	if !known {
+		massCut, downCut = massCuts(up, own, perCounter)
+	}
+	left, offLine := ln.classify(up, own, massCut, shared)
+	ps := ln.keep(up, own, offLine, massCut, downCut, shared, st)
 	if ps.k == 0 || ps.count <= 0 {
 		return 0, left, 0
 	}
@@ -108,6 +122,77 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 		noise += float64(ps.recovered) * sd * sd / float64(ps.k)
 	}
 	return (ps.kept - float64(ps.k)*share) * float64(m) / float64(ps.k), left, noise
+}
+
+// collideShare and collideFloor: another flow with at least
+// max(collideFloor, collideShare·p) packets in an epoch (p the flow's own)
+// puts enough into a counter it shares with the flow to matter; lighter
+// ones are the other flows' share, taken out on average.
+const (
+	collideShare = 0.01
+	collideFloor = 4
+)
+
+// sharedCounters marks the flow's counters that another flow's subvector
+// also holds, for every flow either vector's table counts enough packets
+// of (see collideShare). Which counters these are depends on the flows'
+// hashes and counts, never on where the flow's own packets fell, so the
+// counters kept hold a fair share of the flow's packets and scaling them
+// up to m is unbiased; telling a shared counter by its mass is not (a
+// counter heavy with the flow's own packets is left out with it, one
+// with a light share of another flow's is kept). At most m/2 are marked,
+// those with the most packets of other flows. known is false when a
+// flow table was full, so that a flow may be missing from it.
+func sharedCounters(s, r *Vector, flowHash uint64, p uint32) (shared []bool, known bool) {
+	if s.flowsFull || r.flowsFull {
+		return nil, false
+	}
+	m := s.cfg.Subvector
+	mine := make([]int, m)
+	var filter uint64 // bit i%64 of each of the flow's counters i
+	for j := range mine {
+		mine[j] = s.index(flowHash, uint64(j))
+		filter |= 1 << (mine[j] % 64)
+	}
+	floor := max(collideFloor, uint32(math.Ceil(collideShare*float64(p))))
+	// Each side's load: the packets of other flows that side counted, in
+	// each of the flow's counters; a flow seen on one side only (traffic
+	// to or from a third point) counts too.
+	load := make([]float64, m)
+	for _, v := range []*Vector{s, r} {
+		side := make([]float64, m)
+		v.eachFlow(func(g uint64, n uint32) {
+			if g == flowHash || n < floor {
+				return
+			}
+			for j := range uint64(m) {
+				i := s.index(g, j)
+				if filter>>(i%64)&1 == 0 {
+					continue
+				}
+				for k, c := range mine {
+					if c == i {
+						side[k] += float64(n)
+					}
+				}
+			}
+		})
+		for j := range load {
+			load[j] = max(load[j], side[j])
+		}
+	}
+	order := make([]int, 0, m)
+	for j, l := range load {
+		if l > 0 {
+			order = append(order, j)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(load[b], load[a]) })
+	shared = make([]bool, m)
+	for _, j := range order[:min(len(order), m/2)] {
+		shared[j] = true
+	}
+	return shared, true
 }
 
 // flowCounters reads the flow's m counters of both vectors: up holds
@@ -229,15 +314,16 @@ func massCuts(up, own []float64, perCounter float64) (massCut, downCut float64) 
 }
 
 // classify marks the counters off the line and those left out (off the
-// line or too heavy), and refits ρ as the ratio of the kept counters' sums.
-func (ln *pairLine) classify(up, own []float64, massCut float64) (left, offLine []bool) {
+// line, shared or too heavy), and refits ρ as the ratio of the kept
+// counters' sums.
+func (ln *pairLine) classify(up, own []float64, massCut float64, shared []bool) (left, offLine []bool) {
 	m := len(own)
 	left = make([]bool, m)
 	offLine = make([]bool, m)
 	var sumD, sumS float64
 	for j := range own {
 		offLine[j] = math.Abs(ln.off[j]-ln.oMed) > outlierFactor*ln.scale
-		left[j] = offLine[j] || up[j] > massCut
+		left[j] = offLine[j] || up[j] > massCut || shared != nil && shared[j]
 		if !left[j] {
 			sumD += own[j]
 			sumS += up[j]
@@ -262,11 +348,14 @@ type pairSums struct {
 
 // keep sums the flow's kept counters, recovering those with a one-sided
 // packet through the ratio, and takes them out of st's light counters.
-func (ln *pairLine) keep(up, own []float64, offLine []bool, massCut, downCut float64, st *PairStats) pairSums {
+func (ln *pairLine) keep(up, own []float64, offLine []bool, massCut, downCut float64, shared []bool, st *PairStats) pairSums {
 	ps := pairSums{total: st.LightSum, total2: st.LightSum2, count: st.Counters}
 	cut, rho, off, oMed := st.Cut, ln.rho, ln.off, ln.oMed
 	for j, d := range own {
 		switch {
+		case shared != nil && shared[j]:
+			// Another flow's packets, known from the flow tables.
+			continue
 		case up[j] > massCut:
 			// Another flow's packets on both sides: left out.
 			continue

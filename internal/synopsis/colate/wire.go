@@ -330,6 +330,18 @@ func (v *Vector) flowCount(k uint64) uint32 {
 	return 0
 }
 
+// eachFlow calls fn for every flow the vector counted and its packets.
+func (v *Vector) eachFlow(fn func(k uint64, n uint32)) {
+	if v.rawFlows == nil {
+		v.flows.each(fn)
+		return
+	}
+	for i := range len(v.rawFlows) / flowEntry {
+		e := v.rawFlows[i*flowEntry:]
+		fn(binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint32(e[8:]))
+	}
+}
+
 // materialize unpacks a decoded vector's counters and flow counts, so
 // that it can be changed or scanned whole.
 func (v *Vector) materialize() {
