@@ -39,6 +39,34 @@ type Params struct {
 	// all its packets per epoch, for per-flow delay between any two points
 	// afterwards.
 	Colate Colate `yaml:"colate"`
+	// Sample is the consistent packet sampling of every path, for delay
+	// percentiles.
+	Sample Sample `yaml:"sample"`
+}
+
+// Sample sets the consistent packet sampling: the collector picks each
+// path's rate, a power of two, for about Target sampled packets per epoch
+// (0: no sampling); a probe's sample of one path and epoch grows to at
+// most MaxEntries, past which it halves its own rate. Seed must be the
+// same at every probe.
+type Sample struct {
+	Seed       uint64 `yaml:"seed"`
+	Target     int    `yaml:"target"`
+	MaxEntries int    `yaml:"max_entries"`
+}
+
+// MaxSampleEntries bounds Sample.MaxEntries (and so a sample's report).
+const MaxSampleEntries = 1 << 20
+
+// Validate checks the bounds.
+func (s Sample) Validate() error {
+	if s.Target == 0 {
+		return nil
+	}
+	if s.Target < 0 || s.MaxEntries < s.Target || s.MaxEntries > MaxSampleEntries {
+		return fmt.Errorf("target %d must be ≥ 0 and at most max_entries %d, itself at most %d", s.Target, s.MaxEntries, MaxSampleEntries)
+	}
+	return nil
 }
 
 // Colate switches COLATE recording on and fixes the vectors' shape. A
@@ -59,7 +87,8 @@ type FlowWeight struct {
 // Default returns the defaults of each part.
 func Default() Params {
 	return Params{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(), LDA: lda.DefaultConfig(),
-		RDA: rda.DefaultConfig(), LDS: lds.DefaultConfig(), Colate: Colate{Config: colate.DefaultConfig()}}
+		RDA: rda.DefaultConfig(), LDS: lds.DefaultConfig(), Colate: Colate{Config: colate.DefaultConfig()},
+		Sample: Sample{Seed: 0x73616d706c65, Target: 1000, MaxEntries: 32768}}
 }
 
 // ColateConfig is the vectors' configuration: one per epoch.
@@ -90,6 +119,9 @@ func (p Params) Validate() error {
 		if err := p.ColateConfig().Validate(); err != nil {
 			return fmt.Errorf("colate: %w", err)
 		}
+	}
+	if err := p.Sample.Validate(); err != nil {
+		return fmt.Errorf("sample: %w", err)
 	}
 	for i, w := range p.FlowWeights {
 		if w.Weight < 1 || w.Weight > lds.MaxWeight {
@@ -133,6 +165,9 @@ func (p Params) Compatible(o Params) error {
 		errs = append(errs, fmt.Errorf("colate differs: enabled %v n %d m %d b %d seed %x unit %v vs enabled %v n %d m %d b %d seed %x unit %v",
 			a.Enabled, a.Counters, a.Subvector, a.Bits, a.Seed, a.Unit, b.Enabled, b.Counters, b.Subvector, b.Bits, b.Seed, b.Unit))
 	}
+	if x, y := p.Sample, o.Sample; (x.Target > 0) != (y.Target > 0) || x.Target > 0 && x.Seed != y.Seed {
+		errs = append(errs, fmt.Errorf("sampling differs: target %d seed %x vs target %d seed %x", x.Target, x.Seed, y.Target, y.Seed))
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -169,6 +204,9 @@ func (p Params) ToProto() *owlv1.SynopsisParams {
 	if p.Colate.Enabled {
 		c := p.Colate
 		out.Colate = &owlv1.ColateParams{Counters: uint32(c.Counters), Subvector: uint32(c.Subvector), Bits: uint32(c.Bits), Seed: c.Seed, UnitNs: int64(c.Unit)}
+	}
+	if p.Sample.Target > 0 {
+		out.Sample = &owlv1.SampleParams{Seed: p.Sample.Seed, Target: uint32(p.Sample.Target), MaxEntries: uint32(p.Sample.MaxEntries)}
 	}
 	for _, w := range p.FlowWeights {
 		out.FlowWeights = append(out.FlowWeights, &owlv1.FlowWeight{Selector: w.Selector.ToProto(), Weight: uint32(w.Weight)})
@@ -224,6 +262,9 @@ func FromProto(sp *owlv1.SynopsisParams) (Params, error) {
 		p.Colate.Bits = int(min(c.Bits, 65))
 		p.Colate.Seed = c.Seed
 		p.Colate.Unit = time.Duration(c.UnitNs)
+	}
+	if sm := sp.Sample; sm != nil {
+		p.Sample = Sample{Seed: sm.Seed, Target: int(min(sm.Target, MaxSampleEntries+1)), MaxEntries: int(min(sm.MaxEntries, MaxSampleEntries+1))}
 	}
 	if err := p.Validate(); err != nil {
 		return Params{}, err

@@ -41,6 +41,7 @@ type handler interface {
 	clockStatus() *owlv1.ClockStatus
 	setPaths(*owlv1.PathConfig) error
 	setRDASize(*owlv1.RDASize) error
+	setSampleRate(*owlv1.SampleRate) error
 	fetch(*owlv1.FetchRequest) *owlv1.FetchReply
 	rebuild(*owlv1.RebuildRequest) *owlv1.RebuildReply
 	release(path string, epoch int64)
@@ -206,6 +207,10 @@ func (c *client) dispatch(st *stream, m *owlv1.CollectorMessage, wg *sync.WaitGr
 	case *owlv1.CollectorMessage_RdaSize:
 		if err := c.h.setRDASize(m.RdaSize); err != nil {
 			c.log.Error("ignoring RDA size", "path", m.RdaSize.GetPath(), "err", err)
+		}
+	case *owlv1.CollectorMessage_SampleRate:
+		if err := c.h.setSampleRate(m.SampleRate); err != nil {
+			c.log.Error("ignoring sampling rate", "path", m.SampleRate.GetPath(), "err", err)
 		}
 	case *owlv1.CollectorMessage_Release:
 		for _, e := range m.Release.GetEpochs() {

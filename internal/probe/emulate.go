@@ -25,6 +25,7 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // TrafficConfig shapes the made-up traffic that emulated probes report,
@@ -545,6 +546,15 @@ func (e *Emulated) checkBuckets(buckets int) error {
 	c := e.traffic.params.RDA
 	c.Buckets = buckets
 	return c.Validate()
+}
+
+// setSampleRate checks a path's new sampling rate: emulated probes send no
+// samples (their traffic has no packet identities to sample).
+func (e *Emulated) setSampleRate(m *owlv1.SampleRate) error {
+	if m.GetShift() > sample.MaxShift {
+		return fmt.Errorf("sampling shift %d exceeds %d", m.GetShift(), sample.MaxShift)
+	}
+	return nil
 }
 
 // setRDASize takes a path's new RDA size from its collector.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // merger combines the epochs that the workers of a live capture close, each
@@ -114,6 +115,15 @@ func mergeEpoch(a *closedEpoch, b closedEpoch) {
 		_ = x.ldss[i].Merge(y.ldss[j])
 		for _, e := range y.raps[j].Top(y.raps[j].Len()) {
 			x.raps[i].AddCount(e.Key, &e.Value, e.Count)
+		}
+		if x.samples[i] != nil && y.samples[j] != nil {
+			// Each worker's sample is within the bound; so is the
+			// merged one, halved down to the larger of the two.
+			bound := max(x.samples[i].Len(), y.samples[j].Len())
+			_ = x.samples[i].Merge(y.samples[j]) // one seed: cannot fail
+			for x.samples[i].Len() > bound && x.samples[i].Config().Shift() < sample.MaxShift {
+				x.samples[i].Halve()
+			}
 		}
 		cx := x.caches[i]
 		cx.appendAll(y.caches[j])

@@ -18,6 +18,7 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rap"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // assignment is a path the probe takes part in, compiled.
@@ -26,6 +27,7 @@ type assignment struct {
 	role       owlv1.Role
 	match      *netpath.Matcher
 	rdaBuckets int // 0: keep the current size
+	shift      int // the sampling rate's shift to start with
 }
 
 // pathSet is an immutable set of assignments. Each epoch keeps the set it
@@ -49,7 +51,10 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 		if b := pa.GetRdaBuckets(); b > rda.MaxBuckets {
 			return nil, fmt.Errorf("path %q: rda_buckets %d exceeds %d", p.Name, b, rda.MaxBuckets)
 		}
-		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets())})
+		if sh := pa.GetSampleShift(); sh > sample.MaxShift {
+			return nil, fmt.Errorf("path %q: sample_shift %d exceeds %d", p.Name, sh, sample.MaxShift)
+		}
+		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets()), shift: int(pa.GetSampleShift())})
 	}
 	return s, nil
 }
@@ -62,6 +67,7 @@ type epochData struct {
 	ldss    []*lds.LDS
 	raps    []*rap.Table[capture.FlowKey]
 	caches  []*epochCache
+	samples []*sample.Sample // nil entries when sampling is off
 	packets []uint64
 	outside uint64 // decoded packets that matched no path
 	// colate is the point's COLATE vector of the epoch, of every decoded
@@ -90,6 +96,7 @@ type pipeline struct {
 
 	maxCache int      // cache entries per path and epoch
 	sizes    sync.Map // path name → RDA buckets the collector asked for
+	shifts   sync.Map // path name → sampling shift the collector asked for
 	topFlows int      // flows reported per path and epoch (RAP keeps twice as many)
 	weightOf func(capture.FlowKey) uint64
 	// correct maps capture timestamps onto the reference clock (live
@@ -137,6 +144,7 @@ func (pl *pipeline) setPaths(s *pathSet) {
 		if a.rdaBuckets > 0 {
 			pl.sizes.Store(a.path.Name, a.rdaBuckets)
 		}
+		pl.shifts.Store(a.path.Name, a.shift)
 	}
 	pl.paths.Store(s)
 }
@@ -152,11 +160,36 @@ func (pl *pipeline) setRDASize(path string, buckets int) error {
 	return nil
 }
 
+// setSampleShift makes a path's next epochs sample 2^-shift of packets.
+func (pl *pipeline) setSampleShift(path string, shift int) error {
+	if shift < 0 || shift > sample.MaxShift {
+		return fmt.Errorf("sampling shift %d out of [0, %d]", shift, sample.MaxShift)
+	}
+	pl.shifts.Store(path, shift)
+	return nil
+}
+
+// newSample is a path's empty sample at the rate last asked for, or nil
+// when sampling is off.
+func (pl *pipeline) newSample(path string) *sample.Sample {
+	if pl.params.Sample.Target == 0 {
+		return nil
+	}
+	shift := 0
+	if v, ok := pl.shifts.Load(path); ok {
+		shift = v.(int)
+	}
+	cfg, _ := sample.ForShift(pl.params.Sample.Seed, shift) // checked by setSampleShift and newPathSet
+	s, _ := sample.New(cfg)                                 // a shift's threshold is never 0
+	return s
+}
+
 func (pl *pipeline) open(e int64) *epochData {
 	s := pl.paths.Load()
 	n := len(s.paths)
 	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), ldss: make([]*lds.LDS, n),
-		raps: make([]*rap.Table[capture.FlowKey], n), caches: make([]*epochCache, n), packets: make([]uint64, n)}
+		raps: make([]*rap.Table[capture.FlowKey], n), caches: make([]*epochCache, n), samples: make([]*sample.Sample, n),
+		packets: make([]uint64, n)}
 	if pl.params.Colate.Enabled {
 		ed.colate = getVector(pl.params.ColateConfig(), pl.params.Epoch.StartNS(e))
 	}
@@ -170,6 +203,7 @@ func (pl *pipeline) open(e int64) *epochData {
 		ed.ldss[i] = reuse(&ldss, pl.params.LDS, (*lds.LDS).Config, lds.New)
 		ed.raps[i] = rap.New[capture.FlowKey](2*pl.topFlows, uint64(i))
 		ed.caches[i] = &epochCache{rda: rc, complete: true}
+		ed.samples[i] = pl.newSample(a.path.Name)
 	}
 	return ed
 }
@@ -212,6 +246,9 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 			ed.ldss[i].Insert(flowHash, p.ID, off, weight)
 			ed.raps[i].Add(flowHash, &p.Flow)
 			ed.caches[i].add(newEntry(p.ID, flowHash, off, weight), pl.maxCache)
+			if s := ed.samples[i]; s != nil && s.Insert(p.ID, off) && s.Len() > pl.params.Sample.MaxEntries {
+				s.Halve()
+			}
 			ed.packets[i]++
 			matched = true
 		}
@@ -287,6 +324,10 @@ func (r *reporter) report(ce closedEpoch) {
 		if ed.rdas[i] != nil {
 			rb, _ = ed.rdas[i].MarshalBinary()
 		}
+		var sb2 []byte
+		if s := ed.samples[i]; s != nil {
+			sb2, _ = s.MarshalBinary() // does not fail
+		}
 		var top []*owlv1.TopFlow
 		for _, e := range ed.raps[i].Top(r.topFlows) {
 			top = append(top, &owlv1.TopFlow{Flow: netpath.FlowToProto(e.Value), Packets: e.Count})
@@ -313,6 +354,7 @@ func (r *reporter) report(ce closedEpoch) {
 			Lds:           sb,
 			TopFlows:      top,
 			Partial:       partial,
+			Sample:        sb2,
 		})
 	}
 	for i := range ed.set.paths {

@@ -195,6 +195,16 @@ func (p *Probe) setRDASize(m *owlv1.RDASize) error {
 	return nil
 }
 
+// setSampleRate takes a path's new sampling rate from its collector.
+func (p *Probe) setSampleRate(m *owlv1.SampleRate) error {
+	for _, pl := range p.pipelines() {
+		if err := pl.setSampleShift(m.GetPath(), int(m.GetShift())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (p *Probe) fetch(req *owlv1.FetchRequest) *owlv1.FetchReply       { return p.caches.fetch(req) }
 func (p *Probe) rebuild(req *owlv1.RebuildRequest) *owlv1.RebuildReply { return p.caches.rebuild(req) }
 func (p *Probe) release(path string, epoch int64)                      { p.caches.release(path, epoch) }

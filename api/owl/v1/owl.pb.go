@@ -260,7 +260,7 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -309,7 +309,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -1101,7 +1101,9 @@ type SynopsisParams struct {
 	// first rule that matches a packet's flow sets its weight (default 1).
 	FlowWeights []*FlowWeight `protobuf:"bytes,6,rep,name=flow_weights,json=flowWeights,proto3" json:"flow_weights,omitempty"`
 	// colate is set when the probes record COLATE vectors (one per epoch).
-	Colate        *ColateParams `protobuf:"bytes,7,opt,name=colate,proto3" json:"colate,omitempty"`
+	Colate *ColateParams `protobuf:"bytes,7,opt,name=colate,proto3" json:"colate,omitempty"`
+	// sample is the consistent packet sampling every path's reports carry.
+	Sample        *SampleParams `protobuf:"bytes,8,opt,name=sample,proto3" json:"sample,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1185,6 +1187,78 @@ func (x *SynopsisParams) GetColate() *ColateParams {
 	return nil
 }
 
+func (x *SynopsisParams) GetSample() *SampleParams {
+	if x != nil {
+		return x.Sample
+	}
+	return nil
+}
+
+// SampleParams: both probes of a path keep the packets whose identity
+// hashes, under seed, below the path's threshold (2^-shift of them); the
+// collector sets each path's shift for about target packets per epoch. A
+// probe's sample of one path and epoch holds at most max_entries: past
+// that it halves its rate (the collector narrows the other side to match).
+type SampleParams struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seed          uint64                 `protobuf:"varint,1,opt,name=seed,proto3" json:"seed,omitempty"`
+	Target        uint32                 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	MaxEntries    uint32                 `protobuf:"varint,3,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SampleParams) Reset() {
+	*x = SampleParams{}
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SampleParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SampleParams) ProtoMessage() {}
+
+func (x *SampleParams) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SampleParams.ProtoReflect.Descriptor instead.
+func (*SampleParams) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SampleParams) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *SampleParams) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *SampleParams) GetMaxEntries() uint32 {
+	if x != nil {
+		return x.MaxEntries
+	}
+	return 0
+}
+
 // ColateParams fix the COLATE vectors' shape; every probe must share them
 // for vectors of two points to be compared.
 type ColateParams struct {
@@ -1203,7 +1277,7 @@ type ColateParams struct {
 
 func (x *ColateParams) Reset() {
 	*x = ColateParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1289,7 @@ func (x *ColateParams) String() string {
 func (*ColateParams) ProtoMessage() {}
 
 func (x *ColateParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1302,7 @@ func (x *ColateParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateParams.ProtoReflect.Descriptor instead.
 func (*ColateParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ColateParams) GetCounters() uint32 {
@@ -1288,7 +1362,7 @@ type ColateVector struct {
 
 func (x *ColateVector) Reset() {
 	*x = ColateVector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1374,7 @@ func (x *ColateVector) String() string {
 func (*ColateVector) ProtoMessage() {}
 
 func (x *ColateVector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1387,7 @@ func (x *ColateVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVector.ProtoReflect.Descriptor instead.
 func (*ColateVector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ColateVector) GetEpoch() int64 {
@@ -1378,7 +1452,7 @@ type LDSParams struct {
 
 func (x *LDSParams) Reset() {
 	*x = LDSParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1464,7 @@ func (x *LDSParams) String() string {
 func (*LDSParams) ProtoMessage() {}
 
 func (x *LDSParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1477,7 @@ func (x *LDSParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
 func (*LDSParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LDSParams) GetRows() uint32 {
@@ -1451,7 +1525,7 @@ type FlowWeight struct {
 
 func (x *FlowWeight) Reset() {
 	*x = FlowWeight{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1537,7 @@ func (x *FlowWeight) String() string {
 func (*FlowWeight) ProtoMessage() {}
 
 func (x *FlowWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1550,7 @@ func (x *FlowWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
 func (*FlowWeight) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FlowWeight) GetSelector() *Selector {
@@ -1504,7 +1578,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1590,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1603,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -1564,7 +1638,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1650,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1663,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -1617,7 +1691,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1703,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1716,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -1679,7 +1753,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1765,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1778,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -1755,14 +1829,17 @@ type EpochReport struct {
 	TopFlows []*TopFlow `protobuf:"bytes,13,rep,name=top_flows,json=topFlows,proto3" json:"top_flows,omitempty"`
 	// partial, when set, says the probe saw part of the epoch only, and why
 	// (its capture started or stopped inside it).
-	Partial       string `protobuf:"bytes,14,opt,name=partial,proto3" json:"partial,omitempty"`
+	Partial string `protobuf:"bytes,14,opt,name=partial,proto3" json:"partial,omitempty"`
+	// sample is the epoch's consistent packet sample (internal/synopsis/sample
+	// wire form): the sampled packets' identities and times.
+	Sample        []byte `protobuf:"bytes,15,opt,name=sample,proto3" json:"sample,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1851,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1864,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -1888,6 +1965,13 @@ func (x *EpochReport) GetPartial() string {
 	return ""
 }
 
+func (x *EpochReport) GetSample() []byte {
+	if x != nil {
+		return x.Sample
+	}
+	return nil
+}
+
 // FlowKey is a 5-tuple.
 type FlowKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1902,7 +1986,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +1998,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2011,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FlowKey) GetSrc() string {
@@ -1976,7 +2060,7 @@ type TopFlow struct {
 
 func (x *TopFlow) Reset() {
 	*x = TopFlow{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2072,7 @@ func (x *TopFlow) String() string {
 func (*TopFlow) ProtoMessage() {}
 
 func (x *TopFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2085,7 @@ func (x *TopFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
 func (*TopFlow) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TopFlow) GetFlow() *FlowKey {
@@ -2041,7 +2125,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2137,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2150,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -2146,7 +2230,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2242,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2255,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -2255,6 +2339,7 @@ type CollectorMessage struct {
 	//	*CollectorMessage_Rebuild
 	//	*CollectorMessage_RdaSize
 	//	*CollectorMessage_Release
+	//	*CollectorMessage_SampleRate
 	Msg           isCollectorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2262,7 +2347,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2359,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2372,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -2360,6 +2445,15 @@ func (x *CollectorMessage) GetRelease() *Release {
 	return nil
 }
 
+func (x *CollectorMessage) GetSampleRate() *SampleRate {
+	if x != nil {
+		if x, ok := x.Msg.(*CollectorMessage_SampleRate); ok {
+			return x.SampleRate
+		}
+	}
+	return nil
+}
+
 type isCollectorMessage_Msg interface {
 	isCollectorMessage_Msg()
 }
@@ -2392,6 +2486,10 @@ type CollectorMessage_Release struct {
 	Release *Release `protobuf:"bytes,7,opt,name=release,proto3,oneof"`
 }
 
+type CollectorMessage_SampleRate struct {
+	SampleRate *SampleRate `protobuf:"bytes,8,opt,name=sample_rate,json=sampleRate,proto3,oneof"`
+}
+
 func (*CollectorMessage_Paths) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_Ack) isCollectorMessage_Msg() {}
@@ -2406,6 +2504,8 @@ func (*CollectorMessage_RdaSize) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_Release) isCollectorMessage_Msg() {}
 
+func (*CollectorMessage_SampleRate) isCollectorMessage_Msg() {}
+
 // Release tells a probe that the collector is done with epochs of a path:
 // their result is stored, and the probe may drop their caches. A probe that
 // replays files waits for the release of every epoch it reported before it
@@ -2419,7 +2519,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2531,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2544,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -2464,7 +2564,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2576,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2589,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -2525,7 +2625,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2637,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2650,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -2607,7 +2707,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +2719,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +2732,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -2691,7 +2791,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +2803,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +2816,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -2758,7 +2858,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +2870,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +2883,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -2818,7 +2918,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2930,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2943,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RDASize) GetPath() string {
@@ -2856,6 +2956,60 @@ func (x *RDASize) GetPath() string {
 func (x *RDASize) GetBuckets() uint32 {
 	if x != nil {
 		return x.Buckets
+	}
+	return 0
+}
+
+// SampleRate sets a path's sampling rate, 2^-shift, from the next epoch a
+// probe opens.
+type SampleRate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Shift         uint32                 `protobuf:"varint,2,opt,name=shift,proto3" json:"shift,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SampleRate) Reset() {
+	*x = SampleRate{}
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SampleRate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SampleRate) ProtoMessage() {}
+
+func (x *SampleRate) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SampleRate.ProtoReflect.Descriptor instead.
+func (*SampleRate) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SampleRate) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SampleRate) GetShift() uint32 {
+	if x != nil {
+		return x.Shift
 	}
 	return 0
 }
@@ -2877,7 +3031,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3043,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3056,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -2936,14 +3090,16 @@ type PathAssignment struct {
 	RdaBuckets uint32 `protobuf:"varint,3,opt,name=rda_buckets,json=rdaBuckets,proto3" json:"rda_buckets,omitempty"`
 	// collector is the gRPC address of the collector that owns the path in a
 	// cluster (reports go there); empty: the one that sent this configuration.
-	Collector     string `protobuf:"bytes,4,opt,name=collector,proto3" json:"collector,omitempty"`
+	Collector string `protobuf:"bytes,4,opt,name=collector,proto3" json:"collector,omitempty"`
+	// sample_shift is the sampling rate to start with, 2^-sample_shift.
+	SampleShift   uint32 `protobuf:"varint,5,opt,name=sample_shift,json=sampleShift,proto3" json:"sample_shift,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3111,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3124,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -2999,6 +3155,13 @@ func (x *PathAssignment) GetCollector() string {
 	return ""
 }
 
+func (x *PathAssignment) GetSampleShift() uint32 {
+	if x != nil {
+		return x.SampleShift
+	}
+	return 0
+}
+
 // Ack tells a probe that its report with this seq is stored.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3011,7 +3174,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3186,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3199,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3077,7 +3240,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3089,7 +3252,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3102,7 +3265,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Reject) GetPath() string {
@@ -3147,7 +3310,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3322,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3335,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Path) GetName() string {
@@ -3219,7 +3382,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3394,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3407,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -3290,7 +3453,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3465,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3478,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 type ListProbesResponse struct {
@@ -3332,7 +3495,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3507,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3520,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -3406,7 +3569,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3418,7 +3581,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3431,7 +3594,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -3512,7 +3675,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3524,7 +3687,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3537,7 +3700,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 type ListPathsResponse struct {
@@ -3549,7 +3712,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3724,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3737,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -3598,7 +3761,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +3773,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3786,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -3666,7 +3829,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3841,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3854,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -3718,7 +3881,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3730,7 +3893,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3743,7 +3906,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -3754,6 +3917,85 @@ func (x *WatchPathStatsRequest) GetPath() string {
 }
 
 // PathStats is the result of one path and epoch.
+// DelayQuantile is the q-quantile of an epoch's one-way delays: value_ns
+// the sample's, [lo_ns, hi_ns] the 95% confidence interval from order
+// statistics (lo = hi = value when exact).
+type DelayQuantile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Q             float64                `protobuf:"fixed64,1,opt,name=q,proto3" json:"q,omitempty"`
+	ValueNs       float64                `protobuf:"fixed64,2,opt,name=value_ns,json=valueNs,proto3" json:"value_ns,omitempty"`
+	LoNs          float64                `protobuf:"fixed64,3,opt,name=lo_ns,json=loNs,proto3" json:"lo_ns,omitempty"`
+	HiNs          float64                `protobuf:"fixed64,4,opt,name=hi_ns,json=hiNs,proto3" json:"hi_ns,omitempty"`
+	Exact         bool                   `protobuf:"varint,5,opt,name=exact,proto3" json:"exact,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelayQuantile) Reset() {
+	*x = DelayQuantile{}
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelayQuantile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelayQuantile) ProtoMessage() {}
+
+func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
+func (*DelayQuantile) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *DelayQuantile) GetQ() float64 {
+	if x != nil {
+		return x.Q
+	}
+	return 0
+}
+
+func (x *DelayQuantile) GetValueNs() float64 {
+	if x != nil {
+		return x.ValueNs
+	}
+	return 0
+}
+
+func (x *DelayQuantile) GetLoNs() float64 {
+	if x != nil {
+		return x.LoNs
+	}
+	return 0
+}
+
+func (x *DelayQuantile) GetHiNs() float64 {
+	if x != nil {
+		return x.HiNs
+	}
+	return 0
+}
+
+func (x *DelayQuantile) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
+}
+
 type PathStats struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -3827,13 +4069,26 @@ type PathStats struct {
 	// again can be told from one with other content.
 	UpstreamDigest   uint64 `protobuf:"fixed64,35,opt,name=upstream_digest,json=upstreamDigest,proto3" json:"upstream_digest,omitempty"`
 	DownstreamDigest uint64 `protobuf:"fixed64,36,opt,name=downstream_digest,json=downstreamDigest,proto3" json:"downstream_digest,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Percentiles of the one-way delay, from the two sides' consistent
+	// samples joined: sample_rate is the share of packets sampled (1: every
+	// packet, and the percentiles are exact), sample_delays the delivered
+	// sampled packets whose delay is known, with their smallest and largest.
+	SampleRate   float64          `protobuf:"fixed64,37,opt,name=sample_rate,json=sampleRate,proto3" json:"sample_rate,omitempty"`
+	SampleDelays uint64           `protobuf:"varint,38,opt,name=sample_delays,json=sampleDelays,proto3" json:"sample_delays,omitempty"`
+	DelayMinNs   float64          `protobuf:"fixed64,39,opt,name=delay_min_ns,json=delayMinNs,proto3" json:"delay_min_ns,omitempty"`
+	DelayMaxNs   float64          `protobuf:"fixed64,40,opt,name=delay_max_ns,json=delayMaxNs,proto3" json:"delay_max_ns,omitempty"`
+	Quantiles    []*DelayQuantile `protobuf:"bytes,41,rep,name=quantiles,proto3" json:"quantiles,omitempty"`
+	// sample_note says why a side's sample was not used, or what the join
+	// left out (identities seen more than once whose copies cannot be told
+	// apart).
+	SampleNote    string `protobuf:"bytes,42,opt,name=sample_note,json=sampleNote,proto3" json:"sample_note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3845,7 +4100,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3858,7 +4113,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PathStats) GetPath() string {
@@ -4113,6 +4368,48 @@ func (x *PathStats) GetDownstreamDigest() uint64 {
 	return 0
 }
 
+func (x *PathStats) GetSampleRate() float64 {
+	if x != nil {
+		return x.SampleRate
+	}
+	return 0
+}
+
+func (x *PathStats) GetSampleDelays() uint64 {
+	if x != nil {
+		return x.SampleDelays
+	}
+	return 0
+}
+
+func (x *PathStats) GetDelayMinNs() float64 {
+	if x != nil {
+		return x.DelayMinNs
+	}
+	return 0
+}
+
+func (x *PathStats) GetDelayMaxNs() float64 {
+	if x != nil {
+		return x.DelayMaxNs
+	}
+	return 0
+}
+
+func (x *PathStats) GetQuantiles() []*DelayQuantile {
+	if x != nil {
+		return x.Quantiles
+	}
+	return nil
+}
+
+func (x *PathStats) GetSampleNote() string {
+	if x != nil {
+		return x.SampleNote
+	}
+	return ""
+}
+
 type GetFlowStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -4127,7 +4424,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4139,7 +4436,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4152,7 +4449,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -4199,7 +4496,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4211,7 +4508,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4224,7 +4521,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -4268,7 +4565,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4280,7 +4577,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4293,7 +4590,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -4401,7 +4698,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4710,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4723,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -4473,7 +4770,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +4782,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +4795,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -4535,7 +4832,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4547,7 +4844,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4560,7 +4857,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -4667,7 +4964,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +4976,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +4989,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -4834,7 +5131,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4846,7 +5143,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4859,7 +5156,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -4901,7 +5198,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +5210,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +5223,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -4959,7 +5256,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4971,7 +5268,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4984,7 +5281,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -5051,7 +5348,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5063,7 +5360,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5076,7 +5373,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
 }
 
 type ListCollectorsResponse struct {
@@ -5088,7 +5385,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5100,7 +5397,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5113,7 +5410,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -5146,7 +5443,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5158,7 +5455,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5171,7 +5468,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -5278,7 +5575,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12)\n" +
 	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\x12\x16\n" +
-	"\x06replay\x18\x05 \x01(\bR\x06replay\"\xc3\x02\n" +
+	"\x06replay\x18\x05 \x01(\bR\x06replay\"\xf1\x02\n" +
 	"\x0eSynopsisParams\x122\n" +
 	"\bidentity\x18\x01 \x01(\v2\x16.owl.v1.IdentityParamsR\bidentity\x12)\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x13.owl.v1.EpochParamsR\x05epoch\x12#\n" +
@@ -5286,7 +5583,13 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03rda\x18\x04 \x01(\v2\x11.owl.v1.RDAParamsR\x03rda\x12#\n" +
 	"\x03lds\x18\x05 \x01(\v2\x11.owl.v1.LDSParamsR\x03lds\x125\n" +
 	"\fflow_weights\x18\x06 \x03(\v2\x12.owl.v1.FlowWeightR\vflowWeights\x12,\n" +
-	"\x06colate\x18\a \x01(\v2\x14.owl.v1.ColateParamsR\x06colate\"\x89\x01\n" +
+	"\x06colate\x18\a \x01(\v2\x14.owl.v1.ColateParamsR\x06colate\x12,\n" +
+	"\x06sample\x18\b \x01(\v2\x14.owl.v1.SampleParamsR\x06sample\"[\n" +
+	"\fSampleParams\x12\x12\n" +
+	"\x04seed\x18\x01 \x01(\x04R\x04seed\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\rR\x06target\x12\x1f\n" +
+	"\vmax_entries\x18\x03 \x01(\rR\n" +
+	"maxEntries\"\x89\x01\n" +
 	"\fColateParams\x12\x1a\n" +
 	"\bcounters\x18\x01 \x01(\rR\bcounters\x12\x1c\n" +
 	"\tsubvector\x18\x02 \x01(\rR\tsubvector\x12\x12\n" +
@@ -5326,7 +5629,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tRDAParams\x12\x14\n" +
 	"\x05banks\x18\x01 \x01(\rR\x05banks\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12\x14\n" +
-	"\x05check\x18\x03 \x01(\bR\x05check\"\xb4\x03\n" +
+	"\x05check\x18\x03 \x01(\bR\x05check\"\xcc\x03\n" +
 	"\vEpochReport\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
@@ -5342,7 +5645,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x0ecache_complete\x18\v \x01(\bR\rcacheComplete\x12\x10\n" +
 	"\x03lds\x18\f \x01(\fR\x03lds\x12,\n" +
 	"\ttop_flows\x18\r \x03(\v2\x0f.owl.v1.TopFlowR\btopFlows\x12\x18\n" +
-	"\apartial\x18\x0e \x01(\tR\apartial\"\x7f\n" +
+	"\apartial\x18\x0e \x01(\tR\apartial\x12\x16\n" +
+	"\x06sample\x18\x0f \x01(\fR\x06sample\"\x7f\n" +
 	"\aFlowKey\x12\x10\n" +
 	"\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x19\n" +
@@ -5373,7 +5677,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tcorrected\x18\b \x01(\bR\tcorrected\x12\x16\n" +
 	"\x06detail\x18\t \x01(\tR\x06detail\x12(\n" +
 	"\x10measured_unix_ns\x18\n" +
-	" \x01(\x03R\x0emeasuredUnixNs\"\xcd\x02\n" +
+	" \x01(\x03R\x0emeasuredUnixNs\"\x84\x03\n" +
 	"\x10CollectorMessage\x12*\n" +
 	"\x05paths\x18\x01 \x01(\v2\x12.owl.v1.PathConfigH\x00R\x05paths\x12\x1f\n" +
 	"\x03ack\x18\x02 \x01(\v2\v.owl.v1.AckH\x00R\x03ack\x12(\n" +
@@ -5381,7 +5685,9 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x05fetch\x18\x04 \x01(\v2\x14.owl.v1.FetchRequestH\x00R\x05fetch\x122\n" +
 	"\arebuild\x18\x05 \x01(\v2\x16.owl.v1.RebuildRequestH\x00R\arebuild\x12,\n" +
 	"\brda_size\x18\x06 \x01(\v2\x0f.owl.v1.RDASizeH\x00R\ardaSize\x12+\n" +
-	"\arelease\x18\a \x01(\v2\x0f.owl.v1.ReleaseH\x00R\areleaseB\x05\n" +
+	"\arelease\x18\a \x01(\v2\x0f.owl.v1.ReleaseH\x00R\arelease\x125\n" +
+	"\vsample_rate\x18\b \x01(\v2\x12.owl.v1.SampleRateH\x00R\n" +
+	"sampleRateB\x05\n" +
 	"\x03msg\"3\n" +
 	"\aRelease\x12(\n" +
 	"\x06epochs\x18\x01 \x03(\v2\x10.owl.v1.EpochRefR\x06epochs\"4\n" +
@@ -5421,18 +5727,23 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03rda\x18\x03 \x01(\fR\x03rda\"7\n" +
 	"\aRDASize\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\abuckets\x18\x02 \x01(\rR\abuckets\"\x95\x01\n" +
+	"\abuckets\x18\x02 \x01(\rR\abuckets\"6\n" +
+	"\n" +
+	"SampleRate\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05shift\x18\x02 \x01(\rR\x05shift\"\x95\x01\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
 	"\x10colate_collector\x18\x02 \x01(\tR\x0fcolateCollector\x12.\n" +
-	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\"\x93\x01\n" +
+	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\"\xb6\x01\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
 	"\vrda_buckets\x18\x03 \x01(\rR\n" +
 	"rdaBuckets\x12\x1c\n" +
-	"\tcollector\x18\x04 \x01(\tR\tcollector\"A\n" +
+	"\tcollector\x18\x04 \x01(\tR\tcollector\x12!\n" +
+	"\fsample_shift\x18\x05 \x01(\rR\vsampleShift\"A\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
@@ -5490,8 +5801,13 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.PathStatsR\x05stats\x12\x12\n" +
 	"\x04note\x18\x02 \x01(\tR\x04note\"+\n" +
 	"\x15WatchPathStatsRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\xfe\n" +
-	"\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"x\n" +
+	"\rDelayQuantile\x12\f\n" +
+	"\x01q\x18\x01 \x01(\x01R\x01q\x12\x19\n" +
+	"\bvalue_ns\x18\x02 \x01(\x01R\avalueNs\x12\x13\n" +
+	"\x05lo_ns\x18\x03 \x01(\x01R\x04loNs\x12\x13\n" +
+	"\x05hi_ns\x18\x04 \x01(\x01R\x04hiNs\x12\x14\n" +
+	"\x05exact\x18\x05 \x01(\bR\x05exact\"\xde\f\n" +
 	"\tPathStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -5534,7 +5850,17 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"clock_note\x18! \x01(\tR\tclockNote\x12/\n" +
 	"\x13conflicting_reports\x18\" \x01(\rR\x12conflictingReports\x12'\n" +
 	"\x0fupstream_digest\x18# \x01(\x06R\x0eupstreamDigest\x12+\n" +
-	"\x11downstream_digest\x18$ \x01(\x06R\x10downstreamDigest\"\xc0\x01\n" +
+	"\x11downstream_digest\x18$ \x01(\x06R\x10downstreamDigest\x12\x1f\n" +
+	"\vsample_rate\x18% \x01(\x01R\n" +
+	"sampleRate\x12#\n" +
+	"\rsample_delays\x18& \x01(\x04R\fsampleDelays\x12 \n" +
+	"\fdelay_min_ns\x18' \x01(\x01R\n" +
+	"delayMinNs\x12 \n" +
+	"\fdelay_max_ns\x18( \x01(\x01R\n" +
+	"delayMaxNs\x123\n" +
+	"\tquantiles\x18) \x03(\v2\x15.owl.v1.DelayQuantileR\tquantiles\x12\x1f\n" +
+	"\vsample_note\x18* \x01(\tR\n" +
+	"sampleNote\"\xc0\x01\n" +
 	"\x13GetFlowStatsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\x04flow\x18\x02 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12.\n" +
@@ -5684,7 +6010,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                              // 0: owl.v1.Role
 	(ClockState)(0),                        // 1: owl.v1.ClockState
@@ -5703,174 +6029,180 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*ProbeMessage)(nil),                   // 14: owl.v1.ProbeMessage
 	(*Hello)(nil),                          // 15: owl.v1.Hello
 	(*SynopsisParams)(nil),                 // 16: owl.v1.SynopsisParams
-	(*ColateParams)(nil),                   // 17: owl.v1.ColateParams
-	(*ColateVector)(nil),                   // 18: owl.v1.ColateVector
-	(*LDSParams)(nil),                      // 19: owl.v1.LDSParams
-	(*FlowWeight)(nil),                     // 20: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                 // 21: owl.v1.IdentityParams
-	(*EpochParams)(nil),                    // 22: owl.v1.EpochParams
-	(*LDAParams)(nil),                      // 23: owl.v1.LDAParams
-	(*RDAParams)(nil),                      // 24: owl.v1.RDAParams
-	(*EpochReport)(nil),                    // 25: owl.v1.EpochReport
-	(*FlowKey)(nil),                        // 26: owl.v1.FlowKey
-	(*TopFlow)(nil),                        // 27: owl.v1.TopFlow
-	(*Counters)(nil),                       // 28: owl.v1.Counters
-	(*ClockStatus)(nil),                    // 29: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),               // 30: owl.v1.CollectorMessage
-	(*Release)(nil),                        // 31: owl.v1.Release
-	(*EpochRef)(nil),                       // 32: owl.v1.EpochRef
-	(*FetchRequest)(nil),                   // 33: owl.v1.FetchRequest
-	(*FetchReply)(nil),                     // 34: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                 // 35: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                   // 36: owl.v1.RebuildReply
-	(*RDASize)(nil),                        // 37: owl.v1.RDASize
-	(*PathConfig)(nil),                     // 38: owl.v1.PathConfig
-	(*PathAssignment)(nil),                 // 39: owl.v1.PathAssignment
-	(*Ack)(nil),                            // 40: owl.v1.Ack
-	(*Reject)(nil),                         // 41: owl.v1.Reject
-	(*Path)(nil),                           // 42: owl.v1.Path
-	(*Selector)(nil),                       // 43: owl.v1.Selector
-	(*ListProbesRequest)(nil),              // 44: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),             // 45: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                      // 46: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),               // 47: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),              // 48: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),            // 49: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),           // 50: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),          // 51: owl.v1.WatchPathStatsRequest
-	(*PathStats)(nil),                      // 52: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),            // 53: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),           // 54: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                      // 55: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                // 56: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),               // 57: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),  // 58: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil), // 59: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),       // 60: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),      // 61: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),               // 62: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),          // 63: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),         // 64: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                  // 65: owl.v1.CollectorInfo
-	nil,                                    // 66: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),          // 67: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 68: google.protobuf.Duration
+	(*SampleParams)(nil),                   // 17: owl.v1.SampleParams
+	(*ColateParams)(nil),                   // 18: owl.v1.ColateParams
+	(*ColateVector)(nil),                   // 19: owl.v1.ColateVector
+	(*LDSParams)(nil),                      // 20: owl.v1.LDSParams
+	(*FlowWeight)(nil),                     // 21: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                 // 22: owl.v1.IdentityParams
+	(*EpochParams)(nil),                    // 23: owl.v1.EpochParams
+	(*LDAParams)(nil),                      // 24: owl.v1.LDAParams
+	(*RDAParams)(nil),                      // 25: owl.v1.RDAParams
+	(*EpochReport)(nil),                    // 26: owl.v1.EpochReport
+	(*FlowKey)(nil),                        // 27: owl.v1.FlowKey
+	(*TopFlow)(nil),                        // 28: owl.v1.TopFlow
+	(*Counters)(nil),                       // 29: owl.v1.Counters
+	(*ClockStatus)(nil),                    // 30: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),               // 31: owl.v1.CollectorMessage
+	(*Release)(nil),                        // 32: owl.v1.Release
+	(*EpochRef)(nil),                       // 33: owl.v1.EpochRef
+	(*FetchRequest)(nil),                   // 34: owl.v1.FetchRequest
+	(*FetchReply)(nil),                     // 35: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                 // 36: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                   // 37: owl.v1.RebuildReply
+	(*RDASize)(nil),                        // 38: owl.v1.RDASize
+	(*SampleRate)(nil),                     // 39: owl.v1.SampleRate
+	(*PathConfig)(nil),                     // 40: owl.v1.PathConfig
+	(*PathAssignment)(nil),                 // 41: owl.v1.PathAssignment
+	(*Ack)(nil),                            // 42: owl.v1.Ack
+	(*Reject)(nil),                         // 43: owl.v1.Reject
+	(*Path)(nil),                           // 44: owl.v1.Path
+	(*Selector)(nil),                       // 45: owl.v1.Selector
+	(*ListProbesRequest)(nil),              // 46: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),             // 47: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                      // 48: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),               // 49: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),              // 50: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),            // 51: owl.v1.GetPathStatsRequest
+	(*GetPathStatsResponse)(nil),           // 52: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),          // 53: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                  // 54: owl.v1.DelayQuantile
+	(*PathStats)(nil),                      // 55: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),            // 56: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),           // 57: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                      // 58: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                // 59: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),               // 60: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),  // 61: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil), // 62: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),       // 63: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),      // 64: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),               // 65: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),          // 66: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),         // 67: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                  // 68: owl.v1.CollectorInfo
+	nil,                                    // 69: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),          // 70: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),            // 71: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	52, // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	55, // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
 	6,  // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
 	7,  // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	55, // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	67, // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
-	25, // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
+	58, // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	70, // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	26, // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	5,  // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
 	11, // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
 	0,  // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	25, // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	26, // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
 	15, // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	25, // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	34, // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	36, // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	29, // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	18, // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	26, // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	35, // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	37, // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	30, // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	19, // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
 	16, // 16: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	29, // 17: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	21, // 18: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	22, // 19: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	23, // 20: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	24, // 21: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	19, // 22: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	20, // 23: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	17, // 24: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	29, // 25: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	43, // 26: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,  // 27: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	28, // 28: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	29, // 29: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	27, // 30: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	26, // 31: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	66, // 32: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,  // 33: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	38, // 34: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	40, // 35: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	41, // 36: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	33, // 37: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	35, // 38: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	37, // 39: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	31, // 40: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	32, // 41: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	39, // 42: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	16, // 43: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	42, // 44: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 45: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,  // 46: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	43, // 47: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	46, // 48: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	67, // 49: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	29, // 50: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	42, // 51: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	67, // 52: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 53: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	52, // 54: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	67, // 55: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	68, // 56: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,  // 57: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	29, // 58: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	29, // 59: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	28, // 60: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	28, // 61: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	67, // 62: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	26, // 63: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	67, // 64: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 65: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	55, // 66: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	67, // 67: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	26, // 68: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	67, // 69: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 70: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	4,  // 71: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	55, // 72: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	26, // 73: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	67, // 74: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 75: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	67, // 76: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	67, // 77: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	67, // 78: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	67, // 79: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	62, // 80: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	67, // 81: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	65, // 82: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	14, // 83: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	44, // 84: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	47, // 85: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	49, // 86: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	51, // 87: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	53, // 88: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	56, // 89: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	58, // 90: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	60, // 91: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	63, // 92: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	12, // 93: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	8,  // 94: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	10, // 95: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	30, // 96: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	45, // 97: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	48, // 98: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	50, // 99: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	52, // 100: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	54, // 101: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	57, // 102: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	59, // 103: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	61, // 104: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	64, // 105: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	13, // 106: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	9,  // 107: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	5,  // 108: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	96, // [96:109] is the sub-list for method output_type
-	83, // [83:96] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	30, // 17: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	22, // 18: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	23, // 19: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	24, // 20: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	25, // 21: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	20, // 22: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	21, // 23: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	18, // 24: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	17, // 25: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	30, // 26: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	45, // 27: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,  // 28: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	29, // 29: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	30, // 30: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	28, // 31: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	27, // 32: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	69, // 33: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,  // 34: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	40, // 35: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	42, // 36: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	43, // 37: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	34, // 38: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	36, // 39: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	38, // 40: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	32, // 41: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	39, // 42: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	33, // 43: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	41, // 44: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	16, // 45: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	44, // 46: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,  // 47: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,  // 48: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	45, // 49: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	48, // 50: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	70, // 51: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	30, // 52: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	44, // 53: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	70, // 54: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	70, // 55: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	55, // 56: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	70, // 57: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	71, // 58: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,  // 59: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	30, // 60: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	30, // 61: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	29, // 62: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	29, // 63: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	70, // 64: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	54, // 65: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	27, // 66: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	70, // 67: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	70, // 68: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	58, // 69: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	70, // 70: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	27, // 71: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	70, // 72: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	70, // 73: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	4,  // 74: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	58, // 75: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	27, // 76: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	70, // 77: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	70, // 78: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	70, // 79: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	70, // 80: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	70, // 81: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	70, // 82: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	65, // 83: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	70, // 84: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	68, // 85: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	14, // 86: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	46, // 87: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	49, // 88: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	51, // 89: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	53, // 90: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	56, // 91: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	59, // 92: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	61, // 93: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	63, // 94: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	66, // 95: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	12, // 96: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	8,  // 97: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	10, // 98: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	31, // 99: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	47, // 100: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	50, // 101: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	52, // 102: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	55, // 103: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	57, // 104: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	60, // 105: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	62, // 106: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	64, // 107: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	67, // 108: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	13, // 109: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	9,  // 110: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	5,  // 111: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	99, // [99:112] is the sub-list for method output_type
+	86, // [86:99] is the sub-list for method input_type
+	86, // [86:86] is the sub-list for extension type_name
+	86, // [86:86] is the sub-list for extension extendee
+	0,  // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -5886,7 +6218,7 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_Clock)(nil),
 		(*ProbeMessage_Colate)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[25].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[26].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -5894,6 +6226,7 @@ func file_owl_v1_owl_proto_init() {
 		(*CollectorMessage_Rebuild)(nil),
 		(*CollectorMessage_RdaSize)(nil),
 		(*CollectorMessage_Release)(nil),
+		(*CollectorMessage_SampleRate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5901,7 +6234,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   62,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/owl-latency/owl/internal/synopsis"
@@ -40,6 +41,35 @@ func ForRate(seed uint64, rate float64) (Config, error) {
 		t = 1
 	}
 	return Config{Seed: seed, Threshold: uint64(t)}, nil
+}
+
+// MaxShift bounds a rate's shift: 2^-MaxShift is the lowest rate.
+const MaxShift = 63
+
+// ForShift is the Config that keeps a share 2^-shift of packets. Samples
+// of one seed at two shifts are nested: the packets kept at the larger
+// shift are exactly those of the other sample whose hash lies below the
+// lower threshold, so either side can be narrowed to the other's rate.
+func ForShift(seed uint64, shift int) (Config, error) {
+	if shift < 0 || shift > MaxShift {
+		return Config{}, fmt.Errorf("sampling shift %d out of [0, %d]", shift, MaxShift)
+	}
+	if shift == 0 {
+		return Config{Seed: seed, Threshold: math.MaxUint64}, nil
+	}
+	return Config{Seed: seed, Threshold: 1 << (64 - shift)}, nil
+}
+
+// Shift is k when the configuration keeps 2^-k of packets, or −1 when its
+// threshold is not a power of two.
+func (c Config) Shift() int {
+	if c.Threshold == math.MaxUint64 {
+		return 0
+	}
+	if c.Threshold == 0 || c.Threshold&(c.Threshold-1) != 0 {
+		return -1
+	}
+	return 64 - bits.TrailingZeros64(c.Threshold)
 }
 
 // Rate is the share of packets kept.
@@ -100,6 +130,62 @@ func (s *Sample) Insert(id uint64, offsetNS int64) bool {
 	s.entries = append(s.entries, Entry{id, offsetNS})
 	s.sorted = false
 	return true
+}
+
+// Halve halves the sampling rate, dropping the entries the lower
+// threshold does not keep: a sample grown past its bound stays consistent
+// with the other side's, which the collector narrows to the same rate.
+// A rate already at 2^-MaxShift stays.
+func (s *Sample) Halve() {
+	switch {
+	case s.cfg.Threshold == math.MaxUint64:
+		s.cfg.Threshold = 1 << 63
+	case s.cfg.Threshold > 1:
+		s.cfg.Threshold /= 2
+	default:
+		return
+	}
+	s.entries = slices.DeleteFunc(s.entries, func(e Entry) bool { return !s.cfg.Keeps(e.ID) })
+}
+
+// Merge adds o's entries (another capture worker's share of the same
+// epoch) to s, at the lower of their two rates. The seeds must agree.
+func (s *Sample) Merge(o *Sample) error {
+	if s.cfg.Seed != o.cfg.Seed {
+		return fmt.Errorf("%w: sampling seeds differ (%x and %x)", synopsis.ErrMismatch, s.cfg.Seed, o.cfg.Seed)
+	}
+	if o.cfg.Threshold < s.cfg.Threshold {
+		s.narrow(o.cfg.Threshold)
+	}
+	for _, e := range o.entries {
+		if s.cfg.Keeps(e.ID) {
+			s.entries = append(s.entries, e)
+			s.sorted = false
+		}
+	}
+	return nil
+}
+
+// narrow lowers the threshold, dropping the entries it no longer keeps.
+func (s *Sample) narrow(threshold uint64) {
+	s.cfg.Threshold = threshold
+	s.entries = slices.DeleteFunc(s.entries, func(e Entry) bool { return !s.cfg.Keeps(e.ID) })
+}
+
+// Narrowed returns s at threshold (s itself when it is already there): the
+// entries the lower threshold keeps. It refuses a higher threshold (the
+// entries it would keep are not known) and another seed.
+func (s *Sample) Narrowed(cfg Config) (*Sample, error) {
+	if cfg.Seed != s.cfg.Seed || cfg.Threshold > s.cfg.Threshold {
+		return nil, fmt.Errorf("%w: cannot narrow a sample of seed %x, threshold %x to seed %x, threshold %x",
+			synopsis.ErrMismatch, s.cfg.Seed, s.cfg.Threshold, cfg.Seed, cfg.Threshold)
+	}
+	if cfg.Threshold == s.cfg.Threshold {
+		return s, nil
+	}
+	n := &Sample{cfg: s.cfg, entries: slices.Clone(s.entries), sorted: s.sorted}
+	n.narrow(cfg.Threshold)
+	return n, nil
 }
 
 // Reset empties the sample for another epoch, keeping its memory.

@@ -56,6 +56,73 @@ func TestKeepsRate(t *testing.T) {
 	}
 }
 
+// TestShiftsNest: samples at shifts 0–12 of one seed are nested, Halve
+// and Narrowed give what a sample taken at the lower rate would hold, and
+// Merge of two workers' shares at two rates is the union at the lower.
+func TestShiftsNest(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	ids := make([]uint64, 50_000)
+	for i := range ids {
+		ids[i] = r.Uint64()
+	}
+	at := func(shift int, part func(i int) bool) *Sample {
+		cfg, err := ForShift(0x77, shift)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Shift(); got != shift {
+			t.Fatalf("ForShift(%d).Shift() = %d", shift, got)
+		}
+		s, _ := New(cfg)
+		for i, id := range ids {
+			if part(i) {
+				s.Insert(id, int64(i))
+			}
+		}
+		return s
+	}
+	all := func(int) bool { return true }
+	prev := at(0, all)
+	if prev.Len() != len(ids) {
+		t.Fatalf("shift 0 kept %d of %d", prev.Len(), len(ids))
+	}
+	for shift := 1; shift <= 12; shift++ {
+		want := at(shift, all)
+		halved := at(shift-1, all)
+		halved.Halve()
+		narrowed, err := prev.Narrowed(want.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, got := range map[string]*Sample{"Halve": halved, "Narrowed": narrowed} {
+			if got.Config() != want.Config() || !slices.Equal(got.Entries(), want.Entries()) {
+				t.Errorf("shift %d: %s gives %d entries (threshold %x), a sample at that rate %d (%x)",
+					shift, name, got.Len(), got.Config().Threshold, want.Len(), want.Config().Threshold)
+			}
+		}
+		low := at(shift, func(i int) bool { return i%2 == 0 })
+		high := at(shift-1, func(i int) bool { return i%2 == 1 })
+		if err := high.Merge(low); err != nil {
+			t.Fatal(err)
+		}
+		if high.Config() != want.Config() || !slices.Equal(high.Entries(), want.Entries()) {
+			t.Errorf("shift %d: merging shares at shifts %d and %d gives %d entries, want %d", shift, shift-1, shift, high.Len(), want.Len())
+		}
+		prev = want
+	}
+	if _, err := prev.Narrowed(Config{Seed: 0x77, Threshold: math.MaxUint64}); !errors.Is(err, synopsis.ErrMismatch) {
+		t.Errorf("narrowing to a higher rate: %v, want a mismatch", err)
+	}
+	other, _ := ForShift(0x78, 1)
+	o, _ := New(other)
+	if err := prev.Merge(o); !errors.Is(err, synopsis.ErrMismatch) {
+		t.Errorf("merging another seed: %v, want a mismatch", err)
+	}
+	if _, err := ForShift(1, MaxShift+1); err == nil {
+		t.Error("shift 64 accepted")
+	}
+}
+
 func TestWireRoundTrip(t *testing.T) {
 	cfg, _ := ForRate(7, 0.3)
 	s, _ := New(cfg)
