@@ -24,6 +24,9 @@ type boundary struct {
 	// Delays of the boundary packets matched so far.
 	crossN, crossSumNS, crossSqNS float64
 
+	// sample is the epoch's join of packet samples (nil: none).
+	sample *sampleJoin
+
 	res     *owlv1.PathStats
 	settled bool // its loss went into the metrics
 	at      time.Time
@@ -33,6 +36,10 @@ type boundary struct {
 // next (seen downstream in the following epoch). It updates both results
 // and reports whether anything matched.
 func (b *boundary) match(next *boundary) bool {
+	sampled := b.sample.match(next.sample)
+	if sampled > 0 {
+		b.sample.apply(b.res)
+	}
 	matched := 0
 	for id, upNS := range b.lost {
 		downNS, ok := next.extra[id]
@@ -48,7 +55,7 @@ func (b *boundary) match(next *boundary) bool {
 		matched++
 	}
 	if matched == 0 {
-		return false
+		return sampled > 0
 	}
 	b.res.BoundaryMatched += uint64(matched)
 	b.res.Lost -= float64(matched)
@@ -70,25 +77,51 @@ func (b *boundary) apply() {
 }
 
 // encode: n, sum, sq, crossN, crossSum, crossSq (float64 each), then lost
-// and extra as count + (id, ns) pairs, all little-endian.
+// and extra as count + (id, ns) pairs, all little-endian, then the sample
+// join when there is one (see sampleJoin.encode).
 func (b *boundary) encode() []byte {
 	out := make([]byte, 0, 48+8+16*(len(b.lost)+len(b.extra)))
 	for _, f := range []float64{b.n, b.sumNS, b.sqNS, b.crossN, b.crossSumNS, b.crossSqNS} {
 		out = binary.LittleEndian.AppendUint64(out, math.Float64bits(f))
 	}
-	for _, m := range []map[uint64]int64{b.lost, b.extra} {
-		ids := make([]uint64, 0, len(m))
-		for id := range m {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids) // deterministic bytes
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(ids)))
-		for _, id := range ids {
-			out = binary.LittleEndian.AppendUint64(out, id)
-			out = binary.LittleEndian.AppendUint64(out, uint64(m[id]))
-		}
+	out = appendEntries(appendEntries(out, b.lost), b.extra)
+	if b.sample != nil {
+		out = b.sample.encode(out)
 	}
 	return out
+}
+
+// appendEntries appends a count and the (id, ns) pairs of m, by id.
+func appendEntries(out []byte, m map[uint64]int64) []byte {
+	ids := make([]uint64, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // deterministic bytes
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(ids)))
+	for _, id := range ids {
+		out = binary.LittleEndian.AppendUint64(out, id)
+		out = binary.LittleEndian.AppendUint64(out, uint64(m[id]))
+	}
+	return out
+}
+
+// readEntries reads what appendEntries wrote and returns the rest.
+func readEntries(b []byte) (map[uint64]int64, []byte, error) {
+	if len(b) < 4 {
+		return nil, nil, errBoundary
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > len(b)/16 {
+		return nil, nil, errBoundary
+	}
+	m := make(map[uint64]int64, n)
+	for range n {
+		m[binary.LittleEndian.Uint64(b)] = int64(binary.LittleEndian.Uint64(b[8:]))
+		b = b[16:]
+	}
+	return m, b, nil
 }
 
 var errBoundary = errors.New("malformed boundary record")
@@ -100,23 +133,17 @@ func decodeBoundary(epoch int64, b []byte, res *owlv1.PathStats) (*boundary, err
 	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])) }
 	bd := &boundary{epoch: epoch, n: f(0), sumNS: f(1), sqNS: f(2), crossN: f(3), crossSumNS: f(4), crossSqNS: f(5), res: res, settled: true}
 	rest := b[48:]
-	for _, m := range []*map[uint64]int64{&bd.lost, &bd.extra} {
-		if len(rest) < 4 {
-			return nil, errBoundary
-		}
-		n := int(binary.LittleEndian.Uint32(rest))
-		rest = rest[4:]
-		if len(rest) < 16*n {
-			return nil, errBoundary
-		}
-		*m = make(map[uint64]int64, n)
-		for i := 0; i < n; i++ {
-			(*m)[binary.LittleEndian.Uint64(rest)] = int64(binary.LittleEndian.Uint64(rest[8:]))
-			rest = rest[16:]
-		}
+	var err error
+	if bd.lost, rest, err = readEntries(rest); err != nil {
+		return nil, err
 	}
-	if len(rest) != 0 {
-		return nil, errBoundary
+	if bd.extra, rest, err = readEntries(rest); err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		if bd.sample, err = decodeSampleJoin(rest); err != nil {
+			return nil, err
+		}
 	}
 	return bd, nil
 }

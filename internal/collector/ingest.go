@@ -260,6 +260,7 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 			st := c.paths[p.Name]
 			st.mu.Lock()
 			a.RdaBuckets = uint32(st.rdaBuckets)
+			a.SampleShift = uint32(st.sampleShift)
 			st.mu.Unlock()
 		}
 		pc.Paths = append(pc.Paths, a)

@@ -17,6 +17,7 @@ import (
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // The bounds the collector keeps to against what comes from outside:
@@ -140,7 +141,9 @@ func maxReportBytes(p params.Params, rdaBuckets int) int {
 		p.LDS.Rows*p.LDS.Cols*(2*maxVarint+8)
 	flowKey := 2*protowire.SizeBytes(maxFlowAddr) + 3*(1+protowire.SizeVarint(math.MaxUint32)) + 2
 	topFlow := 1 + protowire.SizeBytes(flowKey) + 1 + protowire.SizeVarint(math.MaxUint64)
+	sampleBytes := envelope + 16 + maxVarint + p.Sample.MaxEntries*2*maxVarint
 	n := 1 + protowire.SizeBytes(ldaBytes) + 1 + protowire.SizeBytes(rdaBytes) + 1 + protowire.SizeBytes(ldsBytes) +
+		1 + protowire.SizeBytes(sampleBytes) +
 		maxTopFlows*(1+protowire.SizeBytes(topFlow)) + 1 + protowire.SizeBytes(maxPathName) + reportExtra
 	return 1 + protowire.SizeBytes(n) // ProbeMessage.report
 }
@@ -207,6 +210,9 @@ func (c *Collector) checkShapes(probe string, r *owlv1.EpochReport) error {
 		c.m.mismatch.WithLabelValues(probe).Inc()
 		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
 	}
+	if err := c.checkSample(r); err != nil {
+		return err
+	}
 	b := r.GetRda()
 	if len(b) == 0 {
 		return nil
@@ -228,12 +234,33 @@ func (c *Collector) checkShapes(probe string, r *owlv1.EpochReport) error {
 	return nil
 }
 
+// checkSample rejects a report whose sample does not decode, was taken
+// under another seed or holds more than params.sample.max_entries.
+func (c *Collector) checkSample(r *owlv1.EpochReport) error {
+	b := r.GetSample()
+	if len(b) == 0 {
+		return nil
+	}
+	s, err := sample.Decode(b)
+	if err != nil {
+		c.m.rejected.WithLabelValues("malformed").Inc()
+		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
+	}
+	p := c.cfg.Params.Sample
+	if p.Target == 0 || s.Config().Seed != p.Seed || s.Len() > p.MaxEntries {
+		c.m.rejected.WithLabelValues("mismatch").Inc()
+		return &rejection{fmt.Sprintf("path %q epoch %d: a sample of %d packets under seed %x; the collector takes samples of at most %d under seed %x (params.sample, target %d)",
+			r.GetPath(), r.GetEpoch(), s.Len(), s.Config().Seed, p.MaxEntries, p.Seed, p.Target)}
+	}
+	return nil
+}
+
 // reportDigest identifies a report's content: its synopses and top flows.
 // 0 is kept for "unknown" (results stored before digests).
 func reportDigest(r *owlv1.EpochReport) uint64 {
 	d := xxhash.New()
 	var b []byte
-	for _, s := range [][]byte{r.GetLda(), r.GetRda(), r.GetLds()} {
+	for _, s := range [][]byte{r.GetLda(), r.GetRda(), r.GetLds(), r.GetSample()} {
 		b = binary.LittleEndian.AppendUint64(b[:0], uint64(len(s)))
 		d.Write(b)
 		d.Write(s)

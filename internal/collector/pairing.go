@@ -12,6 +12,7 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // pathState is the pairing table of one path: the epochs whose sides are
@@ -34,6 +35,10 @@ type pathState struct {
 	boundaries map[int64]*boundary
 	recentDiff []int // set difference sizes of recent epochs
 	rdaBuckets int   // RDA size the probes were told to use
+	// recentPackets are the upstream packet counts of recent epochs;
+	// sampleShift the sampling rate the probes were told to use, 2^-shift.
+	recentPackets []uint64
+	sampleShift   int
 	// flowAges says when the epochs' per-flow data were stored, for
 	// pruning by flows.retention.
 	flowAges flowAges
@@ -66,6 +71,8 @@ type side struct {
 	// checked when it came; the worker decodes it.
 	ldsCfg *lds.Config
 	digest uint64 // of its content (reportDigest)
+	// sample is the report's packet sample (nil: it has none).
+	sample *sample.Sample
 }
 
 func newPathState(p netpath.Path, rdaBuckets int) *pathState {
@@ -82,6 +89,11 @@ func decodeSide(p store.Pending) (*side, error) {
 	s := &side{Pending: p, lda: l, digest: reportDigest(p.Report)}
 	if b := p.Report.GetRda(); len(b) > 0 {
 		if s.rda, err = rda.Decode(b); err != nil {
+			return nil, err
+		}
+	}
+	if b := p.Report.GetSample(); len(b) > 0 {
+		if s.sample, err = sample.Decode(b); err != nil {
 			return nil, err
 		}
 	}

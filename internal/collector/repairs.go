@@ -10,6 +10,7 @@ import (
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // sessionRepairs answers reconcile.Repairs for one epoch of a path by
@@ -99,6 +100,40 @@ func (r *sessionRepairs) fetch(ctx context.Context, s reconcile.Side, req *owlv1
 	out, size, err := sess.fetch(ctx, req)
 	r.count(size)
 	return out, err
+}
+
+// noteSampleRate remembers a path's upstream packet count of an epoch and,
+// when the sampling rate the probes use no longer fits params.sample.target,
+// tells them a new one: the highest rate 2^-k at which the busiest of the
+// recent epochs would have given at most twice the target.
+func (wk *worker) noteSampleRate(ps *pathState, packets uint64) {
+	target := uint64(wk.cfg.Params.Sample.Target)
+	if target == 0 {
+		return
+	}
+	ps.mu.Lock()
+	ps.recentPackets = append(ps.recentPackets, packets)
+	if len(ps.recentPackets) > 8 {
+		ps.recentPackets = ps.recentPackets[1:]
+	}
+	peak := slices.Max(ps.recentPackets)
+	want := 0
+	for want < sample.MaxShift && peak>>want > 2*target {
+		want++
+	}
+	cur := ps.sampleShift
+	ps.sampleShift = want
+	ps.mu.Unlock()
+	if want == cur {
+		return
+	}
+	wk.log.Info("changing sampling rate", "path", ps.path.Name, "rate", fmt.Sprintf("1/%d", uint64(1)<<want), "was", fmt.Sprintf("1/%d", uint64(1)<<cur))
+	msg := &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_SampleRate{SampleRate: &owlv1.SampleRate{Path: ps.path.Name, Shift: uint32(want)}}}
+	for _, probe := range []string{ps.path.Upstream, ps.path.Downstream} {
+		if s := wk.probes.session(probe); s != nil {
+			_ = s.send(msg)
+		}
+	}
 }
 
 // noteSetDifference remembers the set difference of a path's epoch and, when

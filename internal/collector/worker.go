@@ -113,6 +113,8 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	if pr.up.rda != nil && pr.down.rda != nil {
 		wk.estimateRDA(ctx, w)
 	}
+	wk.estimateSample(w)
+	wk.noteSampleRate(ps, pr.up.Report.GetCounters().GetPackets())
 	if w.res.Status == owlv1.ResultStatus_RESULT_STATUS_UNSPECIFIED {
 		w.res.Status = owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES
 	}
