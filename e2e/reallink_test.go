@@ -438,6 +438,13 @@ func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, tr
 		}
 	}
 	t.Logf("\n%s%d of %d epochs exact", b.String(), exact, checked)
+	qc := &quantileCheck{path: path}
+	for e := first; e < last; e++ {
+		if tr, r := truth[e], res[e]; tr != nil && r != nil {
+			qc.epoch(t, e, r, tr.delays)
+		}
+	}
+	qc.done(t)
 	if checked < 5 || exact < checked*9/10 {
 		t.Errorf("%s: %d epochs checked, %d exact", path, checked, exact)
 	}

@@ -121,6 +121,7 @@ type linkTruth struct {
 	sent, lost, crossed, extraIn, dups int
 	n                                  int     // delivered (anywhere)
 	sum, sq                            float64 // of their delays
+	delays                             []int64 // their delays, ns
 	flows                              map[capture.FlowKey]*flowAcc
 	// odd lists, for the failure message, the first lost and
 	// duplicated packets: their header key and where the copies of that
@@ -212,6 +213,7 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		paired[p.key][k] = true
 		dNS := ds[k] - p.tsNS
 		lt.n++
+		lt.delays = append(lt.delays, dNS)
 		lt.sum += float64(dNS)
 		lt.sq += float64(dNS) * float64(dNS)
 		de, _ := grid.Of(ds[k])

@@ -1,0 +1,83 @@
+package collector
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
+)
+
+// TestSampleJoinAcrossTheBoundary: a sampled packet sent near the end of
+// an epoch and seen downstream in the next is matched there and counts in
+// its own epoch's quantiles, also after both boundary records went through
+// their stored form; one joined at another rate is not matched.
+func TestSampleJoinAcrossTheBoundary(t *testing.T) {
+	cfg, _ := sample.ForShift(7, 0)
+	res := &owlv1.PathStats{Status: owlv1.ResultStatus_RESULT_STATUS_OK}
+	b := &boundary{epoch: 1, res: res, sample: &sampleJoin{cfg: cfg, delays: []int64{100, 200, 300},
+		up: map[uint64]int64{42: 1_999_000, 43: 1_999_500}, down: map[uint64]int64{}}}
+	b.sample.apply(res)
+	if res.GetSampleDelays() != 3 || res.GetQuantiles()[0].GetValueNs() != 200 || !res.GetQuantiles()[0].GetExact() {
+		t.Fatalf("before matching: %v", res)
+	}
+	nextRes := &owlv1.PathStats{Status: owlv1.ResultStatus_RESULT_STATUS_OK}
+	next := &boundary{epoch: 2, res: nextRes, sample: &sampleJoin{cfg: cfg, delays: []int64{50},
+		up: map[uint64]int64{}, down: map[uint64]int64{42: 2_000_400, 99: 2_000_001}}}
+	// Through the stored form.
+	var err error
+	if b, err = decodeBoundary(1, b.encode(), res); err != nil {
+		t.Fatal(err)
+	}
+	if next, err = decodeBoundary(2, next.encode(), nextRes); err != nil {
+		t.Fatal(err)
+	}
+	if !b.match(next) {
+		t.Fatal("nothing matched")
+	}
+	if got := b.sample.delays; !slices.Equal(got, []int64{100, 200, 300, 1400}) {
+		t.Errorf("delays %v, want the crosser's 1400 ns added", got)
+	}
+	if res.GetSampleDelays() != 4 || res.GetDelayMaxNs() != 1400 {
+		t.Errorf("result not updated: %d delays, max %v", res.GetSampleDelays(), res.GetDelayMaxNs())
+	}
+	if _, ok := next.sample.down[99]; !ok || len(next.sample.down) != 1 {
+		t.Errorf("next epoch's unmatched entries %v, want 99 left", next.sample.down)
+	}
+	other, _ := sample.ForShift(7, 1)
+	later := &sampleJoin{cfg: other, down: map[uint64]int64{43: 2_000_000}}
+	if n := b.sample.match(later); n != 0 {
+		t.Errorf("matched %d entries joined at another rate", n)
+	}
+}
+
+// FuzzBoundaryRecord: a boundary record from the store or a peer decodes
+// or is refused, without panicking and within memory bounded by its
+// size; what decodes encodes to a record that decodes to the same.
+func FuzzBoundaryRecord(f *testing.F) {
+	cfg, _ := sample.ForShift(7, 3)
+	for _, bd := range []*boundary{
+		{lost: map[uint64]int64{1: 2}, extra: map[uint64]int64{}},
+		{lost: map[uint64]int64{}, extra: map[uint64]int64{5: 6}, sample: &sampleJoin{cfg: cfg, delays: []int64{1, 5},
+			up: map[uint64]int64{9: 10}, down: map[uint64]int64{}, narrowed: true, ambiguous: 2}},
+	} {
+		f.Add(bd.encode())
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		bd, err := decodeBoundary(1, data, &owlv1.PathStats{})
+		if err != nil {
+			return
+		}
+		if n := len(bd.lost) + len(bd.extra); n > len(data)/16 {
+			t.Fatalf("%d entries from %d bytes", n, len(data))
+		}
+		again, err := decodeBoundary(1, bd.encode(), &owlv1.PathStats{})
+		if err != nil {
+			t.Fatalf("re-encoded record refused: %v", err)
+		}
+		if !bytes.Equal(again.encode(), bd.encode()) {
+			t.Fatal("re-encoded record decodes to other content")
+		}
+	})
+}
