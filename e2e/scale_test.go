@@ -124,7 +124,14 @@ func fastReplay(t *testing.T, env *harness.Env, in string, shape sim.Shape) {
 	t.Logf("%d epochs, %d packets sent, %.0f lost (truth %d), %d not exact, %d not exact but within bounds where a copy of a repeated ID was lost; probes done in %v (CPU %v, %v); collector peak %.0f MiB",
 		len(truths), sent, lost, trueLost, wrong, near, replayed.Round(time.Millisecond), a.CPUTime().Round(time.Millisecond),
 		b.CPUTime().Round(time.Millisecond), float64(peak)/(1<<20))
-	if peak > collectorPeakBound {
+	// The bound is the collector's, as users run it. A race-built
+	// collector holds the race runtime's shadow of every heap and global
+	// byte (Go documents 5–10× the memory): on 2026-11-23 this replay
+	// peaked at 105 MiB built normally, before and after the percentile
+	// work, and race-built at 288–293 MiB before it and 301–306 after
+	// (293 with only gonum linked into the old collector). The normal
+	// build, run by the same CI, keeps the bound.
+	if peak > collectorPeakBound && os.Getenv("OWL_E2E_RACE") != "1" {
 		t.Errorf("collector peak memory %.0f MiB, bound %d MiB", float64(peak)/(1<<20), collectorPeakBound>>20)
 	}
 	if err := coll.Stop(10 * time.Second); err != nil {
