@@ -3,6 +3,7 @@ module github.com/owl-latency/owl
 go 1.26.0
 
 require (
+	github.com/DataDog/sketches-go v1.4.8
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/facebook/time v0.0.0-20260822211804-f81aedc1c1e3
 	github.com/gopacket/gopacket v1.7.7

@@ -100,7 +100,7 @@ func (sj *sampleJoin) match(next *sampleJoin) int {
 func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 	res.SampleRate = sj.cfg.Rate()
 	res.SampleDelays = uint64(len(sj.delays))
-	res.Quantiles, res.DelayMinNs, res.DelayMaxNs = nil, 0, 0
+	res.Quantiles, res.DelayMinNs, res.DelayMaxNs, res.DelaySketch = nil, 0, 0, nil
 	var notes []string
 	if sj.narrowed {
 		notes = append(notes, fmt.Sprintf("the sides sampled at different rates; joined at the lower, 1/%.0f", 1/res.SampleRate))
@@ -113,6 +113,7 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 		return
 	}
 	res.DelayMinNs, res.DelayMaxNs = float64(sj.delays[0]), float64(sj.delays[len(sj.delays)-1])
+	res.DelaySketch = encodeDelaySketch(sj.delays, 1/sj.cfg.Rate())
 	exact := sj.cfg.Rate() == 1 && sj.ambiguous == 0
 	qs, err := sample.Quantiles(sj.delays, quantilesAsked, quantileConfidence, exact)
 	if err != nil { // the quantiles and confidence are constants in range

@@ -91,6 +91,11 @@ func (s queryService) GetPathStats(ctx context.Context, req *owlv1.GetPathStatsR
 	if len(others) > 0 {
 		res = mergeResults(append(others, res), limit)
 	}
+	if !req.GetIncludeSketch() {
+		for _, r := range res {
+			r.DelaySketch = nil
+		}
+	}
 	return &owlv1.GetPathStatsResponse{Stats: res, Note: note}, nil
 }
 

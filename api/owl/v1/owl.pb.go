@@ -309,7 +309,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -3754,7 +3754,9 @@ type GetPathStatsRequest struct {
 	From *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	To   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
 	// limit caps the number of results (newest last); 0 means 1000.
-	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// include_sketch keeps each result's delay_sketch (left out otherwise).
+	IncludeSketch bool `protobuf:"varint,5,opt,name=include_sketch,json=includeSketch,proto3" json:"include_sketch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3817,6 +3819,263 @@ func (x *GetPathStatsRequest) GetLimit() uint32 {
 	return 0
 }
 
+func (x *GetPathStatsRequest) GetIncludeSketch() bool {
+	if x != nil {
+		return x.IncludeSketch
+	}
+	return false
+}
+
+type GetPathDelayDistributionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// from and to bound the epochs' start times; unset means unbounded.
+	From *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// quantiles to give, each in (0, 1); empty: 0.5, 0.9, 0.99, 0.999.
+	Quantiles []float64 `protobuf:"fixed64,4,rep,packed,name=quantiles,proto3" json:"quantiles,omitempty"`
+	// cdf_at_ns asks for the share of packets with a delay at or below
+	// each of these values.
+	CdfAtNs       []float64 `protobuf:"fixed64,5,rep,packed,name=cdf_at_ns,json=cdfAtNs,proto3" json:"cdf_at_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPathDelayDistributionRequest) Reset() {
+	*x = GetPathDelayDistributionRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPathDelayDistributionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPathDelayDistributionRequest) ProtoMessage() {}
+
+func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPathDelayDistributionRequest.ProtoReflect.Descriptor instead.
+func (*GetPathDelayDistributionRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GetPathDelayDistributionRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *GetPathDelayDistributionRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *GetPathDelayDistributionRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *GetPathDelayDistributionRequest) GetQuantiles() []float64 {
+	if x != nil {
+		return x.Quantiles
+	}
+	return nil
+}
+
+func (x *GetPathDelayDistributionRequest) GetCdfAtNs() []float64 {
+	if x != nil {
+		return x.CdfAtNs
+	}
+	return nil
+}
+
+type GetPathDelayDistributionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// epochs is how many results the range holds, sketched_epochs how many
+	// of them had a delay sketch (a sampled join) and went into the answer.
+	Epochs         uint32 `protobuf:"varint,1,opt,name=epochs,proto3" json:"epochs,omitempty"`
+	SketchedEpochs uint32 `protobuf:"varint,2,opt,name=sketched_epochs,json=sketchedEpochs,proto3" json:"sketched_epochs,omitempty"`
+	// packets is the delivered packets the merged sketch stands for (each
+	// sampled delay counts 1/rate).
+	Packets float64 `protobuf:"fixed64,3,opt,name=packets,proto3" json:"packets,omitempty"`
+	// relative_accuracy bounds the sketch's error on a value: a quantile's
+	// lo_ns and hi_ns widen its value by it. The sampling error comes on
+	// top (see each epoch's quantile intervals).
+	RelativeAccuracy float64          `protobuf:"fixed64,4,opt,name=relative_accuracy,json=relativeAccuracy,proto3" json:"relative_accuracy,omitempty"`
+	Quantiles        []*DelayQuantile `protobuf:"bytes,5,rep,name=quantiles,proto3" json:"quantiles,omitempty"`
+	Cdf              []*CDFPoint      `protobuf:"bytes,6,rep,name=cdf,proto3" json:"cdf,omitempty"`
+	MinNs            float64          `protobuf:"fixed64,7,opt,name=min_ns,json=minNs,proto3" json:"min_ns,omitempty"`
+	MaxNs            float64          `protobuf:"fixed64,8,opt,name=max_ns,json=maxNs,proto3" json:"max_ns,omitempty"`
+	// note names collectors of the cluster that did not answer, and
+	// sketches that could not be read.
+	Note          string `protobuf:"bytes,9,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPathDelayDistributionResponse) Reset() {
+	*x = GetPathDelayDistributionResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPathDelayDistributionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPathDelayDistributionResponse) ProtoMessage() {}
+
+func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPathDelayDistributionResponse.ProtoReflect.Descriptor instead.
+func (*GetPathDelayDistributionResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GetPathDelayDistributionResponse) GetEpochs() uint32 {
+	if x != nil {
+		return x.Epochs
+	}
+	return 0
+}
+
+func (x *GetPathDelayDistributionResponse) GetSketchedEpochs() uint32 {
+	if x != nil {
+		return x.SketchedEpochs
+	}
+	return 0
+}
+
+func (x *GetPathDelayDistributionResponse) GetPackets() float64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *GetPathDelayDistributionResponse) GetRelativeAccuracy() float64 {
+	if x != nil {
+		return x.RelativeAccuracy
+	}
+	return 0
+}
+
+func (x *GetPathDelayDistributionResponse) GetQuantiles() []*DelayQuantile {
+	if x != nil {
+		return x.Quantiles
+	}
+	return nil
+}
+
+func (x *GetPathDelayDistributionResponse) GetCdf() []*CDFPoint {
+	if x != nil {
+		return x.Cdf
+	}
+	return nil
+}
+
+func (x *GetPathDelayDistributionResponse) GetMinNs() float64 {
+	if x != nil {
+		return x.MinNs
+	}
+	return 0
+}
+
+func (x *GetPathDelayDistributionResponse) GetMaxNs() float64 {
+	if x != nil {
+		return x.MaxNs
+	}
+	return 0
+}
+
+func (x *GetPathDelayDistributionResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// CDFPoint is the share of packets whose delay is at or below at_ns.
+type CDFPoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtNs          float64                `protobuf:"fixed64,1,opt,name=at_ns,json=atNs,proto3" json:"at_ns,omitempty"`
+	Fraction      float64                `protobuf:"fixed64,2,opt,name=fraction,proto3" json:"fraction,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CDFPoint) Reset() {
+	*x = CDFPoint{}
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CDFPoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CDFPoint) ProtoMessage() {}
+
+func (x *CDFPoint) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CDFPoint.ProtoReflect.Descriptor instead.
+func (*CDFPoint) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CDFPoint) GetAtNs() float64 {
+	if x != nil {
+		return x.AtNs
+	}
+	return 0
+}
+
+func (x *CDFPoint) GetFraction() float64 {
+	if x != nil {
+		return x.Fraction
+	}
+	return 0
+}
+
 type GetPathStatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Stats []*PathStats           `protobuf:"bytes,1,rep,name=stats,proto3" json:"stats,omitempty"`
@@ -3829,7 +4088,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4100,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4113,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -3881,7 +4140,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3893,7 +4152,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3906,7 +4165,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -3933,7 +4192,7 @@ type DelayQuantile struct {
 
 func (x *DelayQuantile) Reset() {
 	*x = DelayQuantile{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +4204,7 @@ func (x *DelayQuantile) String() string {
 func (*DelayQuantile) ProtoMessage() {}
 
 func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +4217,7 @@ func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
 func (*DelayQuantile) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DelayQuantile) GetQ() float64 {
@@ -4081,14 +4340,18 @@ type PathStats struct {
 	// sample_note says why a side's sample was not used, or what the join
 	// left out (identities seen more than once whose copies cannot be told
 	// apart).
-	SampleNote    string `protobuf:"bytes,42,opt,name=sample_note,json=sampleNote,proto3" json:"sample_note,omitempty"`
+	SampleNote string `protobuf:"bytes,42,opt,name=sample_note,json=sampleNote,proto3" json:"sample_note,omitempty"`
+	// delay_sketch is a DDSketch (sketches-go encoding) of the sampled
+	// delays, each weighted 1/sample_rate: merged over epochs by
+	// GetPathDelayDistribution. GetPathStats leaves it out unless asked.
+	DelaySketch   []byte `protobuf:"bytes,43,opt,name=delay_sketch,json=delaySketch,proto3" json:"delay_sketch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4363,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4376,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PathStats) GetPath() string {
@@ -4410,6 +4673,13 @@ func (x *PathStats) GetSampleNote() string {
 	return ""
 }
 
+func (x *PathStats) GetDelaySketch() []byte {
+	if x != nil {
+		return x.DelaySketch
+	}
+	return nil
+}
+
 type GetFlowStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -4424,7 +4694,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4436,7 +4706,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4449,7 +4719,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -4496,7 +4766,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4508,7 +4778,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4521,7 +4791,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -4565,7 +4835,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +4847,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +4860,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -4698,7 +4968,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4710,7 +4980,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4723,7 +4993,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -4770,7 +5040,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4782,7 +5052,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4795,7 +5065,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -4832,7 +5102,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4844,7 +5114,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4857,7 +5127,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -4964,7 +5234,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4976,7 +5246,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4989,7 +5259,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -5131,7 +5401,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5143,7 +5413,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5156,7 +5426,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -5198,7 +5468,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5210,7 +5480,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5223,7 +5493,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -5256,7 +5526,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5268,7 +5538,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5281,7 +5551,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -5348,7 +5618,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5360,7 +5630,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5373,7 +5643,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
 }
 
 type ListCollectorsResponse struct {
@@ -5385,7 +5655,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5397,7 +5667,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5410,7 +5680,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -5443,7 +5713,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5455,7 +5725,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5468,7 +5738,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -5791,12 +6061,32 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	" \x01(\x04R\arefused\"\x12\n" +
 	"\x10ListPathsRequest\"7\n" +
 	"\x11ListPathsResponse\x12\"\n" +
-	"\x05paths\x18\x01 \x03(\v2\f.owl.v1.PathR\x05paths\"\x9b\x01\n" +
+	"\x05paths\x18\x01 \x03(\v2\f.owl.v1.PathR\x05paths\"\xc2\x01\n" +
 	"\x13GetPathStatsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\rR\x05limit\"S\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12%\n" +
+	"\x0einclude_sketch\x18\x05 \x01(\bR\rincludeSketch\"\xcb\x01\n" +
+	"\x1fGetPathDelayDistributionRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x1c\n" +
+	"\tquantiles\x18\x04 \x03(\x01R\tquantiles\x12\x1a\n" +
+	"\tcdf_at_ns\x18\x05 \x03(\x01R\acdfAtNs\"\xc5\x02\n" +
+	" GetPathDelayDistributionResponse\x12\x16\n" +
+	"\x06epochs\x18\x01 \x01(\rR\x06epochs\x12'\n" +
+	"\x0fsketched_epochs\x18\x02 \x01(\rR\x0esketchedEpochs\x12\x18\n" +
+	"\apackets\x18\x03 \x01(\x01R\apackets\x12+\n" +
+	"\x11relative_accuracy\x18\x04 \x01(\x01R\x10relativeAccuracy\x123\n" +
+	"\tquantiles\x18\x05 \x03(\v2\x15.owl.v1.DelayQuantileR\tquantiles\x12\"\n" +
+	"\x03cdf\x18\x06 \x03(\v2\x10.owl.v1.CDFPointR\x03cdf\x12\x15\n" +
+	"\x06min_ns\x18\a \x01(\x01R\x05minNs\x12\x15\n" +
+	"\x06max_ns\x18\b \x01(\x01R\x05maxNs\x12\x12\n" +
+	"\x04note\x18\t \x01(\tR\x04note\";\n" +
+	"\bCDFPoint\x12\x13\n" +
+	"\x05at_ns\x18\x01 \x01(\x01R\x04atNs\x12\x1a\n" +
+	"\bfraction\x18\x02 \x01(\x01R\bfraction\"S\n" +
 	"\x14GetPathStatsResponse\x12'\n" +
 	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.PathStatsR\x05stats\x12\x12\n" +
 	"\x04note\x18\x02 \x01(\tR\x04note\"+\n" +
@@ -5807,7 +6097,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bvalue_ns\x18\x02 \x01(\x01R\avalueNs\x12\x13\n" +
 	"\x05lo_ns\x18\x03 \x01(\x01R\x04loNs\x12\x13\n" +
 	"\x05hi_ns\x18\x04 \x01(\x01R\x04hiNs\x12\x14\n" +
-	"\x05exact\x18\x05 \x01(\bR\x05exact\"\xde\f\n" +
+	"\x05exact\x18\x05 \x01(\bR\x05exact\"\x81\r\n" +
 	"\tPathStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -5860,7 +6150,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"delayMaxNs\x123\n" +
 	"\tquantiles\x18) \x03(\v2\x15.owl.v1.DelayQuantileR\tquantiles\x12\x1f\n" +
 	"\vsample_note\x18* \x01(\tR\n" +
-	"sampleNote\"\xc0\x01\n" +
+	"sampleNote\x12!\n" +
+	"\fdelay_sketch\x18+ \x01(\fR\vdelaySketch\"\xc0\x01\n" +
 	"\x13GetFlowStatsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\x04flow\x18\x02 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12.\n" +
@@ -5980,12 +6271,13 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x16RESULT_STATUS_MISMATCH\x10\x05\x12\x19\n" +
 	"\x15RESULT_STATUS_PARTIAL\x10\x062M\n" +
 	"\fProbeService\x12=\n" +
-	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xc4\x05\n" +
+	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xb3\x06\n" +
 	"\fQueryService\x12C\n" +
 	"\n" +
 	"ListProbes\x12\x19.owl.v1.ListProbesRequest\x1a\x1a.owl.v1.ListProbesResponse\x12@\n" +
 	"\tListPaths\x12\x18.owl.v1.ListPathsRequest\x1a\x19.owl.v1.ListPathsResponse\x12I\n" +
-	"\fGetPathStats\x12\x1b.owl.v1.GetPathStatsRequest\x1a\x1c.owl.v1.GetPathStatsResponse\x12D\n" +
+	"\fGetPathStats\x12\x1b.owl.v1.GetPathStatsRequest\x1a\x1c.owl.v1.GetPathStatsResponse\x12m\n" +
+	"\x18GetPathDelayDistribution\x12'.owl.v1.GetPathDelayDistributionRequest\x1a(.owl.v1.GetPathDelayDistributionResponse\x12D\n" +
 	"\x0eWatchPathStats\x12\x1d.owl.v1.WatchPathStatsRequest\x1a\x11.owl.v1.PathStats0\x01\x12I\n" +
 	"\fGetFlowStats\x12\x1b.owl.v1.GetFlowStatsRequest\x1a\x1c.owl.v1.GetFlowStatsResponse\x12=\n" +
 	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponse\x12g\n" +
@@ -6010,199 +6302,208 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_owl_v1_owl_proto_goTypes = []any{
-	(Role)(0),                              // 0: owl.v1.Role
-	(ClockState)(0),                        // 1: owl.v1.ClockState
-	(ResultStatus)(0),                      // 2: owl.v1.ResultStatus
-	(Reject_Kind)(0),                       // 3: owl.v1.Reject.Kind
-	(TopFlowsRequest_Order)(0),             // 4: owl.v1.TopFlowsRequest.Order
-	(*EpochCopy)(nil),                      // 5: owl.v1.EpochCopy
-	(*StoredFlow)(nil),                     // 6: owl.v1.StoredFlow
-	(*LoneSide)(nil),                       // 7: owl.v1.LoneSide
-	(*ReplicateRequest)(nil),               // 8: owl.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),              // 9: owl.v1.ReplicateResponse
-	(*ExportRequest)(nil),                  // 10: owl.v1.ExportRequest
-	(*EpochBlock)(nil),                     // 11: owl.v1.EpochBlock
-	(*TakePendingRequest)(nil),             // 12: owl.v1.TakePendingRequest
-	(*TakePendingResponse)(nil),            // 13: owl.v1.TakePendingResponse
-	(*ProbeMessage)(nil),                   // 14: owl.v1.ProbeMessage
-	(*Hello)(nil),                          // 15: owl.v1.Hello
-	(*SynopsisParams)(nil),                 // 16: owl.v1.SynopsisParams
-	(*SampleParams)(nil),                   // 17: owl.v1.SampleParams
-	(*ColateParams)(nil),                   // 18: owl.v1.ColateParams
-	(*ColateVector)(nil),                   // 19: owl.v1.ColateVector
-	(*LDSParams)(nil),                      // 20: owl.v1.LDSParams
-	(*FlowWeight)(nil),                     // 21: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                 // 22: owl.v1.IdentityParams
-	(*EpochParams)(nil),                    // 23: owl.v1.EpochParams
-	(*LDAParams)(nil),                      // 24: owl.v1.LDAParams
-	(*RDAParams)(nil),                      // 25: owl.v1.RDAParams
-	(*EpochReport)(nil),                    // 26: owl.v1.EpochReport
-	(*FlowKey)(nil),                        // 27: owl.v1.FlowKey
-	(*TopFlow)(nil),                        // 28: owl.v1.TopFlow
-	(*Counters)(nil),                       // 29: owl.v1.Counters
-	(*ClockStatus)(nil),                    // 30: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),               // 31: owl.v1.CollectorMessage
-	(*Release)(nil),                        // 32: owl.v1.Release
-	(*EpochRef)(nil),                       // 33: owl.v1.EpochRef
-	(*FetchRequest)(nil),                   // 34: owl.v1.FetchRequest
-	(*FetchReply)(nil),                     // 35: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                 // 36: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                   // 37: owl.v1.RebuildReply
-	(*RDASize)(nil),                        // 38: owl.v1.RDASize
-	(*SampleRate)(nil),                     // 39: owl.v1.SampleRate
-	(*PathConfig)(nil),                     // 40: owl.v1.PathConfig
-	(*PathAssignment)(nil),                 // 41: owl.v1.PathAssignment
-	(*Ack)(nil),                            // 42: owl.v1.Ack
-	(*Reject)(nil),                         // 43: owl.v1.Reject
-	(*Path)(nil),                           // 44: owl.v1.Path
-	(*Selector)(nil),                       // 45: owl.v1.Selector
-	(*ListProbesRequest)(nil),              // 46: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),             // 47: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                      // 48: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),               // 49: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),              // 50: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),            // 51: owl.v1.GetPathStatsRequest
-	(*GetPathStatsResponse)(nil),           // 52: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),          // 53: owl.v1.WatchPathStatsRequest
-	(*DelayQuantile)(nil),                  // 54: owl.v1.DelayQuantile
-	(*PathStats)(nil),                      // 55: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),            // 56: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),           // 57: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                      // 58: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                // 59: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),               // 60: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),  // 61: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil), // 62: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),       // 63: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),      // 64: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),               // 65: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),          // 66: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),         // 67: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                  // 68: owl.v1.CollectorInfo
-	nil,                                    // 69: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),          // 70: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),            // 71: google.protobuf.Duration
+	(Role)(0),                                // 0: owl.v1.Role
+	(ClockState)(0),                          // 1: owl.v1.ClockState
+	(ResultStatus)(0),                        // 2: owl.v1.ResultStatus
+	(Reject_Kind)(0),                         // 3: owl.v1.Reject.Kind
+	(TopFlowsRequest_Order)(0),               // 4: owl.v1.TopFlowsRequest.Order
+	(*EpochCopy)(nil),                        // 5: owl.v1.EpochCopy
+	(*StoredFlow)(nil),                       // 6: owl.v1.StoredFlow
+	(*LoneSide)(nil),                         // 7: owl.v1.LoneSide
+	(*ReplicateRequest)(nil),                 // 8: owl.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),                // 9: owl.v1.ReplicateResponse
+	(*ExportRequest)(nil),                    // 10: owl.v1.ExportRequest
+	(*EpochBlock)(nil),                       // 11: owl.v1.EpochBlock
+	(*TakePendingRequest)(nil),               // 12: owl.v1.TakePendingRequest
+	(*TakePendingResponse)(nil),              // 13: owl.v1.TakePendingResponse
+	(*ProbeMessage)(nil),                     // 14: owl.v1.ProbeMessage
+	(*Hello)(nil),                            // 15: owl.v1.Hello
+	(*SynopsisParams)(nil),                   // 16: owl.v1.SynopsisParams
+	(*SampleParams)(nil),                     // 17: owl.v1.SampleParams
+	(*ColateParams)(nil),                     // 18: owl.v1.ColateParams
+	(*ColateVector)(nil),                     // 19: owl.v1.ColateVector
+	(*LDSParams)(nil),                        // 20: owl.v1.LDSParams
+	(*FlowWeight)(nil),                       // 21: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                   // 22: owl.v1.IdentityParams
+	(*EpochParams)(nil),                      // 23: owl.v1.EpochParams
+	(*LDAParams)(nil),                        // 24: owl.v1.LDAParams
+	(*RDAParams)(nil),                        // 25: owl.v1.RDAParams
+	(*EpochReport)(nil),                      // 26: owl.v1.EpochReport
+	(*FlowKey)(nil),                          // 27: owl.v1.FlowKey
+	(*TopFlow)(nil),                          // 28: owl.v1.TopFlow
+	(*Counters)(nil),                         // 29: owl.v1.Counters
+	(*ClockStatus)(nil),                      // 30: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),                 // 31: owl.v1.CollectorMessage
+	(*Release)(nil),                          // 32: owl.v1.Release
+	(*EpochRef)(nil),                         // 33: owl.v1.EpochRef
+	(*FetchRequest)(nil),                     // 34: owl.v1.FetchRequest
+	(*FetchReply)(nil),                       // 35: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                   // 36: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                     // 37: owl.v1.RebuildReply
+	(*RDASize)(nil),                          // 38: owl.v1.RDASize
+	(*SampleRate)(nil),                       // 39: owl.v1.SampleRate
+	(*PathConfig)(nil),                       // 40: owl.v1.PathConfig
+	(*PathAssignment)(nil),                   // 41: owl.v1.PathAssignment
+	(*Ack)(nil),                              // 42: owl.v1.Ack
+	(*Reject)(nil),                           // 43: owl.v1.Reject
+	(*Path)(nil),                             // 44: owl.v1.Path
+	(*Selector)(nil),                         // 45: owl.v1.Selector
+	(*ListProbesRequest)(nil),                // 46: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),               // 47: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                        // 48: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),                 // 49: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),                // 50: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),              // 51: owl.v1.GetPathStatsRequest
+	(*GetPathDelayDistributionRequest)(nil),  // 52: owl.v1.GetPathDelayDistributionRequest
+	(*GetPathDelayDistributionResponse)(nil), // 53: owl.v1.GetPathDelayDistributionResponse
+	(*CDFPoint)(nil),                         // 54: owl.v1.CDFPoint
+	(*GetPathStatsResponse)(nil),             // 55: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),            // 56: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                    // 57: owl.v1.DelayQuantile
+	(*PathStats)(nil),                        // 58: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),              // 59: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),             // 60: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                        // 61: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                  // 62: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),                 // 63: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),    // 64: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil),   // 65: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),         // 66: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),        // 67: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),                 // 68: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),            // 69: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),           // 70: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                    // 71: owl.v1.CollectorInfo
+	nil,                                      // 72: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),            // 73: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 74: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	55, // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
-	6,  // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
-	7,  // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	58, // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	70, // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
-	26, // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
-	5,  // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
-	11, // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
-	0,  // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	26, // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	15, // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	26, // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	35, // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	37, // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	30, // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	19, // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	16, // 16: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	30, // 17: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	22, // 18: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	23, // 19: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	24, // 20: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	25, // 21: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	20, // 22: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	21, // 23: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	18, // 24: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	17, // 25: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
-	30, // 26: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	45, // 27: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,  // 28: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	29, // 29: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	30, // 30: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	28, // 31: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	27, // 32: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	69, // 33: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,  // 34: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	40, // 35: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	42, // 36: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	43, // 37: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	34, // 38: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	36, // 39: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	38, // 40: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	32, // 41: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	39, // 42: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	33, // 43: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	41, // 44: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	16, // 45: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	44, // 46: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,  // 47: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,  // 48: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	45, // 49: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	48, // 50: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	70, // 51: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	30, // 52: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	44, // 53: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	70, // 54: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	70, // 55: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	55, // 56: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	70, // 57: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	71, // 58: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,  // 59: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	30, // 60: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	30, // 61: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	29, // 62: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	29, // 63: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	70, // 64: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	54, // 65: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	27, // 66: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	70, // 67: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	70, // 68: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	58, // 69: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	70, // 70: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	27, // 71: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	70, // 72: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	70, // 73: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	4,  // 74: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	58, // 75: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	27, // 76: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	70, // 77: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	70, // 78: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	70, // 79: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	70, // 80: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	70, // 81: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	70, // 82: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	65, // 83: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	70, // 84: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	68, // 85: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	14, // 86: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	46, // 87: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	49, // 88: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	51, // 89: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	53, // 90: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	56, // 91: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	59, // 92: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	61, // 93: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	63, // 94: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	66, // 95: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	12, // 96: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	8,  // 97: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	10, // 98: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	31, // 99: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	47, // 100: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	50, // 101: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	52, // 102: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	55, // 103: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	57, // 104: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	60, // 105: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	62, // 106: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	64, // 107: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	67, // 108: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	13, // 109: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	9,  // 110: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	5,  // 111: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	99, // [99:112] is the sub-list for method output_type
-	86, // [86:99] is the sub-list for method input_type
-	86, // [86:86] is the sub-list for extension type_name
-	86, // [86:86] is the sub-list for extension extendee
-	0,  // [0:86] is the sub-list for field type_name
+	58,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	6,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
+	7,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
+	61,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	73,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	26,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
+	5,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
+	11,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
+	0,   // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
+	26,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	15,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	26,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	35,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	37,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	30,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	19,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	16,  // 16: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	30,  // 17: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	22,  // 18: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	23,  // 19: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	24,  // 20: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	25,  // 21: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	20,  // 22: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	21,  // 23: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	18,  // 24: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	17,  // 25: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	30,  // 26: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	45,  // 27: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,   // 28: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	29,  // 29: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	30,  // 30: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	28,  // 31: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	27,  // 32: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	72,  // 33: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,   // 34: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	40,  // 35: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	42,  // 36: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	43,  // 37: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	34,  // 38: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	36,  // 39: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	38,  // 40: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	32,  // 41: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	39,  // 42: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	33,  // 43: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	41,  // 44: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	16,  // 45: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	44,  // 46: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 47: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 48: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	45,  // 49: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	48,  // 50: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	73,  // 51: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	30,  // 52: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	44,  // 53: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	73,  // 54: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	73,  // 55: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	73,  // 56: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	73,  // 57: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	57,  // 58: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	54,  // 59: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	58,  // 60: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	73,  // 61: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	74,  // 62: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 63: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	30,  // 64: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	30,  // 65: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	29,  // 66: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	29,  // 67: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	73,  // 68: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	57,  // 69: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	27,  // 70: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	73,  // 71: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	73,  // 72: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	61,  // 73: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	73,  // 74: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	27,  // 75: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	73,  // 76: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	73,  // 77: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 78: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	61,  // 79: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	27,  // 80: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	73,  // 81: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	73,  // 82: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	73,  // 83: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	73,  // 84: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	73,  // 85: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	73,  // 86: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	68,  // 87: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	73,  // 88: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	71,  // 89: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	14,  // 90: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	46,  // 91: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	49,  // 92: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	51,  // 93: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	52,  // 94: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	56,  // 95: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	59,  // 96: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	62,  // 97: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	64,  // 98: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	66,  // 99: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	69,  // 100: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	12,  // 101: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	8,   // 102: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	10,  // 103: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	31,  // 104: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	47,  // 105: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	50,  // 106: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	55,  // 107: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	53,  // 108: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	58,  // 109: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	60,  // 110: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	63,  // 111: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	65,  // 112: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	67,  // 113: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	70,  // 114: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	13,  // 115: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	9,   // 116: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	5,   // 117: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	104, // [104:118] is the sub-list for method output_type
+	90,  // [90:104] is the sub-list for method input_type
+	90,  // [90:90] is the sub-list for extension type_name
+	90,  // [90:90] is the sub-list for extension extendee
+	0,   // [0:90] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -6234,7 +6535,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   65,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

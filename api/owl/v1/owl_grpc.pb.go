@@ -129,15 +129,16 @@ var ProbeService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	QueryService_ListProbes_FullMethodName             = "/owl.v1.QueryService/ListProbes"
-	QueryService_ListPaths_FullMethodName              = "/owl.v1.QueryService/ListPaths"
-	QueryService_GetPathStats_FullMethodName           = "/owl.v1.QueryService/GetPathStats"
-	QueryService_WatchPathStats_FullMethodName         = "/owl.v1.QueryService/WatchPathStats"
-	QueryService_GetFlowStats_FullMethodName           = "/owl.v1.QueryService/GetFlowStats"
-	QueryService_TopFlows_FullMethodName               = "/owl.v1.QueryService/TopFlows"
-	QueryService_GetFlowLatencyHistoric_FullMethodName = "/owl.v1.QueryService/GetFlowLatencyHistoric"
-	QueryService_ListColateVectors_FullMethodName      = "/owl.v1.QueryService/ListColateVectors"
-	QueryService_ListCollectors_FullMethodName         = "/owl.v1.QueryService/ListCollectors"
+	QueryService_ListProbes_FullMethodName               = "/owl.v1.QueryService/ListProbes"
+	QueryService_ListPaths_FullMethodName                = "/owl.v1.QueryService/ListPaths"
+	QueryService_GetPathStats_FullMethodName             = "/owl.v1.QueryService/GetPathStats"
+	QueryService_GetPathDelayDistribution_FullMethodName = "/owl.v1.QueryService/GetPathDelayDistribution"
+	QueryService_WatchPathStats_FullMethodName           = "/owl.v1.QueryService/WatchPathStats"
+	QueryService_GetFlowStats_FullMethodName             = "/owl.v1.QueryService/GetFlowStats"
+	QueryService_TopFlows_FullMethodName                 = "/owl.v1.QueryService/TopFlows"
+	QueryService_GetFlowLatencyHistoric_FullMethodName   = "/owl.v1.QueryService/GetFlowLatencyHistoric"
+	QueryService_ListColateVectors_FullMethodName        = "/owl.v1.QueryService/ListColateVectors"
+	QueryService_ListCollectors_FullMethodName           = "/owl.v1.QueryService/ListCollectors"
 )
 
 // QueryServiceClient is the client API for QueryService service.
@@ -152,6 +153,10 @@ type QueryServiceClient interface {
 	ListPaths(ctx context.Context, in *ListPathsRequest, opts ...grpc.CallOption) (*ListPathsResponse, error)
 	// GetPathStats returns the per-epoch results of a path in a time range.
 	GetPathStats(ctx context.Context, in *GetPathStatsRequest, opts ...grpc.CallOption) (*GetPathStatsResponse, error)
+	// GetPathDelayDistribution merges the delay sketches of a path's epochs
+	// over a time range: percentiles and CDF points of every delivered
+	// packet's one-way delay over the range.
+	GetPathDelayDistribution(ctx context.Context, in *GetPathDelayDistributionRequest, opts ...grpc.CallOption) (*GetPathDelayDistributionResponse, error)
 	// WatchPathStats streams results as they are computed.
 	WatchPathStats(ctx context.Context, in *WatchPathStatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PathStats], error)
 	// GetFlowStats returns one flow's per-epoch delay on a path, for any flow
@@ -203,6 +208,16 @@ func (c *queryServiceClient) GetPathStats(ctx context.Context, in *GetPathStatsR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetPathStatsResponse)
 	err := c.cc.Invoke(ctx, QueryService_GetPathStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) GetPathDelayDistribution(ctx context.Context, in *GetPathDelayDistributionRequest, opts ...grpc.CallOption) (*GetPathDelayDistributionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPathDelayDistributionResponse)
+	err := c.cc.Invoke(ctx, QueryService_GetPathDelayDistribution_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +305,10 @@ type QueryServiceServer interface {
 	ListPaths(context.Context, *ListPathsRequest) (*ListPathsResponse, error)
 	// GetPathStats returns the per-epoch results of a path in a time range.
 	GetPathStats(context.Context, *GetPathStatsRequest) (*GetPathStatsResponse, error)
+	// GetPathDelayDistribution merges the delay sketches of a path's epochs
+	// over a time range: percentiles and CDF points of every delivered
+	// packet's one-way delay over the range.
+	GetPathDelayDistribution(context.Context, *GetPathDelayDistributionRequest) (*GetPathDelayDistributionResponse, error)
 	// WatchPathStats streams results as they are computed.
 	WatchPathStats(*WatchPathStatsRequest, grpc.ServerStreamingServer[PathStats]) error
 	// GetFlowStats returns one flow's per-epoch delay on a path, for any flow
@@ -325,6 +344,9 @@ func (UnimplementedQueryServiceServer) ListPaths(context.Context, *ListPathsRequ
 }
 func (UnimplementedQueryServiceServer) GetPathStats(context.Context, *GetPathStatsRequest) (*GetPathStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPathStats not implemented")
+}
+func (UnimplementedQueryServiceServer) GetPathDelayDistribution(context.Context, *GetPathDelayDistributionRequest) (*GetPathDelayDistributionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPathDelayDistribution not implemented")
 }
 func (UnimplementedQueryServiceServer) WatchPathStats(*WatchPathStatsRequest, grpc.ServerStreamingServer[PathStats]) error {
 	return status.Error(codes.Unimplemented, "method WatchPathStats not implemented")
@@ -415,6 +437,24 @@ func _QueryService_GetPathStats_Handler(srv interface{}, ctx context.Context, de
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(QueryServiceServer).GetPathStats(ctx, req.(*GetPathStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_GetPathDelayDistribution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPathDelayDistributionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).GetPathDelayDistribution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_GetPathDelayDistribution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).GetPathDelayDistribution(ctx, req.(*GetPathDelayDistributionRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -538,6 +578,10 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPathStats",
 			Handler:    _QueryService_GetPathStats_Handler,
+		},
+		{
+			MethodName: "GetPathDelayDistribution",
+			Handler:    _QueryService_GetPathDelayDistribution_Handler,
 		},
 		{
 			MethodName: "GetFlowStats",
