@@ -1,15 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gonum.org/v1/gonum/stat/distuv"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/epoch"
 )
 
 // quantileCheck compares owl's delay quantiles of a path's epochs with the
@@ -81,4 +85,58 @@ func missBound(n int) int {
 		k++
 	}
 	return k
+}
+
+// checkDistribution asks GetPathDelayDistribution for a path's epochs
+// first to last−1 and compares its p50 and p99 with those of every
+// delivered packet's delay: the true value must lie within the sketch's
+// accuracy of the answer's values at q ± 4 standard deviations of a
+// weighted sample quantile's rank (each epoch's sampled delays weigh
+// 1/rate, so the effective sample is (Σw)²/Σw²).
+func checkDistribution(t *testing.T, q owlv1.QueryServiceClient, path string, res map[int64]*owlv1.PathStats, truth map[int64]*linkTruth, grid epoch.Config, first, last int64) {
+	t.Helper()
+	var all []int64
+	var sw, sw2 float64
+	for e := first; e < last; e++ {
+		if tr := truth[e]; tr != nil {
+			all = append(all, tr.delays...)
+		}
+		if r := res[e]; r != nil && r.GetSampleRate() > 0 {
+			w := 1 / r.GetSampleRate()
+			sw += float64(r.GetSampleDelays()) * w
+			sw2 += float64(r.GetSampleDelays()) * w * w
+		}
+	}
+	if len(all) == 0 || sw == 0 {
+		t.Errorf("%s: no delays to compare the distribution with", path)
+		return
+	}
+	slices.Sort(all)
+	nEff := sw * sw / sw2
+	var qs []float64
+	for _, p := range []float64{0.5, 0.99} {
+		d := 4 * math.Sqrt(p*(1-p)/nEff)
+		qs = append(qs, max(p-d, 1e-6), p, min(p+d, 1-1e-6))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := q.GetPathDelayDistribution(ctx, &owlv1.GetPathDelayDistributionRequest{Path: path,
+		From: timestamppb.New(time.Unix(0, grid.StartNS(first))), To: timestamppb.New(time.Unix(0, grid.StartNS(last-1))), Quantiles: qs})
+	if err != nil {
+		t.Fatalf("GetPathDelayDistribution %s: %v", path, err)
+	}
+	got := r.GetQuantiles()
+	if len(got) != len(qs) {
+		t.Fatalf("%s: %d quantiles for %d asked", path, len(got), len(qs))
+	}
+	for i := 0; i < len(qs); i += 3 {
+		p := qs[i+1]
+		want := float64(all[int(p*float64(len(all)-1))])
+		lo, hi := got[i].GetLoNs(), got[i+2].GetHiNs()
+		t.Logf("%s over %d epochs (%d sketched), %.0f packets (truth %d): p%g %.1f µs, truth %.1f µs, accepted [%.1f, %.1f] µs",
+			path, r.GetEpochs(), r.GetSketchedEpochs(), r.GetPackets(), len(all), 100*p, got[i+1].GetValueNs()/1e3, want/1e3, lo/1e3, hi/1e3)
+		if want < lo || want > hi {
+			t.Errorf("%s: p%g over the run %.1f µs, truth %.1f µs outside [%.1f, %.1f]", path, 100*p, got[i+1].GetValueNs()/1e3, want/1e3, lo/1e3, hi/1e3)
+		}
+	}
 }

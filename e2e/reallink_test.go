@@ -248,6 +248,9 @@ func TestRealLink(t *testing.T) {
 	for _, path := range []string{"fwd", "rev"} {
 		checkRealLink(t, path, results[path], truths[path], first, last, func(e int64) string { return linesOf(coll2.Log(), fmt.Sprintf("epoch=%d", e)) })
 	}
+	for _, path := range []string{"fwd", "rev"} {
+		checkDistribution(t, q2, path, results[path], truths[path], grid, first, last)
+	}
 	checkRealLinkFlows(t, q2, "rev", truths["rev"])
 	checkRealLinkColate(t, q2, map[string][2]string{"fwd": {"probe-in", "probe-out"}, "rev": {"probe-out", "probe-in"}}, truths)
 }

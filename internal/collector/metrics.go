@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,7 +113,7 @@ func newMetrics() *metrics {
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), NativeHistogramBucketFactor: 1.1,
 	})
 	m.delay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "owl_path_delay_seconds", Help: "Mean one-way delay of each epoch, by path (native histogram; classic buckets from 1 µs).",
+		Name: "owl_path_delay_seconds", Help: "One-way delay of each sampled delivered packet, by path (native histogram; classic buckets from 1 µs).",
 		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 24), NativeHistogramBucketFactor: 1.01,
 	}, []string{"path"})
 	m.mean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_delay_mean_seconds", Help: "Mean one-way delay of the path's latest epoch."}, []string{"path"})
@@ -167,7 +168,7 @@ func (m *metrics) observe(r *owlv1.PathStats) {
 	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 		return
 	}
-	m.delay.WithLabelValues(p).Observe(r.GetMeanNs() / 1e9)
+	m.observeDelays(r)
 	m.latest(r)
 	if r.GetEstimator() != "rda" && r.GetEstimator() != "rda-partial" && r.GetLost() > 0 {
 		m.lost.WithLabelValues(p).Add(r.GetLost())
@@ -176,6 +177,27 @@ func (m *metrics) observe(r *owlv1.PathStats) {
 	m.packets.WithLabelValues(p, "downstream").Add(float64(r.GetDownstreamPackets()))
 	m.reordered.WithLabelValues(p).Add(float64(r.GetReordered()))
 	m.dupPackets.WithLabelValues(p).Add(float64(r.GetDuplicates()))
+}
+
+// observeDelays puts the epoch's sampled delays into the path's delay
+// histogram, read back from the result's sketch (each bin's value, as
+// many times as it holds sampled packets).
+func (m *metrics) observeDelays(r *owlv1.PathStats) {
+	rate := r.GetSampleRate()
+	if len(r.GetDelaySketch()) == 0 || !(rate > 0 && rate <= 1) {
+		return
+	}
+	s, err := decodeDelaySketch(r.GetDelaySketch())
+	if err != nil {
+		return // made by this collector or a peer's worker; checked where it is served
+	}
+	h := m.delay.WithLabelValues(r.GetPath())
+	s.ForEach(func(value, count float64) bool {
+		for range int(math.Round(count * rate)) {
+			h.Observe(value / 1e9)
+		}
+		return false
+	})
 }
 
 // latest sets the per-path gauges from a path's newest result.

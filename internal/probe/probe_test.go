@@ -249,7 +249,8 @@ func TestMergedWorkersEqualOne(t *testing.T) {
 
 // BenchmarkPipeline measures everything a probe does per packet from an
 // in-memory capture on one core: decode, identity, path selection, epoch,
-// LDA, RDA, cache, flow hash, LDS, RAP.
+// LDA, RDA, cache, flow hash, LDS, RAP and the packet sample (off in
+// sample=false).
 func BenchmarkPipeline(b *testing.B) {
 	src, err := capture.OpenFile("../../testdata/trace.pcap")
 	if err != nil {
@@ -266,14 +267,22 @@ func BenchmarkPipeline(b *testing.B) {
 		times = append(times, f.TimeNS)
 	}
 	src.Close()
-	for _, colateCounters := range []int{0, 1 << 16, 1 << 20} {
+	for _, run := range []struct {
+		colateCounters int
+		sample         bool
+	}{{0, false}, {0, true}, {1 << 16, true}, {1 << 20, true}} {
+		colateCounters := run.colateCounters
 		name := "colate=off"
 		if colateCounters > 0 {
 			name = fmt.Sprintf("colate=%d", colateCounters)
 		}
+		name += fmt.Sprintf("/sample=%t", run.sample)
 		b.Run(name, func(b *testing.B) {
 			p := params.Default()
 			p.Colate.Enabled, p.Colate.Counters = colateCounters > 0, max(colateCounters, 4)
+			if !run.sample {
+				p.Sample.Target = 0
+			}
 			var stats counters
 			// Epochs are handed to a sink that drops them: reporting is
 			// per epoch, not per packet.
