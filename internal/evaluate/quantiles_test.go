@@ -37,18 +37,7 @@ func TestSampleQuantilesOnTraces(t *testing.T) {
 		sim.Weibull{Shape: 0.65, Scale: 50 * time.Microsecond, Base: 20 * time.Microsecond},
 		sim.Bimodal{P: 0.01, Low: 100 * time.Microsecond, High: 2 * time.Millisecond},
 	} {
-		tr, err := sim.Impair(link, frames, id, sim.Impairment{Delay: model, Loss: 0.01, Reorder: 0.01, ReorderExtra: time.Millisecond, Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		up, err := BuildPackets(link, tr.Up, id, ep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		down, err := BuildPackets(link, tr.Down, id, ep)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tr, up, down := impairedPackets(t, link, frames, id, ep, sim.Impairment{Delay: model, Loss: 0.01, Reorder: 0.01, ReorderExtra: time.Millisecond, Seed: 7})
 		truth := deliveredWithin(tr.Truth, ep)
 		for _, shift := range []int{0, 2} {
 			cfg, _ := sample.ForShift(0x5eed, shift)

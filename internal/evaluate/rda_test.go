@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/sim"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
@@ -21,19 +23,8 @@ import (
 func TestRDAPolicyOnCaptures(t *testing.T) {
 	link, frames, ep := bundled(t)
 	id := capture.DefaultIdentityConfig()
-	tr, err := sim.Impair(link, frames, id, sim.Impairment{Delay: weibull(), Loss: 0.01, Reorder: 0.01, ReorderExtra: time.Millisecond,
+	tr, up, down := impairedPackets(t, link, frames, id, ep, sim.Impairment{Delay: weibull(), Loss: 0.01, Reorder: 0.01, ReorderExtra: time.Millisecond,
 		Duplicate: 0.002, DuplicateGap: 100 * time.Microsecond, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	up, err := BuildPackets(link, tr.Up, id, ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	down, err := BuildPackets(link, tr.Down, id, ep)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := RDAConfig{RDA: rda.Config{Banks: 2, Buckets: 32, Seed: 9, Check: true},
 		Limits: reconcile.Limits{MinBuckets: 32, MaxBuckets: 1 << 16, MaxRebuilds: 4}}
 	rows, err := CompareRDA(context.Background(), up, down, sim.EpochTruths(tr.Truth, ep, 0), cfg)
@@ -63,4 +54,21 @@ func TestRDAPolicyOnCaptures(t *testing.T) {
 	if checked < 2 {
 		t.Fatalf("only %d epochs of 10⁴ packets", checked)
 	}
+}
+
+// impairedPackets sends frames across a simulated path and returns the
+// trace and both points' packets per epoch.
+func impairedPackets(t *testing.T, link layers.LinkType, frames []sim.Frame, id capture.IdentityConfig, ep epoch.Config, m sim.Impairment) (tr *sim.Trace, up, down Packets) {
+	t.Helper()
+	tr, err := sim.Impair(link, frames, id, m)
+	if err == nil {
+		up, err = BuildPackets(link, tr.Up, id, ep)
+	}
+	if err == nil {
+		down, err = BuildPackets(link, tr.Down, id, ep)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, up, down
 }
