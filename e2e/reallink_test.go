@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
@@ -252,7 +255,7 @@ func TestRealLink(t *testing.T) {
 		checkDistribution(t, q2, path, results[path], truths[path], grid, first, last)
 	}
 	checkRealLinkFlows(t, q2, "rev", truths["rev"])
-	checkRealLinkColate(t, q2, map[string][2]string{"fwd": {"probe-in", "probe-out"}, "rev": {"probe-out", "probe-in"}}, truths)
+	checkRealLinkColate(t, q2, map[string][2]string{"fwd": {"probe-in", "probe-out"}, "rev": {"probe-out", "probe-in"}}, truths, grid)
 }
 
 // colateCounters is the COLATE vector size of the real-link run.
@@ -268,7 +271,7 @@ func colateParams(yaml string) string {
 // the direction of each path, and compares with the flow's true mean
 // (packets delivered within their epoch; the relay's loss, reordering and
 // duplicates are there, which COLATE does not model).
-func checkRealLinkColate(t *testing.T, q owlv1.QueryServiceClient, points map[string][2]string, truths map[string]map[int64]*linkTruth) {
+func checkRealLinkColate(t *testing.T, q owlv1.QueryServiceClient, points map[string][2]string, truths map[string]map[int64]*linkTruth, grid epoch.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -311,16 +314,45 @@ func checkRealLinkColate(t *testing.T, q owlv1.QueryServiceClient, points map[st
 			}
 			if rel > bar {
 				t.Errorf("COLATE %s %v: owl %.1f µs, truth %.1f µs (%.2f%% > %.0f%%)", path, k, res.GetMeanNs()/1e3, m/1e3, 100*rel, 100*bar)
+				t.Logf("COLATE %s %v epoch by epoch:\n%s", path, k, colateByEpoch(ctx, q, points[path], k, truths[path], grid))
 			}
-			fmt.Fprintf(&b, "%s %v: %d packets sent, %d/%d (owl) up/down; true %.1f µs, owl %.1f µs (%.2f%%, ± %.1f µs), %d counters left out, %.0f bits/packet\n",
+			fmt.Fprintf(&b, "%s %v: %d packets sent, %d/%d (owl) up/down; true %.1f µs, owl %.1f µs (%.2f%%, ± %.1f µs), %s, %d counters left out, %d epochs unpaired, %.0f bits/packet\n",
 				path, k, fa.sentAll, res.GetPackets(), res.GetDownstreamPackets(), m/1e3, res.GetMeanNs()/1e3, 100*rel, res.GetHalfWidthNs()/1e3,
-				res.GetLeftOutCounters(), res.GetBitsPerPacket())
+				res.GetEstimator(), res.GetLeftOutCounters(), res.GetUnpairedEpochs(), res.GetBitsPerPacket())
 		}
 	}
 	t.Logf("COLATE over the whole run (n = %s), %d of %d flows within 5%%:\n%s", colateCounters, within, flows, b.String())
 	if flows == 0 {
 		t.Error("COLATE: no flow of 300 packets to check")
 	}
+}
+
+// colateByEpoch asks GetFlowLatencyHistoric for one flow epoch by epoch
+// and lines the answers up with the truth (packets delivered within each
+// epoch), for a failure's message.
+func colateByEpoch(ctx context.Context, q owlv1.QueryServiceClient, points [2]string, k capture.FlowKey, truth map[int64]*linkTruth, grid epoch.Config) string {
+	var epochs []int64
+	for e, lt := range truth {
+		if fa := lt.flows[k]; fa != nil && fa.n > 0 {
+			epochs = append(epochs, e)
+		}
+	}
+	slices.Sort(epochs)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%10s %6s %6s %12s %12s %8s %9s %5s %s\n", "epoch", "n", "owl n", "true µs", "owl µs", "err", "estimator", "left", "unpaired")
+	for _, e := range epochs {
+		fa := truth[e].flows[k]
+		at := timestamppb.New(time.Unix(0, grid.StartNS(e)))
+		r, err := q.GetFlowLatencyHistoric(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(k), Upstream: points[0], Downstream: points[1], From: at, To: at})
+		if err != nil {
+			fmt.Fprintf(&b, "%10d %v\n", e, err)
+			continue
+		}
+		m := fa.sum / float64(fa.n)
+		fmt.Fprintf(&b, "%10d %6d %6d %12.1f %12.1f %7.2f%% %9s %5d %d\n", e, fa.n, r.GetDownstreamPackets(), m/1e3, r.GetMeanNs()/1e3,
+			100*(r.GetMeanNs()-m)/m, r.GetEstimator(), r.GetLeftOutCounters(), r.GetUnpairedEpochs())
+	}
+	return b.String()
 }
 
 func tail(s string) string {
