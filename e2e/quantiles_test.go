@@ -24,6 +24,10 @@ type quantileCheck struct {
 	path                   string
 	exact, covered, tested int
 	rows                   strings.Builder
+	// Relative errors of the standard deviation where it was estimated:
+	// the sample's and RDA's, on the same epochs.
+	sampleStd, rdaStd []float64
+	exactStd          int
 }
 
 // trueQuantile is the q-quantile of delays as owl defines it: the value of
@@ -41,6 +45,16 @@ func (qc *quantileCheck) epoch(t *testing.T, e int64, r *owlv1.PathStats, delays
 	}
 	sorted := slices.Clone(delays)
 	slices.Sort(sorted)
+	trueStd := stddevOf(sorted)
+	if r.GetStddevExact() {
+		qc.exactStd++
+		if math.Abs(r.GetStddevNs()-trueStd) > 1e-6*trueStd {
+			t.Errorf("%s epoch %d: exact stddev %.3f ns, truth %.3f ns", qc.path, e, r.GetStddevNs(), trueStd)
+		}
+	} else if len(sorted) >= 1000 {
+		qc.sampleStd = append(qc.sampleStd, math.Abs(r.GetSampleStddevNs()-trueStd)/trueStd)
+		qc.rdaStd = append(qc.rdaStd, math.Abs(r.GetStddevNs()-trueStd)/trueStd)
+	}
 	for _, q := range r.GetQuantiles() {
 		if q.GetQ() != 0.5 && q.GetQ() != 0.99 {
 			continue
@@ -68,6 +82,10 @@ func (qc *quantileCheck) done(t *testing.T) {
 	t.Helper()
 	t.Logf("%s: delay quantiles vs ground truth\n%10s %6s %7s %7s %5s %12s %12s %s %s\n%s%d exact, %d of %d intervals hold the truth",
 		qc.path, "epoch", "rate", "n", "owl n", "q", "true µs", "owl µs", "95% interval µs", "exact", qc.rows.String(), qc.exact, qc.covered, qc.tested)
+	if len(qc.sampleStd) > 0 {
+		t.Logf("%s: standard deviation of %d epochs of ≥ 1,000 packets, median and largest relative error: sample %.2f%% / %.2f%%, RDA %.2f%% / %.2f%%; %d epochs exact",
+			qc.path, len(qc.sampleStd), 100*median(qc.sampleStd), 100*slices.Max(qc.sampleStd), 100*median(qc.rdaStd), 100*slices.Max(qc.rdaStd), qc.exactStd)
+	}
 	if qc.exact+qc.tested == 0 {
 		t.Errorf("%s: no epoch with delay quantiles", qc.path)
 	}
@@ -139,4 +157,23 @@ func checkDistribution(t *testing.T, q owlv1.QueryServiceClient, path string, re
 			t.Errorf("%s: p%g over the run %.1f µs, truth %.1f µs outside [%.1f, %.1f]", path, 100*p, got[i+1].GetValueNs()/1e3, want/1e3, lo/1e3, hi/1e3)
 		}
 	}
+}
+
+// stddevOf is the population standard deviation of delays.
+func stddevOf(delays []int64) float64 {
+	var sum, sq float64
+	for _, d := range delays {
+		sum += float64(d)
+	}
+	m := sum / float64(len(delays))
+	for _, d := range delays {
+		sq += (float64(d) - m) * (float64(d) - m)
+	}
+	return math.Sqrt(sq / float64(len(delays)))
+}
+
+func median(x []float64) float64 {
+	y := slices.Clone(x)
+	slices.Sort(y)
+	return y[len(y)/2]
 }

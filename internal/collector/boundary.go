@@ -33,13 +33,22 @@ type boundary struct {
 }
 
 // match pairs the lost IDs of b (sent in b's epoch) with the extra IDs of
-// next (seen downstream in the following epoch). It updates both results
-// and reports whether anything matched.
+// next (seen downstream in the following epoch), and the two epochs'
+// unmatched sampled entries likewise. It updates both results and reports
+// whether anything matched.
 func (b *boundary) match(next *boundary) bool {
+	rda := b.matchRDA(next)
 	sampled := b.sample.match(next.sample)
-	if sampled > 0 {
+	if rda || sampled > 0 {
+		// After RDA's: an exact sample's standard deviation replaces
+		// RDA's estimate.
 		b.sample.apply(b.res)
 	}
+	return rda || sampled > 0
+}
+
+// matchRDA is match for the RDA's lost and extra IDs.
+func (b *boundary) matchRDA(next *boundary) bool {
 	matched := 0
 	for id, upNS := range b.lost {
 		downNS, ok := next.extra[id]
@@ -55,7 +64,7 @@ func (b *boundary) match(next *boundary) bool {
 		matched++
 	}
 	if matched == 0 {
-		return sampled > 0
+		return false
 	}
 	b.res.BoundaryMatched += uint64(matched)
 	b.res.Lost -= float64(matched)

@@ -3,6 +3,7 @@ package collector
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -96,11 +97,18 @@ func (sj *sampleJoin) match(next *sampleJoin) int {
 	return matched
 }
 
-// apply writes the sample's delay statistics into the result.
+// apply writes the sample's delay statistics into the result (nothing for
+// a nil join). Call it after RDA's estimate is in the result: where the
+// sample holds every packet RDA counted, its standard deviation is exact
+// and replaces RDA's.
 func (sj *sampleJoin) apply(res *owlv1.PathStats) {
+	if sj == nil {
+		return
+	}
 	res.SampleRate = sj.cfg.Rate()
 	res.SampleDelays = uint64(len(sj.delays))
 	res.Quantiles, res.DelayMinNs, res.DelayMaxNs, res.DelaySketch = nil, 0, 0, nil
+	res.SampleMeanNs, res.SampleStddevNs, res.StddevExact = 0, 0, false
 	var notes []string
 	if sj.narrowed {
 		notes = append(notes, fmt.Sprintf("the sides sampled at different rates; joined at the lower, 1/%.0f", 1/res.SampleRate))
@@ -115,6 +123,10 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 	res.DelayMinNs, res.DelayMaxNs = float64(sj.delays[0]), float64(sj.delays[len(sj.delays)-1])
 	res.DelaySketch = encodeDelaySketch(sj.delays, 1/sj.cfg.Rate())
 	exact := sj.cfg.Rate() == 1 && sj.ambiguous == 0
+	res.SampleMeanNs, res.SampleStddevNs = meanStddev(sj.delays)
+	if exact && res.GetEstimator() == "rda" && res.GetDecoded() && res.GetUnusableBuckets() == 0 && res.GetSamples() == uint64(len(sj.delays)) {
+		res.StddevNs, res.StddevExact = res.SampleStddevNs, true
+	}
 	qs, err := sample.Quantiles(sj.delays, quantilesAsked, quantileConfidence, exact)
 	if err != nil { // the quantiles and confidence are constants in range
 		res.SampleNote = strings.Join(append(notes, err.Error()), "; ")
@@ -175,4 +187,23 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 		return nil, errBoundary
 	}
 	return sj, nil
+}
+
+// meanStddev is the mean and (population) standard deviation of delays,
+// taken about the first one so that nanosecond sums of large delays keep
+// their precision.
+func meanStddev(delays []int64) (mean, stddev float64) {
+	if len(delays) == 0 {
+		return 0, 0
+	}
+	ref := delays[0]
+	var sum, sq float64
+	for _, d := range delays {
+		x := float64(d - ref)
+		sum += x
+		sq += x * x
+	}
+	n := float64(len(delays))
+	m := sum / n
+	return float64(ref) + m, math.Sqrt(math.Max(sq/n-m*m, 0))
 }

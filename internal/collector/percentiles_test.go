@@ -2,6 +2,7 @@ package collector
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -105,6 +106,33 @@ func BenchmarkSampleJoin(b *testing.B) {
 		wk.estimateSample(w)
 		if w.res.GetSampleDelays() == 0 {
 			b.Fatal("no delays")
+		}
+	}
+}
+
+// TestExactStddevFromTheSample: at rate 1, when the sample holds as many
+// delays as the exact RDA count, the result's standard deviation is the
+// sample's; when the counts differ (a packet left out), RDA's stays.
+func TestExactStddevFromTheSample(t *testing.T) {
+	cfg, _ := sample.ForShift(7, 0)
+	delays := []int64{1_000_000, 1_000_300, 1_000_400, 1_000_900}
+	for _, tc := range []struct {
+		samples uint64
+		exact   bool
+	}{{4, true}, {5, false}} {
+		res := &owlv1.PathStats{Estimator: "rda", Decoded: true, Samples: tc.samples, StddevNs: 123}
+		(&sampleJoin{cfg: cfg, delays: delays}).apply(res)
+		const mean, std = 1_000_400, 324.037034920393 // of delays (population)
+		if math.Abs(res.GetSampleMeanNs()-mean) > 1e-6 || math.Abs(res.GetSampleStddevNs()-std) > 1e-6 {
+			t.Errorf("sample mean %v, stddev %v; want %v, %v", res.GetSampleMeanNs(), res.GetSampleStddevNs(), mean, std)
+		}
+		switch {
+		case res.GetStddevExact() != tc.exact:
+			t.Errorf("RDA count %d: stddev_exact %t", tc.samples, res.GetStddevExact())
+		case tc.exact && res.GetStddevNs() != res.GetSampleStddevNs():
+			t.Errorf("exact: stddev %v, the sample's %v", res.GetStddevNs(), res.GetSampleStddevNs())
+		case !tc.exact && res.GetStddevNs() != 123:
+			t.Errorf("not exact: RDA's stddev replaced by %v", res.GetStddevNs())
 		}
 	}
 }

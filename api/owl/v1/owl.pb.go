@@ -4344,9 +4344,16 @@ type PathStats struct {
 	// delay_sketch is a DDSketch (sketches-go encoding) of the sampled
 	// delays, each weighted 1/sample_rate: merged over epochs by
 	// GetPathDelayDistribution. GetPathStats leaves it out unless asked.
-	DelaySketch   []byte `protobuf:"bytes,43,opt,name=delay_sketch,json=delaySketch,proto3" json:"delay_sketch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DelaySketch []byte `protobuf:"bytes,43,opt,name=delay_sketch,json=delaySketch,proto3" json:"delay_sketch,omitempty"`
+	// sample_mean_ns and sample_stddev_ns are those of the sampled delays.
+	// stddev_exact is set when the sample holds every delivered packet
+	// (rate 1, nothing left out, as many delays as the exact RDA count):
+	// stddev_ns is then the sample's, exact, instead of RDA's estimate.
+	SampleMeanNs   float64 `protobuf:"fixed64,44,opt,name=sample_mean_ns,json=sampleMeanNs,proto3" json:"sample_mean_ns,omitempty"`
+	SampleStddevNs float64 `protobuf:"fixed64,45,opt,name=sample_stddev_ns,json=sampleStddevNs,proto3" json:"sample_stddev_ns,omitempty"`
+	StddevExact    bool    `protobuf:"varint,46,opt,name=stddev_exact,json=stddevExact,proto3" json:"stddev_exact,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PathStats) Reset() {
@@ -4678,6 +4685,27 @@ func (x *PathStats) GetDelaySketch() []byte {
 		return x.DelaySketch
 	}
 	return nil
+}
+
+func (x *PathStats) GetSampleMeanNs() float64 {
+	if x != nil {
+		return x.SampleMeanNs
+	}
+	return 0
+}
+
+func (x *PathStats) GetSampleStddevNs() float64 {
+	if x != nil {
+		return x.SampleStddevNs
+	}
+	return 0
+}
+
+func (x *PathStats) GetStddevExact() bool {
+	if x != nil {
+		return x.StddevExact
+	}
+	return false
 }
 
 type GetFlowStatsRequest struct {
@@ -6097,7 +6125,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bvalue_ns\x18\x02 \x01(\x01R\avalueNs\x12\x13\n" +
 	"\x05lo_ns\x18\x03 \x01(\x01R\x04loNs\x12\x13\n" +
 	"\x05hi_ns\x18\x04 \x01(\x01R\x04hiNs\x12\x14\n" +
-	"\x05exact\x18\x05 \x01(\bR\x05exact\"\x81\r\n" +
+	"\x05exact\x18\x05 \x01(\bR\x05exact\"\xf4\r\n" +
 	"\tPathStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -6151,7 +6179,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tquantiles\x18) \x03(\v2\x15.owl.v1.DelayQuantileR\tquantiles\x12\x1f\n" +
 	"\vsample_note\x18* \x01(\tR\n" +
 	"sampleNote\x12!\n" +
-	"\fdelay_sketch\x18+ \x01(\fR\vdelaySketch\"\xc0\x01\n" +
+	"\fdelay_sketch\x18+ \x01(\fR\vdelaySketch\x12$\n" +
+	"\x0esample_mean_ns\x18, \x01(\x01R\fsampleMeanNs\x12(\n" +
+	"\x10sample_stddev_ns\x18- \x01(\x01R\x0esampleStddevNs\x12!\n" +
+	"\fstddev_exact\x18. \x01(\bR\vstddevExact\"\xc0\x01\n" +
 	"\x13GetFlowStatsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\x04flow\x18\x02 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12.\n" +

@@ -20,18 +20,17 @@ type Joined struct {
 	// upstream match (sent in an earlier epoch).
 	UpLeft, DownLeft []Entry
 	// Ambiguous counts the entries left out because an identity came more
-	// than once and which copy arrived when cannot be told.
-	Ambiguous int
+	// than once and which copy arrived when cannot be told; Duplicates the
+	// extra downstream copies of a packet sent once.
+	Ambiguous, Duplicates int
 }
 
 // Join matches an upstream sample with a downstream one. downShiftNS is
 // added to the downstream offsets: 0 for the same epoch, the epoch length
 // for the next epoch's sample (packets that crossed the boundary). An
-// identity seen once on each side gives a delay. One seen k times on each
-// side gives k delays when each downstream copy came after its upstream
-// copy and before the next one was sent (so the copies cannot be told
-// apart wrongly); otherwise its entries are left out and counted, as RDA's
-// policy does not guess which copy was lost.
+// identity seen once on each side gives a delay; copies of one identity
+// are matched as RDA's policy matches them (see pair), and left out and
+// counted where it does not guess.
 func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 	if up.cfg != down.cfg {
 		return Joined{}, fmt.Errorf("%w: sampling seed or threshold differ (%x/%x and %x/%x)", synopsis.ErrMismatch,
@@ -69,25 +68,90 @@ func run(es []Entry) int {
 	return n
 }
 
-// pair matches the copies of one identity on both sides.
+// pair matches the copies of one identity on both sides (each side's in
+// time order) where the matching is forced, so that each delay is that
+// of one packet:
+//   - as many copies on each side: in order, when each arrived at or
+//     after its own sending and before the next copy was sent;
+//   - one copy fewer downstream: RDA's rule tells the lost copy (the one
+//     whose loss leaves every arrival after its sending, when only one
+//     does; it is left upstream, lost or arriving later), and the others
+//     pair as above;
+//   - one copy upstream and more downstream: the earliest arrival at or
+//     after the sending, the others duplicates.
+//
+// Otherwise which copy arrived when cannot be told (RDA's mean needs only
+// the sums; a delay does not): the copies are counted in Ambiguous.
 func (j *Joined) pair(u, d []Entry, shift int64) {
-	if len(u) == len(d) {
+	at := func(e Entry) int64 { return e.OffsetNS + shift }
+	switch {
+	case len(u) == len(d):
+		if j.inOrder(u, d, shift) {
+			return
+		}
+	case len(d) == len(u)-1:
+		if lost, ok := lostCopy(u, d, shift); ok {
+			rest := append(slices.Clone(u[:lost]), u[lost+1:]...)
+			if j.inOrder(rest, d, shift) {
+				j.UpLeft = append(j.UpLeft, u[lost])
+				return
+			}
+		}
+	case len(u) == 1 && len(d) > 1:
+		for k, e := range d {
+			if at(e) >= u[0].OffsetNS {
+				j.Delays = append(j.Delays, at(e)-u[0].OffsetNS)
+				j.Duplicates += len(d) - 1 - k
+				// Copies seen before the sending belong to no one here.
+				j.Ambiguous += k
+				return
+			}
+		}
+	}
+	j.Ambiguous += len(u) + len(d)
+}
+
+// inOrder pairs u and d (as many of each) in order and adds their delays
+// when each arrival came at or after its sending and before the next
+// sending, and says whether it did.
+func (j *Joined) inOrder(u, d []Entry, shift int64) bool {
+	for i := range u {
+		a := d[i].OffsetNS + shift
+		if a < u[i].OffsetNS || i+1 < len(u) && a >= u[i+1].OffsetNS {
+			return false
+		}
+	}
+	for i := range u {
+		j.Delays = append(j.Delays, d[i].OffsetNS+shift-u[i].OffsetNS)
+	}
+	return true
+}
+
+// lostCopy is RDA's rule for one lost copy of k: the one copy of u whose
+// loss leaves every arrival of d at or after its sending, or false when
+// none or more than one does.
+func lostCopy(u, d []Entry, shift int64) (int, bool) {
+	found := -1
+	for i := range u {
 		ok := true
-		for i := range u {
-			at := d[i].OffsetNS + shift
-			if at < u[i].OffsetNS || i+1 < len(u) && at >= u[i+1].OffsetNS {
+		for k, e := range d {
+			s := k
+			if k >= i {
+				s = k + 1
+			}
+			if e.OffsetNS+shift < u[s].OffsetNS {
 				ok = false
 				break
 			}
 		}
 		if ok {
-			for i := range u {
-				j.Delays = append(j.Delays, d[i].OffsetNS+shift-u[i].OffsetNS)
+			if found >= 0 {
+				return 0, false
 			}
-			return
+			found = i
 		}
 	}
-	j.Ambiguous += len(u) + len(d)
+	return found, found >= 0
 }
 
 // Remainder is a sample of the entries left over by a join, for joining

@@ -197,7 +197,9 @@ func TestJoinExact(t *testing.T) {
 		want = append(want, delay)
 	}
 	// A packet sent twice, each copy arriving before the next was sent:
-	// two delays. One sent twice whose copies overtook each other: left out.
+	// two delays. One whose copies both arrived after the second sending
+	// may have overtaken each other: left out, as is one whose second copy
+	// arrived before it was sent.
 	kept := func() uint64 {
 		for {
 			if id := r.Uint64(); cfg.Keeps(id) {
@@ -211,28 +213,54 @@ func TestJoinExact(t *testing.T) {
 	down.Insert(dup, 1100)
 	down.Insert(dup, 5500)
 	want = append(want, 1000, 500)
+	late := kept()
+	up.Insert(late, 100)
+	up.Insert(late, 200)
+	down.Insert(late, 300)
+	down.Insert(late, 400)
 	tangled := kept()
 	up.Insert(tangled, 100)
 	up.Insert(tangled, 200)
-	down.Insert(tangled, 300)
-	down.Insert(tangled, 400)
+	down.Insert(tangled, 150)
+	down.Insert(tangled, 160)
+	// Sent three times, 10 µs apart, the third copy lost: only its loss
+	// leaves each arrival after its sending (RDA's rule).
+	thrice := kept()
+	for _, at := range []int64{10_000, 20_000, 30_000} {
+		up.Insert(thrice, at)
+	}
+	down.Insert(thrice, 12_000)
+	down.Insert(thrice, 22_000)
+	want = append(want, 2000, 2000)
+	// Sent once, arriving twice: the earlier copy's delay, one duplicate.
+	twice := kept()
+	up.Insert(twice, 40_000)
+	down.Insert(twice, 43_000)
+	down.Insert(twice, 43_500)
+	want = append(want, 3000)
+	// Sent twice, one arriving between the two sendings and after both:
+	// either copy may be the lost one, so none is guessed.
+	either := kept()
+	up.Insert(either, 50_000)
+	up.Insert(either, 60_000)
+	down.Insert(either, 65_000)
 
 	j, err := Join(up, down, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Ambiguous != 4 {
-		t.Errorf("ambiguous %d, want the 4 tangled copies", j.Ambiguous)
+	if j.Ambiguous != 4+4+3 || j.Duplicates != 1 {
+		t.Errorf("ambiguous %d, duplicates %d; want 4 late and 4 tangled copies, 3 of the packet that may have lost either copy, one duplicate", j.Ambiguous, j.Duplicates)
 	}
-	if len(j.UpLeft) != crossed+lost {
-		t.Errorf("%d upstream left over, want %d crossed + %d lost", len(j.UpLeft), crossed, lost)
+	if len(j.UpLeft) != crossed+lost+1 {
+		t.Errorf("%d upstream left over, want %d crossed + %d lost + the lost copy", len(j.UpLeft), crossed, lost)
 	}
 	jn, err := Join(Remainder(cfg, j.UpLeft), next, epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(jn.UpLeft) != lost || len(jn.DownLeft) != 0 {
-		t.Errorf("after the next epoch: %d up left (want %d lost), %d down left", len(jn.UpLeft), lost, len(jn.DownLeft))
+	if len(jn.UpLeft) != lost+1 || len(jn.DownLeft) != 0 {
+		t.Errorf("after the next epoch: %d up left (want %d lost and the lost copy), %d down left", len(jn.UpLeft), lost, len(jn.DownLeft))
 	}
 	got := append(slices.Clone(j.Delays), jn.Delays...)
 	slices.Sort(got)
