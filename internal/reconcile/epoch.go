@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/owl-latency/owl/internal/synopsis"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -299,42 +300,25 @@ func (st *epochState) fetchTimestamps(ctx context.Context) (upTS, downTS map[uin
 }
 
 // lostCopy tells which of the copies sent of a packet (up) was lost,
-// given the copies that arrived (down, one fewer): the one copy whose
-// loss leaves every arrival after its sending (first sent, first
-// arrived). Copies sent further apart than the path's delay are told
-// apart so. When more than one copy could have been lost, it does not
-// guess: false, and their buckets are left out.
+// given the copies that arrived (down, one fewer), by synopsis.LostCopy;
+// false (and their buckets are left out) when it cannot tell.
 func lostCopy(up, down []Entry) (Entry, bool) {
-	if len(down) != len(up)-1 {
-		return Entry{}, false
-	}
 	up, down = slices.Clone(up), slices.Clone(down)
 	slices.SortFunc(up, byOffset)
 	slices.SortFunc(down, byOffset)
-	found := -1
-	for i := range up {
-		ok := true
-		for j, d := range down {
-			k := j
-			if j >= i {
-				k = j + 1 // up without copy i
-			}
-			if d.OffsetNS < up[k].OffsetNS {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			if found >= 0 {
-				return Entry{}, false // two could have been lost
-			}
-			found = i
-		}
-	}
-	if found < 0 {
+	i, ok := synopsis.LostCopy(offsets(up), offsets(down))
+	if !ok {
 		return Entry{}, false
 	}
-	return up[found], true
+	return up[i], true
+}
+
+func offsets(es []Entry) []int64 {
+	out := make([]int64, len(es))
+	for i, e := range es {
+		out[i] = e.OffsetNS
+	}
+	return out
 }
 
 func fetch(ctx context.Context, r Repairs, s Side, ids []uint64) (map[uint64][]Entry, error) {

@@ -219,3 +219,36 @@ func (r *Reader) Done() error {
 
 // HashBytes hashes a byte string under a seed (flow keys).
 func HashBytes(b []byte, seed uint64) uint64 { return xxh3.HashSeed(b, seed) }
+
+// LostCopy is the rule by which owl tells which copy of a packet sent k
+// times was lost, given the k−1 that arrived (both in time order, in one
+// time base): the one copy whose loss leaves every arrival at or after its
+// sending (first sent, first arrived). Copies sent further apart than the
+// path's delay are told apart so. When none or more than one could have
+// been lost, it does not guess: false.
+func LostCopy(sent, arrived []int64) (int, bool) {
+	if len(arrived) != len(sent)-1 {
+		return 0, false
+	}
+	found := -1
+	for i := range sent {
+		ok := true
+		for j, at := range arrived {
+			k := j
+			if j >= i {
+				k = j + 1 // sent without copy i
+			}
+			if at < sent[k] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			if found >= 0 {
+				return 0, false // two could have been lost
+			}
+			found = i
+		}
+	}
+	return found, found >= 0
+}

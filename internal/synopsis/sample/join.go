@@ -127,31 +127,17 @@ func (j *Joined) inOrder(u, d []Entry, shift int64) bool {
 	return true
 }
 
-// lostCopy is RDA's rule for one lost copy of k: the one copy of u whose
-// loss leaves every arrival of d at or after its sending, or false when
-// none or more than one does.
+// lostCopy applies synopsis.LostCopy, RDA's rule, to copies in time
+// order, the downstream ones shifted by shift.
 func lostCopy(u, d []Entry, shift int64) (int, bool) {
-	found := -1
-	for i := range u {
-		ok := true
-		for k, e := range d {
-			s := k
-			if k >= i {
-				s = k + 1
-			}
-			if e.OffsetNS+shift < u[s].OffsetNS {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			if found >= 0 {
-				return 0, false
-			}
-			found = i
-		}
+	sent, arrived := make([]int64, len(u)), make([]int64, len(d))
+	for i, e := range u {
+		sent[i] = e.OffsetNS
 	}
-	return found, found >= 0
+	for i, e := range d {
+		arrived[i] = e.OffsetNS + shift
+	}
+	return synopsis.LostCopy(sent, arrived)
 }
 
 // Remainder is a sample of the entries left over by a join, for joining
