@@ -59,6 +59,9 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		_ = stream.Send(rejectMessage(owlv1.Reject_KIND_PROBE, "", rej.reason))
 		return nil
 	}
+	if errors.Is(err, errTooManyStreams) {
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}

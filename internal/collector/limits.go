@@ -47,6 +47,11 @@ type LimitsConfig struct {
 	// ForgetProbesAfter forgets a probe no path names once it has been
 	// disconnected this long, with its per-probe metric series.
 	ForgetProbesAfter time.Duration `yaml:"forget_probes_after"`
+	// MaxStreamsPerProbe bounds the streams one probe id may have open at
+	// once, each with its own reports in flight: a probe needs one per
+	// collector it reports to (which may name this one twice) and one
+	// more while it reconnects. A stream past it is refused at its Hello.
+	MaxStreamsPerProbe int `yaml:"max_streams_per_probe"`
 	// ReportsPerSecond bounds the reports one probe's stream is read at
 	// (bursts of as many): past it the collector waits before reading
 	// on, which slows the probe down without cutting it off (counted in
@@ -66,13 +71,14 @@ type LimitsConfig struct {
 // DefaultLimits are the limits DefaultConfig sets.
 func DefaultLimits() LimitsConfig {
 	return LimitsConfig{
-		MaxEpochAge:       24 * time.Hour,
-		MaxEpochAhead:     time.Minute,
-		MaxProbes:         1000,
-		ForgetProbesAfter: time.Hour,
-		ReportsPerSecond:  2000,
-		MaxWatchers:       256,
-		MaxPendingShare:   0.5,
+		MaxEpochAge:        24 * time.Hour,
+		MaxEpochAhead:      time.Minute,
+		MaxProbes:          1000,
+		ForgetProbesAfter:  time.Hour,
+		MaxStreamsPerProbe: 8,
+		ReportsPerSecond:   2000,
+		MaxWatchers:        256,
+		MaxPendingShare:    0.5,
 	}
 }
 
@@ -86,6 +92,9 @@ func (l LimitsConfig) Validate(epochLen time.Duration) error {
 	}
 	if l.ReportsPerSecond < 0 || math.IsNaN(l.ReportsPerSecond) || l.MaxWatchers < 1 {
 		return fmt.Errorf("reports_per_second %v must not be negative and max_watchers %d must be positive", l.ReportsPerSecond, l.MaxWatchers)
+	}
+	if l.MaxStreamsPerProbe < 1 {
+		return fmt.Errorf("max_streams_per_probe %d must be positive", l.MaxStreamsPerProbe)
 	}
 	if !(l.MaxPendingShare > 0 && l.MaxPendingShare <= 1) {
 		return fmt.Errorf("max_pending_share %v out of range (0, 1]", l.MaxPendingShare)

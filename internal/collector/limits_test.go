@@ -306,6 +306,42 @@ func TestMaxProbes(t *testing.T) {
 	}
 }
 
+// TestStreamsPerProbe: past limits.max_streams_per_probe a probe's new
+// stream is refused at its Hello with ResourceExhausted naming the probe
+// and the key, and counted; a place given back is taken again.
+func TestStreamsPerProbe(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Limits.MaxStreamsPerProbe = 2
+	c := newTest(t, cfg)
+	defer c.Close()
+	conn := serve(t, c)
+	first := probeStream(t, conn, "a", cfg.Params)
+	probeStream(t, conn, "a", cfg.Params)
+	probeStream(t, conn, "b", cfg.Params) // another probe's count is its own
+	st, err := owlv1.NewProbeServiceClient(conn).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: &owlv1.Hello{ProbeId: "a", Params: cfg.Params.ToProto(), Replay: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Recv()
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `"a"`) || !strings.Contains(err.Error(), "limits.max_streams_per_probe") {
+		t.Fatalf("third stream of a: %v, %v; want ResourceExhausted naming the probe and limits.max_streams_per_probe", m, err)
+	}
+	if n := testutil.ToFloat64(c.m.probesRefused.WithLabelValues("max_streams_per_probe")); n != 1 {
+		t.Errorf("%v streams refused counted, want 1", n)
+	}
+	if n := len(c.probes.allSessions()); n != 3 {
+		t.Errorf("%d sessions open, want 3", n)
+	}
+	if err := first.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's first stream to end", func() bool { return len(c.probes.allSessions()) == 2 })
+	probeStream(t, conn, "a", cfg.Params)
+}
+
 // TestWatcherLimit: past limits.max_watchers a WatchPathStats stream is
 // refused with ResourceExhausted; a place given back is taken again.
 func TestWatcherLimit(t *testing.T) {
@@ -538,6 +574,7 @@ func TestLimitsConfig(t *testing.T) {
 		{"probes", func(c *Config) { c.Limits.MaxProbes = 0 }, "max_probes"},
 		{"rate", func(c *Config) { c.Limits.ReportsPerSecond = -1 }, "reports_per_second"},
 		{"watchers", func(c *Config) { c.Limits.MaxWatchers = 0 }, "max_watchers"},
+		{"streams", func(c *Config) { c.Limits.MaxStreamsPerProbe = 0 }, "max_streams_per_probe"},
 		{"share", func(c *Config) { c.Limits.MaxPendingShare = 1.5 }, "max_pending_share"},
 		{"rda too large", func(c *Config) { c.RDA.MaxBuckets = 1 << 20 }, "lower rda.max_buckets"},
 	} {

@@ -3,6 +3,7 @@ package collector
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -77,7 +78,8 @@ func (r *rejection) Error() string { return r.reason }
 
 // hello registers a probe stream, or rejects it when no path names it (with
 // COLATE off) or its parameters differ from the deployment's. The caller then sends the probe its paths and
-// adds the session (addSession).
+// adds the session (addSession). A stream past limits.MaxStreamsPerProbe
+// is refused with errTooManyStreams.
 func (r *registry) hello(h *owlv1.Hello, addr, identity string) error {
 	id := h.GetProbeId()
 	if !netpath.ValidName(id) {
@@ -105,6 +107,10 @@ func (r *registry) hello(h *owlv1.Hello, addr, identity string) error {
 		}
 		ps = &probeState{id: id, limiter: newLimiter(r.limits.ReportsPerSecond)}
 		r.probes[id] = ps
+	}
+	if n := ps.connected; n >= r.limits.MaxStreamsPerProbe {
+		r.probesMu.Unlock()
+		return r.tooManyStreams(id, addr, n)
 	}
 	ps.version, ps.addr, ps.lastSeen, ps.clock, ps.identity = h.GetVersion(), addr, r.now(), h.GetClock(), identity
 	ps.replay = h.GetReplay()
@@ -275,6 +281,19 @@ func (r *registry) full(id, addr string, n int) error {
 	r.log.Warn("refusing probe: the collector keeps limits.max_probes probes already", "probe", id, "addr", addr, "probes", n)
 	return &rejection{fmt.Sprintf("the collector keeps %d probes already (limits.max_probes), and no path names %q: it is taken once others have been gone for limits.forget_probes_after (%v)",
 		n, id, r.limits.ForgetProbesAfter)}
+}
+
+// errTooManyStreams refuses a probe's stream when the probe has
+// limits.MaxStreamsPerProbe open already: the probe may try again once one
+// has ended, so it is no rejection.
+var errTooManyStreams = errors.New("too many streams of one probe")
+
+// tooManyStreams refuses a stream of a probe that has n open already.
+func (r *registry) tooManyStreams(id, addr string, n int) error {
+	r.m.probesRefused.WithLabelValues("max_streams_per_probe").Inc()
+	r.log.Warn("refusing probe stream: the probe has limits.max_streams_per_probe streams open already", "probe", id, "addr", addr, "streams", n)
+	return fmt.Errorf("%w: probe %q has %d open already (limits.max_streams_per_probe %d); open another once one has ended",
+		errTooManyStreams, id, n, r.limits.MaxStreamsPerProbe)
 }
 
 // forgetIdle forgets the probes no path names that have had no stream
