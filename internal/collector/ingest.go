@@ -83,11 +83,11 @@ const reportsInFlight = 64
 // receive handles a probe's messages until the stream or a message fails;
 // the first error goes to received. Reports are handled on goroutines of
 // their own, at most reportsInFlight at once and max_message_bytes of
-// synopses (each is acknowledged on its own), and at most
-// limits.reports_per_second of the probe's: past any of these the stream
-// is read on later. The other messages are handled in order. A message
-// whose handling panics (a damaged store) ends its stream, not the
-// collector.
+// synopses (each is acknowledged on its own). The probe's reports and
+// COLATE vectors together are read at most limits.reports_per_second a
+// second. Past any of these the stream is read on later. The other
+// messages are handled in order. A message whose handling panics (a
+// damaged store) ends its stream, not the collector.
 func (c *Collector) receive(sess *session, received chan<- error) {
 	fail := func(err error) {
 		select {
@@ -106,11 +106,13 @@ func (c *Collector) receive(sess *session, received chan<- error) {
 			fail(err)
 			return
 		}
-		if r := m.GetReport(); r != nil {
+		if m.GetReport() != nil || m.GetColate() != nil {
 			if err := c.pace(sess.stream.Context(), sess.probe, lim); err != nil {
 				fail(err)
 				return
 			}
+		}
+		if r := m.GetReport(); r != nil {
 			size := min(int64(len(r.GetLda())+len(r.GetRda())+len(r.GetLds())), int64(c.cfg.MaxMessageBytes))
 			if err := inflightBytes.Acquire(sess.stream.Context(), size); err != nil {
 				fail(err)

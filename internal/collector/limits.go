@@ -52,9 +52,10 @@ type LimitsConfig struct {
 	// collector it reports to (which may name this one twice) and one
 	// more while it reconnects. A stream past it is refused at its Hello.
 	MaxStreamsPerProbe int `yaml:"max_streams_per_probe"`
-	// ReportsPerSecond bounds the reports one probe's stream is read at
-	// (bursts of as many): past it the collector waits before reading
-	// on, which slows the probe down without cutting it off (counted in
+	// ReportsPerSecond bounds the reports and COLATE vectors (together)
+	// one probe's stream is read at (bursts of as many): past it the
+	// collector waits before reading on, which slows the probe down
+	// without cutting it off (counted in
 	// owl_collector_report_rate_wait_seconds_total). 0: no bound.
 	ReportsPerSecond float64 `yaml:"reports_per_second"`
 	// MaxWatchers bounds the WatchPathStats streams open at once. In a

@@ -22,6 +22,7 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis"
+	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -400,6 +401,38 @@ func TestReportRateLimit(t *testing.T) {
 	}
 	if w := testutil.ToFloat64(c.m.rateWait.WithLabelValues("a")); w <= 0 {
 		t.Errorf("waited %v s for %d reports at 20/s", w, n)
+	}
+}
+
+// TestColateRateLimit: COLATE vectors count against
+// limits.reports_per_second as reports do: a probe that sends them faster
+// is slowed (counted), and every vector is acknowledged.
+func TestColateRateLimit(t *testing.T) {
+	cfg := colateTestConfig(t)
+	cfg.Limits.ReportsPerSecond = 20
+	c := newTest(t, cfg)
+	defer c.Close()
+	st := probeStream(t, serve(t, c), "a", cfg.Params)
+	const n = 30
+	for e := int64(1); e <= n; e++ {
+		v, err := colate.New(cfg.Params.ColateConfig(), cfg.Params.Epoch.StartNS(e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := v.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &owlv1.ColateVector{Epoch: e, Seq: uint64(e), Vector: raw}
+		if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Colate{Colate: m}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		nextAck(t, st)
+	}
+	if w := testutil.ToFloat64(c.m.rateWait.WithLabelValues("a")); w <= 0 {
+		t.Errorf("waited %v s for %d COLATE vectors at 20/s", w, n)
 	}
 }
 
