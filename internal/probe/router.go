@@ -80,9 +80,16 @@ func dial(addr string, creds credsFor) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
+// insecureWarning is what a probe that connects in plaintext logs at
+// start, as a collector run with -insecure does.
+const insecureWarning = "this probe connects to its collectors without TLS (-insecure): anyone on the network can read and alter its reports, and whoever answers at a collector's address gets them"
+
 // run keeps the clients going until ctx ends or a client's error ends the
 // probe (a collector rejected it, or changed the parameters it took).
 func (r *router) run(ctx context.Context) error {
+	if r.creds == nil {
+		r.log.Warn("INSECURE: " + insecureWarning)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r.mu.Lock()

@@ -1,16 +1,20 @@
 package probe
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
@@ -193,6 +197,37 @@ func TestRouterSendsToOwners(t *testing.T) {
 	b.mu.Unlock()
 	if refused != 1 {
 		t.Errorf("B refused %d reports, want 1", refused)
+	}
+}
+
+// TestInsecureWarns: a probe that connects in plaintext (-insecure) says
+// so at start, at level WARN; one with credentials does not.
+func TestInsecureWarns(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		creds credsFor
+		want  bool
+	}{
+		{"insecure", nil, true},
+		{"tls", func(string) credentials.TransportCredentials { return insecure.NewCredentials() }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logged bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logged, nil))
+			var r *router
+			r = newRouter(startFake(t).addr, tc.creds, log, func() *client {
+				return &client{log: quiet, spool: newSpool(100, 1<<30), reconnectMax: 100 * time.Millisecond, h: routingOnly{r}}
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := r.run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Contains(logged.String(), "level=WARN msg=\"INSECURE: "+insecureWarning)
+			if got != tc.want {
+				t.Errorf("warned %v, want %v; logged:\n%s", got, tc.want, logged.String())
+			}
+		})
 	}
 }
 
