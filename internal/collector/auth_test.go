@@ -2,9 +2,11 @@ package collector
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/security"
 )
 
 // TestInsecureWarning: a collector run with -insecure says so in every
@@ -31,5 +33,32 @@ func TestInsecureWarning(t *testing.T) {
 	}
 	if r.GetWarning() != "" {
 		t.Errorf("ListProbes of a collector with TLS warns %q", r.GetWarning())
+	}
+}
+
+// TestGossipKeyWithTLS: with TLS a collector in a cluster does not start
+// without cluster.key_file (docs/security.md, Gossip key); only under
+// insecure does it start without one (the cluster warns as it joins).
+func TestGossipKeyWithTLS(t *testing.T) {
+	dir := t.TempDir()
+	if err := security.MakeDevCerts(dir, security.DevSpec{Collectors: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.Insecure = false
+	cfg.TLS.Cert, cfg.TLS.Key = security.CertFiles(dir, security.RoleCollector, "c1")
+	cfg.TLS.CA = security.CAFile(dir)
+	cfg.Cluster.Bind = "127.0.0.1:0"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "cluster.key_file is required") {
+		t.Errorf("TLS in a cluster without a gossip key: %v, want cluster.key_file required", err)
+	}
+	cfg.Cluster.KeyFile = security.GossipKeyFile(dir)
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("TLS in a cluster with a gossip key: %v", err)
+	}
+	cfg = testConfig(t) // insecure
+	cfg.Cluster.Bind = "127.0.0.1:0"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("insecure in a cluster without a gossip key: %v", err)
 	}
 }
