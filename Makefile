@@ -43,6 +43,7 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/rda/
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/lds/
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/sample/
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/exact/
 	$(FUZZ) -fuzz '^FuzzUnmarshal$$' ./internal/synopsis/colate/
 	$(FUZZ) -fuzz '^FuzzReport$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzRepairAnswers$$' ./internal/collector/

@@ -29,6 +29,8 @@ const (
 	KindLDS Kind = 'S'
 	// KindSample is a consistent packet sample (trajectory sampling).
 	KindSample Kind = 'T'
+	// KindList is an epoch's exact list of packets.
+	KindList Kind = 'X'
 )
 
 // String names the kind.
@@ -42,6 +44,8 @@ func (k Kind) String() string {
 		return "LDS"
 	case KindSample:
 		return "sample"
+	case KindList:
+		return "exact list"
 	}
 	return fmt.Sprintf("kind %#x", byte(k))
 }

@@ -1832,7 +1832,12 @@ type EpochReport struct {
 	Partial string `protobuf:"bytes,14,opt,name=partial,proto3" json:"partial,omitempty"`
 	// sample is the epoch's consistent packet sample (internal/synopsis/sample
 	// wire form): the sampled packets' identities and times.
-	Sample        []byte `protobuf:"bytes,15,opt,name=sample,proto3" json:"sample,omitempty"`
+	Sample []byte `protobuf:"bytes,15,opt,name=sample,proto3" json:"sample,omitempty"`
+	// list, when set, is the epoch's exact list of the path's packets
+	// (internal/synopsis/exact wire form) in place of lda, rda, lds and
+	// sample, which the collector rebuilds from it: a probe sends it where
+	// it is smaller than those synopses.
+	List          []byte `protobuf:"bytes,16,opt,name=list,proto3" json:"list,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1968,6 +1973,13 @@ func (x *EpochReport) GetPartial() string {
 func (x *EpochReport) GetSample() []byte {
 	if x != nil {
 		return x.Sample
+	}
+	return nil
+}
+
+func (x *EpochReport) GetList() []byte {
+	if x != nil {
+		return x.List
 	}
 	return nil
 }
@@ -5927,7 +5939,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tRDAParams\x12\x14\n" +
 	"\x05banks\x18\x01 \x01(\rR\x05banks\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12\x14\n" +
-	"\x05check\x18\x03 \x01(\bR\x05check\"\xcc\x03\n" +
+	"\x05check\x18\x03 \x01(\bR\x05check\"\xe0\x03\n" +
 	"\vEpochReport\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
@@ -5944,7 +5956,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03lds\x18\f \x01(\fR\x03lds\x12,\n" +
 	"\ttop_flows\x18\r \x03(\v2\x0f.owl.v1.TopFlowR\btopFlows\x12\x18\n" +
 	"\apartial\x18\x0e \x01(\tR\apartial\x12\x16\n" +
-	"\x06sample\x18\x0f \x01(\fR\x06sample\"\x7f\n" +
+	"\x06sample\x18\x0f \x01(\fR\x06sample\x12\x12\n" +
+	"\x04list\x18\x10 \x01(\fR\x04list\"\x7f\n" +
 	"\aFlowKey\x12\x10\n" +
 	"\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x19\n" +
