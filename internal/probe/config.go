@@ -83,6 +83,10 @@ type Config struct {
 	// TopFlows is how many of each path's heaviest flows a report names
 	// (RAP keeps twice as many counters); the collector estimates them.
 	TopFlows int `yaml:"top_flows"`
+	// ExactLists lets a report carry the epoch's exact list of packets
+	// (ID, time, flow) in place of its synopses wherever the list is the
+	// smaller: quiet paths then cost bytes in proportion to their packets.
+	ExactLists bool `yaml:"exact_lists"`
 	// Clock is where a live capture's timestamps get their time from;
 	// replayed files keep the time of their capture.
 	Clock ptp.Config `yaml:"clock"`
@@ -124,6 +128,7 @@ func DefaultConfig() Config {
 		DrainTimeout:   10 * time.Second,
 		ReleaseTimeout: 60 * time.Second,
 		TopFlows:       20,
+		ExactLists:     true,
 		Cache:          CacheConfig{MaxPackets: 4 << 20, Retention: 64, MaxBytes: 512 << 20},
 		Clock:          ptp.DefaultConfig(),
 	}

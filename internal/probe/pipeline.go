@@ -291,6 +291,9 @@ type reporter struct {
 	// startedNS is when a live capture started (0 for files): an epoch
 	// that began before it is partial.
 	startedNS atomic.Int64
+	// exactLists lets a report carry the epoch's exact list of packets in
+	// place of its synopses where the list is smaller.
+	exactLists bool
 }
 
 // partial says why the probe saw part of an epoch only, or "".
@@ -333,6 +336,10 @@ func (r *reporter) report(ce closedEpoch) {
 			top = append(top, &owlv1.TopFlow{Flow: netpath.FlowToProto(e.Value), Packets: e.Count})
 		}
 		c := ed.caches[i]
+		list := r.exactList(c, rb != nil, len(b)+len(sb)+len(rb)+len(sb2))
+		if list != nil {
+			b, sb, rb, sb2 = nil, nil, nil, nil
+		}
 		r.caches.put(a.path.Name, ce.epoch, c)
 		r.emit(&owlv1.EpochReport{
 			Path:  a.path.Name,
@@ -355,6 +362,7 @@ func (r *reporter) report(ce closedEpoch) {
 			TopFlows:      top,
 			Partial:       partial,
 			Sample:        sb2,
+			List:          list,
 		})
 	}
 	for i := range ed.set.paths {
