@@ -2,7 +2,10 @@ package collector
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/reconcile"
+	"github.com/owl-latency/owl/internal/synopsis/exact"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 )
 
@@ -24,6 +28,15 @@ func playCaches(st owlv1.ProbeService_ConnectClient, side reconcile.Side, caches
 		m, err := st.Recv()
 		if err != nil {
 			return
+		}
+		if caches == nil { // a probe that has nothing to answer with
+			switch m := m.Msg.(type) {
+			case *owlv1.CollectorMessage_Ack:
+				acks <- m.Ack
+			case *owlv1.CollectorMessage_Fetch, *owlv1.CollectorMessage_Rebuild:
+				panic(fmt.Sprintf("the %s probe, which sent lists, was asked %T", side, m))
+			}
+			continue
 		}
 		switch m := m.Msg.(type) {
 		case *owlv1.CollectorMessage_Ack:
@@ -91,6 +104,20 @@ func agreeEpoch(rng *rand.Rand, common, lost, crossed, dups int) *reconcile.Loca
 // repairs on both sides; they are far apart, so that no boundary matching
 // changes the service's results.
 func TestServiceAgreesWithLocal(t *testing.T) {
+	// Each side sends its synopses or, in their place, its exact list:
+	// the collector rebuilds the synopses from a list and answers that
+	// side's repairs from it, so every mode gives the same results.
+	for _, mode := range []struct {
+		name   string
+		listed [2]bool
+	}{{"synopses", [2]bool{}}, {"lists", [2]bool{true, true}}, {"upstream list", [2]bool{true, false}}, {"downstream list", [2]bool{false, true}}} {
+		t.Run(mode.name, func(t *testing.T) { agreeRun(t, mode.listed) })
+	}
+}
+
+// agreeRun is TestServiceAgreesWithLocal with the sides listed[i] sending
+// exact lists.
+func agreeRun(t *testing.T, listed [2]bool) {
 	cfg := testConfig(t)
 	cfg.Params.RDA.Buckets = 64
 	cfg.RDA.MinBuckets, cfg.RDA.MaxBuckets = 64, 1<<14
@@ -111,15 +138,24 @@ func TestServiceAgreesWithLocal(t *testing.T) {
 	}
 	a, b := probeStream(t, conn, "a", cfg.Params), probeStream(t, conn, "b", cfg.Params)
 	aAcks, bAcks := make(chan *owlv1.Ack, 64), make(chan *owlv1.Ack, 64)
-	go playCaches(a, reconcile.Upstream, caches, aAcks)
-	go playCaches(b, reconcile.Downstream, caches, bAcks)
+	for i, st := range []owlv1.ProbeService_ConnectClient{a, b} {
+		play := caches
+		if listed[i] {
+			play = nil // a listed side's probe must not be asked
+		}
+		go playCaches(st, reconcile.Side(i), play, []chan *owlv1.Ack{aAcks, bAcks}[i])
+	}
 	empty, _ := lda.New(cfg.Params.LDA)
 	lb, _ := empty.MarshalBinary()
 	for e, l := range caches {
 		for i, st := range []owlv1.ProbeService_ConnectClient{a, b} {
-			r, _ := l.Rebuild(context.Background(), reconcile.Side(i), cfg.Params.RDA.Buckets)
 			rep := report("p", e, []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i], lb)
-			rep.Rda, _ = r.MarshalBinary()
+			if listed[i] {
+				rep.Lda, rep.List = nil, listOf(l.Packets[i])
+			} else {
+				r, _ := l.Rebuild(context.Background(), reconcile.Side(i), cfg.Params.RDA.Buckets)
+				rep.Rda, _ = r.MarshalBinary()
+			}
 			if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: rep}}); err != nil {
 				t.Fatal(err)
 			}
@@ -128,9 +164,22 @@ func TestServiceAgreesWithLocal(t *testing.T) {
 	for e, l := range caches {
 		got := waitResult(t, c, "p", e, func(r *owlv1.PathStats) bool { return strings.HasPrefix(r.GetEstimator(), "rda") })
 		want := localResult(t, cfg, e, l)
+		// Both sides listed, the collector sizes their RDAs from the
+		// path's recent set differences, not at the fixed size the test's
+		// probes use: the rebuilds it needs differ. And the two lists
+		// joined give every delay: the standard deviation is exact, not
+		// RDA's estimate.
+		sized := listed == [2]bool{true, true}
+		if sized {
+			_, std := meanStddev(trueDelays(l))
+			if !got.GetStddevExact() || math.Abs(got.GetStddevNs()-std) > 1e-9*std {
+				t.Errorf("epoch %d: standard deviation %v (exact %v), truth %v", e, got.GetStddevNs(), got.GetStddevExact(), std)
+			}
+			want.StddevNs = got.GetStddevNs()
+		}
 		if got.GetEstimator() != want.GetEstimator() || got.GetMeanNs() != want.GetMeanNs() || got.GetStddevNs() != want.GetStddevNs() ||
 			got.GetSamples() != want.GetSamples() || got.GetLost() != want.GetLost() || got.GetReordered() != want.GetReordered() ||
-			got.GetDuplicates() != want.GetDuplicates() || got.GetRebuilds() != want.GetRebuilds() || got.GetRdaBuckets() != want.GetRdaBuckets() {
+			got.GetDuplicates() != want.GetDuplicates() || !sized && (got.GetRebuilds() != want.GetRebuilds() || got.GetRdaBuckets() != want.GetRdaBuckets()) {
 			t.Errorf("epoch %d: service %s mean %v std %v n %d lost %v reordered %d dups %d rebuilds %d buckets %d\n"+
 				"                 local %s mean %v std %v n %d lost %v reordered %d dups %d rebuilds %d buckets %d", e,
 				got.GetEstimator(), got.GetMeanNs(), got.GetStddevNs(), got.GetSamples(), got.GetLost(), got.GetReordered(), got.GetDuplicates(), got.GetRebuilds(), got.GetRdaBuckets(),
@@ -149,6 +198,40 @@ func TestServiceAgreesWithLocal(t *testing.T) {
 	if rebuilds == 0 || dups == 0 {
 		t.Errorf("%d rebuilds, %d duplicates: the test does not exercise late binding and duplicate removal", rebuilds, dups)
 	}
+}
+
+// trueDelays are the delays of an epoch's delivered packets (the first
+// copy of each), sorted.
+func trueDelays(l *reconcile.Local) []int64 {
+	sent := map[uint64]int64{}
+	for _, p := range l.Packets[reconcile.Upstream] {
+		sent[p.ID] = p.OffsetNS
+	}
+	first := map[uint64]int64{}
+	for _, p := range l.Packets[reconcile.Downstream] {
+		if at, ok := sent[p.ID]; ok {
+			if d, seen := first[p.ID]; !seen || p.OffsetNS-at < d {
+				first[p.ID] = p.OffsetNS - at
+			}
+		}
+	}
+	out := make([]int64, 0, len(first))
+	for _, d := range first {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// listOf is the exact list of a side's packets, each its own flow of
+// weight 1.
+func listOf(ps []reconcile.Packet) []byte {
+	l := &exact.List{}
+	for _, p := range ps {
+		l.Packets = append(l.Packets, exact.Packet{ID: p.ID, OffsetNS: p.OffsetNS, Flow: p.ID, Weight: 1})
+	}
+	b, _ := l.MarshalBinary()
+	return b
 }
 
 // localResult is what reconcile.Epoch with reconcile.Local makes of an

@@ -162,7 +162,7 @@ func (ps *pathState) eachPending(fn func(*side)) {
 
 // bytes is the size of the side's synopses in wire form.
 func (s *side) bytes() int {
-	return len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds())
+	return len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds()) + len(s.Report.GetList())
 }
 
 // measureBacklog counts the synopsis bytes held in the pairing tables, in

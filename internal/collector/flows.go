@@ -39,12 +39,12 @@ func (wk *worker) estimateFlow(path string, epoch int64, up, down *lds.LDS, f ca
 // topFlows repairs the epoch's sketches with what RDA reconciliation found,
 // estimates the flows the two sides' RAP tables name, and adds them and the
 // repaired sketches to w. It returns the results, heaviest first.
-func (wk *worker) topFlows(path string, epoch int64, up, down *side, remove [2][]reconcile.Packet, w *store.Write) []*owlv1.FlowStats {
+func (wk *worker) topFlows(path string, epoch int64, up, down *side, ldss [2][]byte, remove [2][]reconcile.Packet, w *store.Write) []*owlv1.FlowStats {
 	if up.ldsCfg == nil || down.ldsCfg == nil {
 		return nil
 	}
-	upL0, err1 := lds.Decode(up.Report.GetLds())
-	downL0, err2 := lds.Decode(down.Report.GetLds())
+	upL0, err1 := lds.Decode(ldss[0])
+	downL0, err2 := lds.Decode(ldss[1])
 	if err := errors.Join(err1, err2); err != nil { // checked when they came
 		wk.log.Error("decoding the epoch's sketches", "path", path, "epoch", epoch, "err", err)
 		return nil
@@ -75,7 +75,7 @@ func (wk *worker) topFlows(path string, epoch int64, up, down *side, remove [2][
 		}
 	}
 	slices.SortFunc(out, func(a, b *owlv1.FlowStats) int { return cmp.Compare(b.GetPackets(), a.GetPackets()) })
-	ub, db := up.Report.GetLds(), down.Report.GetLds()
+	ub, db := ldss[0], ldss[1]
 	if upL != upL0 {
 		ub, _ = upL.MarshalBinary()
 		db, _ = downL.MarshalBinary()

@@ -341,7 +341,11 @@ func fuzzReportSeeds(tb testing.TB, cfg Config) []*owlv1.EpochReport {
 		r.Seq, r.CacheEntries, r.CacheComplete = uint64(9+i), 3000, true
 	}
 	fd.Partial = "the probe started mid-epoch"
-	return append(append(out, withRDA...), fu, fd)
+	// Epoch 8 sent as exact lists (rebuilt into synopses by the collector).
+	lists := agreeEpoch(rand.New(rand.NewPCG(8, 9)), 200, 5, 3, 2)
+	lu, ld := report("p", 8, owlv1.Role_ROLE_UPSTREAM, nil), report("p", 8, owlv1.Role_ROLE_DOWNSTREAM, nil)
+	lu.List, ld.List = listOf(lists.Packets[0]), listOf(lists.Packets[1])
+	return append(append(out, withRDA...), fu, fd, lu, ld)
 }
 
 // addReportSeeds adds a report as it is, cut short, and with a bit of
@@ -351,7 +355,7 @@ func addReportSeeds(f *testing.F, r *owlv1.EpochReport, who uint8) {
 	f.Add(b, who)
 	f.Add(b[:len(b)/2], who)
 	bad := proto.CloneOf(r)
-	for _, s := range [][]byte{bad.Lda, bad.Rda, bad.Lds} {
+	for _, s := range [][]byte{bad.Lda, bad.Rda, bad.Lds, bad.List} {
 		if len(s) > 0 {
 			s[len(s)/2] ^= 0x81
 		}

@@ -113,7 +113,7 @@ func (c *Collector) receive(sess *session, received chan<- error) {
 			}
 		}
 		if r := m.GetReport(); r != nil {
-			size := min(int64(len(r.GetLda())+len(r.GetRda())+len(r.GetLds())), int64(c.cfg.MaxMessageBytes))
+			size := min(int64(len(r.GetLda())+len(r.GetRda())+len(r.GetLds())+len(r.GetList())), int64(c.cfg.MaxMessageBytes))
 			if err := inflightBytes.Acquire(sess.stream.Context(), size); err != nil {
 				fail(err)
 				return
@@ -307,7 +307,7 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 	if err != nil {
 		return err
 	}
-	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds())))
+	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds()) + len(r.GetList())))
 	return c.pairSide(ps, s)
 }
 
@@ -346,7 +346,7 @@ func (c *Collector) checkReport(probe string, r *owlv1.EpochReport) (*pathState,
 // decodeReport decodes a checked report and checks its synopses against
 // the deployment's parameters.
 func (c *Collector) decodeReport(probe string, r *owlv1.EpochReport) (*side, error) {
-	s, err := decodeSide(store.Pending{Probe: probe, Received: c.now(), Report: r})
+	s, err := decodeSide(store.Pending{Probe: probe, Received: c.now(), Report: r}, c.cfg.Params)
 	if err != nil {
 		c.m.rejected.WithLabelValues("malformed").Inc()
 		return nil, &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}

@@ -210,6 +210,9 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // or whose RDA hashes otherwise or is larger than the collector ever asks
 // for, from their headers, before their cells are allocated.
 func (c *Collector) checkShapes(probe string, r *owlv1.EpochReport) error {
+	if len(r.GetList()) > 0 {
+		return nil // the collector builds a list's synopses itself (decodeList)
+	}
 	lc, err := lda.DecodeConfig(r.GetLda())
 	if err != nil {
 		c.m.rejected.WithLabelValues("malformed").Inc()
@@ -270,7 +273,7 @@ func (c *Collector) checkSample(r *owlv1.EpochReport) error {
 func reportDigest(r *owlv1.EpochReport) uint64 {
 	d := xxhash.New()
 	var b []byte
-	for _, s := range [][]byte{r.GetLda(), r.GetRda(), r.GetLds(), r.GetSample()} {
+	for _, s := range [][]byte{r.GetLda(), r.GetRda(), r.GetLds(), r.GetSample(), r.GetList()} {
 		b = binary.LittleEndian.AppendUint64(b[:0], uint64(len(s)))
 		d.Write(b)
 		d.Write(s)

@@ -8,6 +8,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
@@ -73,6 +74,10 @@ type side struct {
 	digest uint64 // of its content (reportDigest)
 	// sample is the report's packet sample (nil: it has none).
 	sample *sample.Sample
+	// listed says the report sent its exact list in place of synopses:
+	// lda, sample and ldsCfg were built from it, the RDA and LDS are
+	// built when the epoch is reconciled.
+	listed bool
 }
 
 func newPathState(p netpath.Path, rdaBuckets int) *pathState {
@@ -81,7 +86,14 @@ func newPathState(p netpath.Path, rdaBuckets int) *pathState {
 }
 
 // decodeSide decodes a report's synopses.
-func decodeSide(p store.Pending) (*side, error) {
+func decodeSide(p store.Pending, prm params.Params) (*side, error) {
+	if len(p.Report.GetList()) > 0 {
+		s := &side{Pending: p, digest: reportDigest(p.Report)}
+		if err := decodeList(s, prm); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	l, err := lda.Decode(p.Report.GetLda())
 	if err != nil {
 		return nil, err
@@ -265,7 +277,7 @@ func (c *Collector) restore() error {
 			_ = c.store.DeletePending(p.Report.GetPath(), p.Report.GetEpoch())
 			continue
 		}
-		s, err := decodeSide(p)
+		s, err := decodeSide(p, c.cfg.Params)
 		if err != nil {
 			continue // it was checked when it came
 		}

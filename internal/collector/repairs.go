@@ -22,7 +22,12 @@ type sessionRepairs struct {
 	ps        *pathState
 	epoch     int64
 	exchanged atomic.Uint64 // bytes, from the two sides' goroutines
+	// lists answers for the sides that sent an exact list (nil: none).
+	lists *listedEpoch
 }
+
+// listed says whether side s sent an exact list, which then answers.
+func (r *sessionRepairs) listed(s reconcile.Side) bool { return r.lists != nil && r.lists.listed[s] }
 
 var _ reconcile.Repairs = (*sessionRepairs)(nil)
 
@@ -49,6 +54,9 @@ func (r *sessionRepairs) count(n int) {
 
 // Rebuild asks the side's probe for the epoch's RDA at buckets.
 func (r *sessionRepairs) Rebuild(ctx context.Context, s reconcile.Side, buckets int) (*rda.RDA, error) {
+	if r.listed(s) {
+		return r.lists.local.Rebuild(ctx, s, buckets)
+	}
 	sess, err := r.session(ctx, s)
 	if err != nil {
 		return nil, err
@@ -83,12 +91,18 @@ func rebuiltRDA(probe string, hashing rda.Config, rep *owlv1.RebuildReply) (*rda
 
 // Fetch asks the side's probe for the entries of ids.
 func (r *sessionRepairs) Fetch(ctx context.Context, s reconcile.Side, ids []uint64) (map[uint64][]reconcile.Entry, error) {
+	if r.listed(s) {
+		return r.lists.local.Fetch(ctx, s, ids)
+	}
 	return r.fetch(ctx, s, &owlv1.FetchRequest{Path: r.ps.path.Name, Epoch: r.epoch, PacketIds: ids})
 }
 
 // Repeated asks the side's probe for the entries of the IDs it saw more
 // than once.
 func (r *sessionRepairs) Repeated(ctx context.Context, s reconcile.Side) (map[uint64][]reconcile.Entry, error) {
+	if r.listed(s) {
+		return r.lists.local.Repeated(ctx, s)
+	}
 	return r.fetch(ctx, s, &owlv1.FetchRequest{Path: r.ps.path.Name, Epoch: r.epoch, Repeated: true})
 }
 

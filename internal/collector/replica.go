@@ -180,7 +180,7 @@ func (c *Collector) promote() {
 func (c *Collector) promoteSide(ps *pathState, p store.Pending) (taken bool, err error) {
 	r := p.Report
 	if ps != nil {
-		s, err := decodeSide(p)
+		s, err := decodeSide(p, c.cfg.Params)
 		if err == nil {
 			s.Received = c.now()
 			if err := c.pairSide(ps, s); err != nil {

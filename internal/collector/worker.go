@@ -17,6 +17,7 @@ import (
 	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
 // boundaryKeep is how many epochs of boundary records a path keeps.
@@ -91,6 +92,7 @@ type epochWork struct {
 	remove  [2][]reconcile.Packet
 	updated []*owlv1.PathStats // neighbours changed by boundary matching
 	flows   bool               // per-flow data stored with the result
+	lists   *listedEpoch       // the sides' exact lists (nil: none sent one)
 }
 
 // reconcileEpoch turns both sides of one epoch into a stored result:
@@ -109,9 +111,19 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	}
 	w := &epochWork{ps: ps, epoch: epoch, pr: pr, res: wk.baseResult(ps.path.Name, epoch, pr.up, pr.down)}
 	w.res.ConflictingReports = conflicts
+	upRDA, downRDA, ldss := pr.up.rda, pr.down.rda, [2][]byte{pr.up.Report.GetLds(), pr.down.Report.GetLds()}
+	lists, err := wk.listsOf(w)
+	if err != nil {
+		return fmt.Errorf("rebuilding synopses from an exact list: %w", err)
+	}
+	if lists != nil {
+		w.lists, upRDA, downRDA, ldss = lists, lists.rdas[0], lists.rdas[1], lists.ldss
+		w.res.Bytes += uint64(len(pr.up.Report.GetList()) + len(pr.down.Report.GetList()))
+		w.res.ExchangedBytes += uint64(len(pr.up.Report.GetList()) + len(pr.down.Report.GetList()))
+	}
 	wk.estimateLDA(w.res, pr.up, pr.down)
-	if pr.up.rda != nil && pr.down.rda != nil {
-		wk.estimateRDA(ctx, w)
+	if upRDA != nil && downRDA != nil {
+		wk.estimateRDA(ctx, w, upRDA, downRDA)
 	}
 	wk.estimateSample(w)
 	wk.noteSampleRate(ps, pr.up.Report.GetCounters().GetPackets())
@@ -120,7 +132,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	}
 	markPartial(w.res, pr.up, pr.down)
 	sw := store.Write{Results: []*owlv1.PathStats{w.res}, Done: []store.EpochRef{{Path: ps.path.Name, Epoch: epoch}}}
-	flows := wk.topFlows(ps.path.Name, epoch, pr.up, pr.down, w.remove, &sw)
+	flows := wk.topFlows(ps.path.Name, epoch, pr.up, pr.down, ldss, w.remove, &sw)
 	w.flows = len(sw.LDS)+len(sw.Flows) > 0
 	if w.bd != nil {
 		wk.matchBoundaries(w, &sw)
@@ -337,12 +349,12 @@ func (wk *worker) estimateLDA(res *owlv1.PathStats, up, down *side) {
 // estimateRDA runs the reconciliation policy (reconcile.Epoch) on the
 // epoch's RDAs with the path's probes answering its repairs, and writes
 // its outcome into the result. Where it fails, the LDA's estimate stays.
-func (wk *worker) estimateRDA(ctx context.Context, w *epochWork) {
+func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.RDA) {
 	ctx, cancel := context.WithTimeout(ctx, wk.cfg.RDA.RequestTimeout)
 	defer cancel()
 	path := w.ps.path.Name
-	rep := &sessionRepairs{wk: wk, ps: w.ps, epoch: w.epoch}
-	in := reconcile.Input{Up: w.pr.up.rda, Down: w.pr.down.rda, StartNS: wk.cfg.Params.Epoch.StartNS(w.epoch),
+	rep := &sessionRepairs{wk: wk, ps: w.ps, epoch: w.epoch, lists: w.lists}
+	in := reconcile.Input{Up: up, Down: down, StartNS: wk.cfg.Params.Epoch.StartNS(w.epoch),
 		Log: wk.log.With("path", path, "epoch", w.epoch)}
 	out, err := reconcile.Epoch(ctx, in, rep, wk.cfg.RDA.limits())
 	res := w.res
