@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -196,15 +197,20 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 	}
 	natSafe := d.cfg.NATSafe
 	var payload []byte
+	p.L4 = Transport{}
 	switch l4 {
 	case layers.LayerTypeTCP:
 		b = appendL4(b, d.tcp.Contents, 16, natSafe, 0, 4)
 		payload = d.tcp.Payload
 		p.Flow.SrcPort, p.Flow.DstPort = d.tcp.SrcPort, d.tcp.DstPort
+		d.tcpTransport(p, ipIdx)
 	case layers.LayerTypeUDP:
 		b = appendL4(b, d.udp.Contents, 6, natSafe, 0, 4)
 		payload = d.udp.Payload
 		p.Flow.SrcPort, p.Flow.DstPort = uint16(d.udp.SrcPort), uint16(d.udp.DstPort)
+		if (p.Flow.SrcPort == 53 || p.Flow.DstPort == 53) && len(payload) >= 12 {
+			p.L4 = Transport{DNS: true, DNSID: binary.BigEndian.Uint16(payload), DNSAnswer: payload[2]&0x80 != 0}
+		}
 	case layers.LayerTypeICMPv4:
 		natLen := 0
 		if t := d.icmp4.TypeCode.Type(); t == layers.ICMPv4TypeEchoRequest || t == layers.ICMPv4TypeEchoReply {
@@ -231,6 +237,19 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 	p.ID = xxh3.HashSeed(b, d.cfg.Seed)
 	p.TimeNS = tsNS
 	return nil
+}
+
+// tcpTransport fills p.L4 from the TCP header. The payload's length comes
+// from the IP header's length less the IP and TCP headers: every header
+// decoded is a slice of the frame, so the distance between the IP and TCP
+// headers is the difference of their capacities.
+func (d *Decoder) tcpTransport(p *Packet, ipIdx int) {
+	ip := d.ip4.Contents
+	if d.decoded[ipIdx] == layers.LayerTypeIPv6 {
+		ip = d.ip6.Contents
+	}
+	headers := cap(ip) - cap(d.tcp.Contents) + len(d.tcp.Contents)
+	p.L4 = Transport{Seq: d.tcp.Seq, Ack: d.tcp.Ack, TCPFlags: d.tcp.Flags, PayloadLen: max(p.IPLen-headers, 0)}
 }
 
 // decodeVXLAN decodes the inner frame of VXLAN on the configured port, when

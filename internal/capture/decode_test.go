@@ -480,3 +480,52 @@ func BenchmarkDecodeIdentity(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "packets/s")
 }
+
+// TestTransportFields: the TCP and DNS fields that request/response
+// matching needs, from real bytes: TCP without timestamp options, IPv6
+// with extension headers before TCP, QinQ, a capture cut short of the
+// payload (the length comes from the IP header), and DNS queries and
+// answers.
+func TestTransportFields(t *testing.T) {
+	noTS := &layers.TCP{SrcPort: 40000, DstPort: 443, Seq: 7000, Ack: 9000, ACK: true, PSH: true, Window: 500}
+	syn := &layers.TCP{SrcPort: 40000, DstPort: 443, Seq: 100, SYN: true, Window: 500}
+	hbh := &layers.IPv6HopByHop{}
+	hbh.NextHeader = layers.IPProtocolTCP
+	hbh.Options = []*layers.IPv6HopByHopOption{{OptionType: 1, OptionLength: 4, OptionData: []byte{0, 0, 0, 0}}}
+	ip6hbh := ip6(layers.IPProtocolIPv6HopByHop)
+	ip6hbh.HopByHop = hbh
+	qinq := []gopacket.SerializableLayer{eth(layers.EthernetTypeQinQ), &layers.Dot1Q{VLANIdentifier: 10, Type: layers.EthernetTypeDot1Q},
+		&layers.Dot1Q{VLANIdentifier: 20, Type: layers.EthernetTypeIPv4}, ip4(layers.IPProtocolTCP), noTS, payload}
+	dnsQuery := gopacket.Payload([]byte{0xbe, 0xef, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 3, 'o', 'w', 'l', 0, 0, 1, 0, 1})
+	dnsAnswer := gopacket.Payload([]byte{0xbe, 0xef, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 3, 'o', 'w', 'l', 0, 0, 1, 0, 1})
+	full := build(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP), noTS, payload)
+	cases := []struct {
+		name  string
+		frame []byte
+		want  Transport
+	}{
+		{"tcp without timestamps", full, Transport{Seq: 7000, Ack: 9000, TCPFlags: TCPAck | 0x08, PayloadLen: len(payload)}},
+		{"tcp cut at 80 bytes", full[:80], Transport{Seq: 7000, Ack: 9000, TCPFlags: TCPAck | 0x08, PayloadLen: len(payload)}},
+		{"syn", build(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolTCP), syn), Transport{Seq: 100, TCPFlags: TCPSyn}},
+		{"ipv6 hop-by-hop tcp", build(t, eth(layers.EthernetTypeIPv6), ip6hbh, hbh, noTS, payload), Transport{Seq: 7000, Ack: 9000, TCPFlags: TCPAck | 0x08, PayloadLen: len(payload)}},
+		{"qinq tcp", build(t, qinq...), Transport{Seq: 7000, Ack: 9000, TCPFlags: TCPAck | 0x08, PayloadLen: len(payload)}},
+		{"dns query", build(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolUDP), udp(), dnsQuery), Transport{DNS: true, DNSID: 0xbeef}},
+		{"dns answer", build(t, eth(layers.EthernetTypeIPv6), ip6(layers.IPProtocolUDP), &layers.UDP{SrcPort: 53, DstPort: 5353}, dnsAnswer), Transport{DNS: true, DNSID: 0xbeef, DNSAnswer: true}},
+		{"udp not dns", build(t, eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolUDP), &layers.UDP{SrcPort: 5000, DstPort: 5001}, dnsQuery), Transport{}},
+	}
+	d, err := NewDecoder(layers.LinkTypeEthernet, DefaultIdentityConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		var p Packet
+		p.L4 = Transport{Seq: 1, DNS: true} // a previous packet's fields must not stay
+		if err := d.Decode(c.frame, 1, &p); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if p.L4 != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, p.L4, c.want)
+		}
+	}
+}

@@ -118,6 +118,8 @@ func (e *erspan3) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error
 type tcpHeader struct {
 	layers.BaseLayer
 	SrcPort, DstPort uint16
+	Seq, Ack         uint32
+	Flags            uint8
 }
 
 func (t *tcpHeader) CanDecode() gopacket.LayerClass    { return layers.LayerTypeTCP }
@@ -138,6 +140,7 @@ func (t *tcpHeader) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) err
 		return errShort
 	}
 	t.SrcPort, t.DstPort = binary.BigEndian.Uint16(data), binary.BigEndian.Uint16(data[2:])
+	t.Seq, t.Ack, t.Flags = binary.BigEndian.Uint32(data[4:]), binary.BigEndian.Uint32(data[8:]), data[13]
 	t.BaseLayer = layers.BaseLayer{Contents: data[:n], Payload: data[n:]}
 	return nil
 }

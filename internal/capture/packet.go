@@ -23,6 +23,31 @@ type Packet struct {
 	Flow FlowKey
 	// IPLen is the length of the (innermost) IP packet in bytes, from its header.
 	IPLen int
+	// L4 is what its TCP or DNS header says that matching requests with
+	// responses at one point needs (zero for other packets).
+	L4 Transport
+}
+
+// TCP flags, as in the header's flags byte.
+const (
+	TCPFin = 0x01
+	TCPSyn = 0x02
+	TCPRst = 0x04
+	TCPAck = 0x10
+)
+
+// Transport holds the request/response fields of a packet's transport
+// header: for TCP the sequence and acknowledgement numbers, the flags and
+// the payload's length (from the IP header's lengths, so a capture cut to
+// a snap length still tells it); for a DNS message over UDP (port 53) its
+// ID and whether it is a response.
+type Transport struct {
+	Seq, Ack   uint32
+	TCPFlags   uint8
+	PayloadLen int
+	DNS        bool
+	DNSID      uint16
+	DNSAnswer  bool
 }
 
 // FlowKey is a 5-tuple. Ports are zero for protocols without ports and for
