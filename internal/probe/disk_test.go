@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -247,20 +248,85 @@ func TestDamagedDataDir(t *testing.T) {
 	}
 }
 
-// TestPartialEpoch: a live capture that starts inside an epoch marks it
-// partial; the next one is whole.
+// TestPartialEpoch: a live capture that starts or stops inside an epoch
+// marks it partial; the epochs between are whole.
 func TestPartialEpoch(t *testing.T) {
+	sec, ms := int64(time.Second), int64(time.Millisecond)
 	r := &reporter{grid: epoch.Config{Length: time.Second}}
-	r.startedNS.Store(10*int64(time.Second) + 250*int64(time.Millisecond))
-	if p := r.partial(10); !strings.Contains(p, "250ms into the epoch") {
+	r.startedNS.Store(10*sec + 250*ms)
+	if p := r.partial(10); p != "capture started 250ms into the epoch" {
 		t.Errorf("epoch of the start: %q", p)
 	}
 	if p := r.partial(11); p != "" {
 		t.Errorf("the epoch after: %q", p)
 	}
-	r.startedNS.Store(12 * int64(time.Second))
+	r.startedNS.Store(12 * sec)
 	if p := r.partial(12); p != "" {
 		t.Errorf("a start on the boundary: %q", p)
+	}
+	r.stoppedNS.Store(13*sec + 400*ms)
+	if p := r.partial(13); p != "capture stopped 400ms into the epoch" {
+		t.Errorf("epoch of the stop: %q", p)
+	}
+	if p := r.partial(12); p != "" {
+		t.Errorf("the epoch before the stop: %q", p)
+	}
+	r.startedNS.Store(13*sec + 100*ms)
+	if p := r.partial(13); p != "capture started 100ms into the epoch and capture stopped 400ms into the epoch" {
+		t.Errorf("start and stop in one epoch: %q", p)
+	}
+	r.startedNS.Store(12 * sec)
+	r.stoppedNS.Store(14 * sec)
+	if p := r.partial(13); p != "" {
+		t.Errorf("a stop on the boundary: %q", p)
+	}
+}
+
+// TestStopReportsPartialEpoch: a live capture that stops reports the
+// epochs still open up to the stop, merged over its workers, the one the
+// stop falls in marked partial; an epoch that had not begun at the stop
+// is not reported.
+func TestStopReportsPartialEpoch(t *testing.T) {
+	var reports []*owlv1.EpochReport
+	p := &Probe{cfg: DefaultConfig(), workers: 2, rep: &reporter{caches: newCacheStore(8, 1<<24), topFlows: 5,
+		clock: func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} },
+		emit:  func(r *owlv1.EpochReport) { reports = append(reports, r) }}}
+	if err := p.build(params.Default()); err != nil {
+		t.Fatal(err)
+	}
+	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
+		{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"}, Role: owlv1.Role_ROLE_UPSTREAM}}})
+	for _, pl := range p.pipes {
+		pl.setPaths(set)
+		_ = pl.setLink(layers.LinkTypeEthernet)
+	}
+	grid := p.rep.grid
+	e0, _ := grid.Of(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	at := func(e, ms int64) int64 { return grid.StartNS(e) + ms*int64(time.Millisecond) }
+	p.pipes[0].frame(frame(t, "10.0.0.1", "10.0.0.2", 1000, 53), at(e0, 100))
+	p.pipes[1].frame(frame(t, "10.0.0.1", "10.0.0.3", 1001, 53), at(e0+1, 50))
+	p.pipes[0].frame(frame(t, "10.0.0.1", "10.0.0.4", 1002, 53), at(e0+1, 300)) // worker 0 closes e0
+	p.pipes[1].frame(frame(t, "10.0.0.1", "10.0.0.5", 1003, 53), at(e0+2, 10))  // ahead of the stop
+	if len(reports) != 0 {
+		t.Fatalf("%d reports before the stop: e0 waits for worker 1", len(reports))
+	}
+
+	last, discarded := p.closeAtStop(at(e0+1, 400))
+	if last != e0+1 || discarded != 1 {
+		t.Errorf("closeAtStop: last epoch %d, %d discarded; want %d and 1", last, discarded, e0+1)
+	}
+	if len(reports) != 2 {
+		t.Fatalf("%d reports after the stop, want 2: %v", len(reports), reports)
+	}
+	for i, want := range []struct {
+		packets uint64
+		partial string
+	}{{1, ""}, {2, "capture stopped 400ms into the epoch"}} {
+		r := reports[i]
+		if r.Epoch != e0+int64(i) || r.Counters.Packets != want.packets || r.Partial != want.partial {
+			t.Errorf("report %d: epoch %d, %d packets, partial %q; want %d, %d, %q",
+				i, r.Epoch-e0, r.Counters.Packets, r.Partial, i, want.packets, want.partial)
+		}
 	}
 }
 

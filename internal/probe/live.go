@@ -60,8 +60,9 @@ func (lc *liveCapture) droppedSince() uint64 {
 // runLive captures until ctx ends. Each worker reads its fanout socket,
 // decodes and folds packets into its own synopses, and advances time on the
 // system clock when its socket is idle, so that epochs close without
-// traffic. Epochs still open at the end are dropped: they hold part of an
-// epoch only, which the other side of the path would not match.
+// traffic. When ctx ends, the epochs up to the one the stop falls in are
+// closed and reported, that one marked partial (see closeAtStop); when
+// capture fails, the epochs still open are dropped.
 func (p *Probe) runLive(ctx context.Context) error {
 	lc := p.live
 	for w := range p.pipes {
@@ -96,44 +97,83 @@ func (p *Probe) runLive(ctx context.Context) error {
 	// Epochs that began before now hold part of their packets only.
 	p.rep.startedNS.Store(p.clock.Now())
 	p.log.Info("capturing", "interface", lc.cfg.Interface, "workers", len(p.pipes), "timestamps", lc.timestampSource(), "clock", p.cfg.Clock.Source)
-	g, ctx := errgroup.WithContext(ctx)
-	for w, pl := range p.pipes {
-		src := lc.srcs[w]
-		g.Go(func() error {
-			lastAdvance := time.Now()
-			for ctx.Err() == nil {
-				f, err := src.Next()
-				switch {
-				case errors.Is(err, capture.ErrTimeout):
-				case err != nil:
-					return fmt.Errorf("capturing on %s: %w", lc.cfg.Interface, err)
-				default:
-					if dump != nil {
-						dump.write(f.Data, f.TimeNS, f.WireLen)
-					}
-					pl.frame(f.Data, f.TimeNS)
-				}
-				// Time moves on the clock too, at least every poll
-				// timeout, so that an idle socket closes its epochs.
-				if now := time.Now(); err != nil || now.Sub(lastAdvance) > lc.cfg.PollTimeout {
-					ref := p.clock.Now() // the time scale of the corrected timestamps
-					pl.window.Advance(ref)
-					if p.merge != nil {
-						p.merge.watermark(w, ref)
-					}
-					lastAdvance = now
-				}
+	// The stop is taken when ctx ends: the workers read on until they
+	// see it, a poll timeout at most later.
+	stopped := make(chan int64, 1)
+	defer context.AfterFunc(ctx, func() { stopped <- p.clock.Now() })()
+	g, gctx := errgroup.WithContext(ctx)
+	for w, src := range lc.srcs {
+		g.Go(func() error { return p.liveWorker(gctx, w, src, dump) })
+	}
+	if err := g.Wait(); err != nil {
+		open := 0
+		for _, pl := range p.pipes {
+			open += pl.window.Open()
+		}
+		p.log.Info("capture stopped", "open_epochs_discarded", open)
+		return err
+	}
+	// The workers return nil only once ctx has ended.
+	last, discarded := p.closeAtStop(<-stopped)
+	p.log.Info("capture stopped", "last_epoch", last, "open_epochs_discarded", discarded)
+	return nil
+}
+
+// liveWorker runs worker w's capture loop on src until ctx ends.
+func (p *Probe) liveWorker(ctx context.Context, w int, src *capture.LiveSource, dump *dumper) error {
+	lc, pl := p.live, p.pipes[w]
+	lastAdvance := time.Now()
+	for ctx.Err() == nil {
+		f, err := src.Next()
+		switch {
+		case errors.Is(err, capture.ErrTimeout):
+		case err != nil:
+			return fmt.Errorf("capturing on %s: %w", lc.cfg.Interface, err)
+		default:
+			if dump != nil {
+				dump.write(f.Data, f.TimeNS, f.WireLen)
 			}
-			return nil
-		})
+			pl.frame(f.Data, f.TimeNS)
+		}
+		// Time moves on the clock too, at least every poll
+		// timeout, so that an idle socket closes its epochs.
+		if now := time.Now(); err != nil || now.Sub(lastAdvance) > lc.cfg.PollTimeout {
+			ref := p.clock.Now() // the time scale of the corrected timestamps
+			pl.window.Advance(ref)
+			if p.merge != nil {
+				p.merge.watermark(w, ref)
+			}
+			lastAdvance = now
+		}
 	}
-	err := g.Wait()
-	open := 0
-	for _, pl := range p.pipes {
-		open += pl.window.Open()
+	return nil
+}
+
+// closeAtStop ends a live capture that stopped at stopNS (reference
+// clock), once its workers have returned. The epochs up to the one stopNS
+// falls in are closed and reported: those that ended before it whole
+// (still open for their grace only), the one it falls in marked partial,
+// so that the collector's result says PARTIAL rather than, later, MISSING.
+// Epochs that begin at or after stopNS (timestamps ahead of the clock)
+// had not started and are dropped. It returns the last epoch reported and
+// the epochs dropped, summed over the workers.
+//
+// Capture files get no such ending: a file that ends inside an epoch says
+// nothing of whether traffic would have gone on, so its last epochs close
+// as they are, not marked partial (pipeline.flush).
+func (p *Probe) closeAtStop(stopNS int64) (last int64, discarded int) {
+	grid := p.rep.grid
+	last, _ = grid.Of(stopNS - 1) // the epoch of the last nanosecond captured
+	closeNS := grid.EndNS(last) + int64(grid.Grace)
+	p.rep.stoppedNS.Store(stopNS)
+	for w, pl := range p.pipes {
+		pl.window.Advance(closeNS)
+		if p.merge != nil {
+			p.merge.watermark(w, closeNS)
+		}
+		discarded += pl.window.Open()
 	}
-	p.log.Info("capture stopped", "open_epochs_discarded", open)
-	return err
+	return last, discarded
 }
 
 // hardwareClock takes the NIC's clock for timestamps when the capture has

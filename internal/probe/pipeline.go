@@ -3,6 +3,7 @@ package probe
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -291,18 +292,27 @@ type reporter struct {
 	// startedNS is when a live capture started (0 for files): an epoch
 	// that began before it is partial.
 	startedNS atomic.Int64
+	// stoppedNS is when a live capture stopped (0 while it runs, and for
+	// files): an epoch that ends after it is partial.
+	stoppedNS atomic.Int64
 	// exactLists lets a report carry the epoch's exact list of packets in
 	// place of its synopses where the list is smaller.
 	exactLists bool
 }
 
-// partial says why the probe saw part of an epoch only, or "".
+// partial says why the probe saw part of an epoch only, or "": a live
+// capture started or stopped inside it.
 func (r *reporter) partial(epoch int64) string {
-	start := r.startedNS.Load()
-	if start <= r.grid.StartNS(epoch) {
-		return ""
+	startNS, endNS := r.grid.StartNS(epoch), r.grid.EndNS(epoch)
+	into := func(ns int64) time.Duration { return time.Duration(max(ns-startNS, 0)).Round(time.Microsecond) }
+	var why []string
+	if s := r.startedNS.Load(); s > startNS {
+		why = append(why, fmt.Sprintf("capture started %v into the epoch", into(s)))
 	}
-	return fmt.Sprintf("capture started %v into the epoch", time.Duration(start-r.grid.StartNS(epoch)).Round(time.Microsecond))
+	if s := r.stoppedNS.Load(); s != 0 && s < endNS {
+		why = append(why, fmt.Sprintf("capture stopped %v into the epoch", into(s)))
+	}
+	return strings.Join(why, " and ") // the collector joins probes with "; "
 }
 
 func (r *reporter) report(ce closedEpoch) {

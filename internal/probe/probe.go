@@ -331,6 +331,8 @@ func (p *Probe) capture(ctx context.Context) error {
 			return err
 		}
 	}
+	// The last epochs close as they are, not marked partial: a file that
+	// ends inside an epoch does not say whether traffic would have gone on.
 	p.pipes[0].flush()
 	p.log.Info("sources done", "frames", p.stats.frames.Load(), "packets", p.stats.packets.Load(),
 		"late", p.stats.late.Load(), "outside_paths", p.stats.outside.Load())
