@@ -48,6 +48,7 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzReport$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzRepairAnswers$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzHandover$$' ./internal/collector/
+	$(FUZZ) -fuzz '^FuzzDelaySketch$$' ./internal/collector/
 
 # Development certificates for mTLS (docs/security.md) in $(CERTS): a CA,
 # the probes of the demo and of deployments/, a collector `collector`, a

@@ -10,6 +10,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/store"
+	"github.com/owl-latency/owl/internal/synopsis/delays"
 	"github.com/owl-latency/owl/internal/synopsis/synopsistest"
 )
 
@@ -66,8 +67,8 @@ func TestDelayDistributionOverARange(t *testing.T) {
 	for _, p := range r.GetCdf() {
 		// The share at or below the point lies between the shares
 		// below it and below it widened by the accuracy.
-		lo := float64(countBelow(all, p.GetAtNs()*(1-2*delaySketchAccuracy))) / float64(len(all))
-		hi := float64(countBelow(all, p.GetAtNs()*(1+2*delaySketchAccuracy))) / float64(len(all))
+		lo := float64(countBelow(all, p.GetAtNs()*(1-2*delays.Accuracy))) / float64(len(all))
+		hi := float64(countBelow(all, p.GetAtNs()*(1+2*delays.Accuracy))) / float64(len(all))
 		if p.GetFraction() < lo || p.GetFraction() > hi {
 			t.Errorf("CDF at %.0f ns: %.4f, the weighted delays' between %.4f and %.4f", p.GetAtNs(), p.GetFraction(), lo, hi)
 		}
@@ -106,7 +107,7 @@ func FuzzDelaySketch(f *testing.F) {
 			s, err := decodeDelaySketch(b)
 			if err == nil {
 				_, _ = s.GetValueAtQuantile(0.5)
-				_ = newDelaySketch().MergeWith(s)
+				_ = delays.New().MergeWith(s)
 			}
 		}); n > limit {
 			t.Fatalf("%d bytes allocated for a sketch of %d bytes", n, len(b))
