@@ -79,8 +79,7 @@ type client struct {
 // run keeps sessions going until ctx ends or an error ends the probe (see
 // fatal).
 func (c *client) run(ctx context.Context) error {
-	const minBackoff = 100 * time.Millisecond
-	backoff := minBackoff
+	b := reconnectBackoff{max: c.reconnectMax}
 	for {
 		start := time.Now()
 		err := c.session(ctx)
@@ -94,19 +93,48 @@ func (c *client) run(ctx context.Context) error {
 		if fatal(err) {
 			return err
 		}
-		if time.Since(start) > 10*time.Second {
-			backoff = minBackoff
-		}
-		// Jittered, so that probes cut off together do not come back together.
-		wait := time.Duration(float64(backoff) * (0.75 + 0.5*rand.Float64()))
+		wait := b.next(time.Since(start), rand.Float64())
 		c.log.Warn("collector stream ended; reconnecting", "err", err, "in", wait, "unacked", c.spool.len())
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, c.reconnectMax)
 	}
+}
+
+const (
+	// minBackoff is the back-off of a first reconnect attempt.
+	minBackoff = 100 * time.Millisecond
+	// backoffResetAfter is how long a session lasts for the back-off to
+	// start again from minBackoff: it was up, not failing.
+	backoffResetAfter = 10 * time.Second
+)
+
+// reconnectBackoff is a client's back-off between sessions: it doubles
+// after each session that ends within backoffResetAfter, up to max, and
+// starts again from minBackoff after a longer one. Not safe for
+// concurrent use.
+type reconnectBackoff struct {
+	cur, max time.Duration // cur 0: minBackoff
+}
+
+// next returns the wait before the next attempt, after a session that
+// lasted lasted; rnd in [0, 1) jitters it.
+func (b *reconnectBackoff) next(lasted time.Duration, rnd float64) time.Duration {
+	if b.cur == 0 || lasted > backoffResetAfter {
+		b.cur = minBackoff
+	}
+	wait := nextWait(b.cur, b.max, rnd)
+	b.cur = min(2*b.cur, b.max)
+	return wait
+}
+
+// nextWait is the wait for a back-off: jittered to 0.75–1.25 times it,
+// so that probes cut off together do not come back together, and at
+// most maxWait, jitter included.
+func nextWait(backoff, maxWait time.Duration, rnd float64) time.Duration {
+	return min(time.Duration(float64(backoff)*(0.75+0.5*rnd)), maxWait)
 }
 
 // errRestart ends a session whose messages were routed anew.
