@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -303,14 +304,28 @@ type cacheStore struct {
 	lostOrder   []cacheKey
 	lostAsked   uint64
 	waitedNS    int64 // time a file reader waited for room
+
+	// log (nil: not logged) warns of outstanding caches evicted, at most
+	// once every lostWarnEvery: the count since the last warning, and
+	// the latest of them.
+	log           *slog.Logger
+	now           func() time.Time
+	lostSinceWarn uint64
+	lastLost      cacheKey
+	lastWarnAt    time.Time
 }
 
 // lostKeep bounds the evicted outstanding caches remembered.
 const lostKeep = 4096
 
+// lostWarnEvery is the least time between two warnings of outstanding
+// caches evicted: live capture at a short retention evicts one per path
+// and epoch.
+const lostWarnEvery = 10 * time.Second
+
 func newCacheStore(retention int, maxBytes int64) *cacheStore {
 	return &cacheStore{retention: retention, maxBytes: maxBytes, caches: map[cacheKey]*epochCache{},
-		outstanding: map[cacheKey]bool{}, freed: make(chan struct{}), lost: map[cacheKey]bool{}}
+		outstanding: map[cacheKey]bool{}, freed: make(chan struct{}), lost: map[cacheKey]bool{}, now: time.Now}
 }
 
 // waitRoom waits until the caches of open more epochs per path fit in the
@@ -366,7 +381,6 @@ func (s *cacheStore) roomFor(open int) bool {
 // (or it is evicted by age or size).
 func (s *cacheStore) put(path string, epoch int64, c *epochCache) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	k := cacheKey{path, epoch}
 	s.outstanding[k] = true
 	if old := s.caches[k]; old != nil {
@@ -380,6 +394,9 @@ func (s *cacheStore) put(path string, epoch int64, c *epochCache) {
 		s.disk.putCache(k, c)
 	}
 	s.evict(path)
+	w := s.lostWarningDue()
+	s.mu.Unlock()
+	s.warnLost(w)
 }
 
 // load takes up the caches a previous run of the probe left on disk, and
@@ -388,7 +405,6 @@ func (s *cacheStore) put(path string, epoch int64, c *epochCache) {
 func (s *cacheStore) load(d *disk, maxEntries int, spooled func(cacheKey) bool) int {
 	jobs := d.caches(maxEntries)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.disk = d
 	for _, j := range jobs {
 		if s.caches[j.k] == nil {
@@ -401,7 +417,10 @@ func (s *cacheStore) load(d *disk, maxEntries int, spooled func(cacheKey) bool) 
 		}
 		s.evict(j.k.path)
 	}
-	return len(s.caches)
+	n, w := len(s.caches), s.lostWarningDue()
+	s.mu.Unlock()
+	s.warnLost(w)
+	return n
 }
 
 // evict drops the oldest caches of path past the retention, then the
@@ -459,6 +478,42 @@ func (s *cacheStore) noteLost(k cacheKey) {
 		delete(s.lost, s.lostOrder[0])
 		s.lostOrder = s.lostOrder[1:]
 	}
+	s.lostSinceWarn++
+	s.lastLost = k
+}
+
+// lostWarning is a warning due of outstanding caches evicted.
+type lostWarning struct {
+	n, total uint64 // since the last warning, and in all
+	last     cacheKey
+}
+
+// lostWarningDue returns the warning due now, if any, and starts the
+// count of the next one: there is one when caches were evicted since the
+// last, and lostWarnEvery has passed. put, load and release ask, so a
+// count the rate limit held back goes out with the first of them after
+// lostWarnEvery, whether it evicts or not. s.mu is held.
+func (s *cacheStore) lostWarningDue() *lostWarning {
+	if s.lostSinceWarn == 0 || s.log == nil {
+		return nil
+	}
+	now := s.now()
+	if !s.lastWarnAt.IsZero() && now.Sub(s.lastWarnAt) < lostWarnEvery {
+		return nil
+	}
+	w := &lostWarning{n: s.lostSinceWarn, total: s.lostEvicted, last: s.lastLost}
+	s.lostSinceWarn, s.lastWarnAt = 0, now
+	return w
+}
+
+// warnLost logs a warning lostWarningDue returned, s.mu not held.
+func (s *cacheStore) warnLost(w *lostWarning) {
+	if w == nil {
+		return
+	}
+	s.log.Warn("repair caches evicted before the collector released their epoch (live capture cannot wait): raise cache.retention_epochs or cache.max_bytes",
+		"evicted", w.n, "evicted_total", w.total, "last_path", w.last.path, "last_epoch", w.last.epoch,
+		"retention_epochs", s.retention, "max_bytes", s.maxBytes)
 }
 
 // missing is the error of a repair that asked for a cache not held,
@@ -485,7 +540,6 @@ func (s *cacheStore) lostCounts() (evicted, asked uint64, waited float64) {
 // release drops an epoch the collector is done with.
 func (s *cacheStore) release(path string, epoch int64) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	k := cacheKey{path, epoch}
 	delete(s.outstanding, k)
 	if i := slices.Index(s.order, k); i >= 0 {
@@ -493,6 +547,9 @@ func (s *cacheStore) release(path string, epoch int64) {
 	} else {
 		s.signal()
 	}
+	w := s.lostWarningDue()
+	s.mu.Unlock()
+	s.warnLost(w)
 }
 
 // unreleased is the number of reported epochs the collector has not released.

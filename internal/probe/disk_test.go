@@ -395,3 +395,51 @@ func TestProbeRestartKeepsPaths(t *testing.T) {
 		t.Errorf("spool after restart: %d messages, want 1", p2.spool.len())
 	}
 }
+
+// TestEvictedCachesLogged: outstanding caches evicted are logged at most
+// once every lostWarnEvery, each line with the count since the last; a
+// count held back goes out with the next call after the interval.
+func TestEvictedCachesLogged(t *testing.T) {
+	var logged bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cs := newCacheStore(2, 1<<30)
+	cs.log = slog.New(slog.NewTextHandler(&logged, nil))
+	cs.now = func() time.Time { return now }
+	put := func(e int64) {
+		c := &epochCache{rda: rda.DefaultConfig(), complete: true}
+		c.add(newEntry(uint64(e), 1, 1, 1), 10)
+		cs.put("p", e, c)
+	}
+	lines := func() []string {
+		var out []string
+		for _, l := range strings.Split(logged.String(), "\n") {
+			if strings.Contains(l, "evicted before the collector released") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for e := int64(1); e <= 5; e++ {
+		put(e) // retention 2: from epoch 3 on, each put evicts one outstanding
+	}
+	if l := lines(); len(l) != 1 || !strings.Contains(l[0], "evicted=1 evicted_total=1 ") || !strings.Contains(l[0], "level=WARN") {
+		t.Fatalf("after 3 evictions in no time: %q, want one line of one", l)
+	}
+	now = now.Add(lostWarnEvery)
+	put(6)
+	if l := lines(); len(l) != 2 || !strings.Contains(l[1], "evicted=3 evicted_total=4 last_path=p last_epoch=4") {
+		t.Fatalf("after the interval: %q, want a second line of 3", l)
+	}
+	now = now.Add(time.Second)
+	put(7) // evicts epoch 5, held back
+	now = now.Add(lostWarnEvery)
+	cs.release("p", 7)
+	if l := lines(); len(l) != 3 || !strings.Contains(l[2], "evicted=1 evicted_total=5 last_path=p last_epoch=5") {
+		t.Fatalf("held-back count: %q, want a third line of 1", l)
+	}
+	now = now.Add(lostWarnEvery)
+	cs.release("p", 6)
+	if n, _, _ := cs.lostCounts(); len(lines()) != 3 || n != 5 {
+		t.Errorf("%d lines, %d evicted counted; want 3 and 5 (no line without an eviction)", len(lines()), n)
+	}
+}

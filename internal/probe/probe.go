@@ -78,7 +78,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	}
 	p := &Probe{cfg: cfg, log: log, spool: newSpool(cfg.SpoolMaxEpochs, cfg.SpoolMaxBytes), ready: make(chan struct{}),
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
-	p.spool.log = log
+	p.spool.log, p.caches.log = log, log
 	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
 	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, exactLists: cfg.ExactLists, clock: p.clockOver, emit: p.spool.add,
 		emitVector: func(v *owlv1.ColateVector) {
