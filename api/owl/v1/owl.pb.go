@@ -260,7 +260,53 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41, 0}
+}
+
+type TopRTTPrefixesRequest_Order int32
+
+const (
+	TopRTTPrefixesRequest_ORDER_P99   TopRTTPrefixesRequest_Order = 0
+	TopRTTPrefixesRequest_ORDER_COUNT TopRTTPrefixesRequest_Order = 1
+)
+
+// Enum value maps for TopRTTPrefixesRequest_Order.
+var (
+	TopRTTPrefixesRequest_Order_name = map[int32]string{
+		0: "ORDER_P99",
+		1: "ORDER_COUNT",
+	}
+	TopRTTPrefixesRequest_Order_value = map[string]int32{
+		"ORDER_P99":   0,
+		"ORDER_COUNT": 1,
+	}
+)
+
+func (x TopRTTPrefixesRequest_Order) Enum() *TopRTTPrefixesRequest_Order {
+	p := new(TopRTTPrefixesRequest_Order)
+	*p = x
+	return p
+}
+
+func (x TopRTTPrefixesRequest_Order) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TopRTTPrefixesRequest_Order) Descriptor() protoreflect.EnumDescriptor {
+	return file_owl_v1_owl_proto_enumTypes[4].Descriptor()
+}
+
+func (TopRTTPrefixesRequest_Order) Type() protoreflect.EnumType {
+	return &file_owl_v1_owl_proto_enumTypes[4]
+}
+
+func (x TopRTTPrefixesRequest_Order) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TopRTTPrefixesRequest_Order.Descriptor instead.
+func (TopRTTPrefixesRequest_Order) EnumDescriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -296,11 +342,11 @@ func (x TopFlowsRequest_Order) String() string {
 }
 
 func (TopFlowsRequest_Order) Descriptor() protoreflect.EnumDescriptor {
-	return file_owl_v1_owl_proto_enumTypes[4].Descriptor()
+	return file_owl_v1_owl_proto_enumTypes[5].Descriptor()
 }
 
 func (TopFlowsRequest_Order) Type() protoreflect.EnumType {
-	return &file_owl_v1_owl_proto_enumTypes[4]
+	return &file_owl_v1_owl_proto_enumTypes[5]
 }
 
 func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
@@ -309,7 +355,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -865,6 +911,7 @@ type ProbeMessage struct {
 	//	*ProbeMessage_RebuildReply
 	//	*ProbeMessage_Clock
 	//	*ProbeMessage_Colate
+	//	*ProbeMessage_Rtt
 	Msg           isProbeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -961,6 +1008,15 @@ func (x *ProbeMessage) GetColate() *ColateVector {
 	return nil
 }
 
+func (x *ProbeMessage) GetRtt() *RTTReport {
+	if x != nil {
+		if x, ok := x.Msg.(*ProbeMessage_Rtt); ok {
+			return x.Rtt
+		}
+	}
+	return nil
+}
+
 type isProbeMessage_Msg interface {
 	isProbeMessage_Msg()
 }
@@ -992,6 +1048,11 @@ type ProbeMessage_Colate struct {
 	Colate *ColateVector `protobuf:"bytes,6,opt,name=colate,proto3,oneof"`
 }
 
+type ProbeMessage_Rtt struct {
+	// rtt is the probe's round-trip times of one epoch.
+	Rtt *RTTReport `protobuf:"bytes,7,opt,name=rtt,proto3,oneof"`
+}
+
 func (*ProbeMessage_Hello) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Report) isProbeMessage_Msg() {}
@@ -1003,6 +1064,269 @@ func (*ProbeMessage_RebuildReply) isProbeMessage_Msg() {}
 func (*ProbeMessage_Clock) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Colate) isProbeMessage_Msg() {}
+
+func (*ProbeMessage_Rtt) isProbeMessage_Msg() {}
+
+// RTTReport is a probe's round-trip times of one epoch: the request/
+// response pairs it saw pass (TCP data and the ACK of its end, SYN and
+// SYN/ACK, DNS query and answer; internal/rtt), each weighted by its
+// fridge's correction for the pairs that evictions lost. Sketches are
+// internal/synopsis/delays wire forms of the delays in ns.
+type RTTReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq   uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Clock *ClockStatus           `protobuf:"bytes,3,opt,name=clock,proto3" json:"clock,omitempty"`
+	// kinds has a sketch per kind of pair that has samples.
+	Kinds []*RTTSketch `protobuf:"bytes,4,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// prefixes has a sketch (all kinds) per responder prefix, the ones with
+	// the most pairs; other holds the pairs of the prefixes left out.
+	Prefixes      []*RTTSketch `protobuf:"bytes,5,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	Other         *RTTSketch   `protobuf:"bytes,6,opt,name=other,proto3" json:"other,omitempty"`
+	Counters      *RTTCounters `protobuf:"bytes,7,opt,name=counters,proto3" json:"counters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RTTReport) Reset() {
+	*x = RTTReport{}
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RTTReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RTTReport) ProtoMessage() {}
+
+func (x *RTTReport) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RTTReport.ProtoReflect.Descriptor instead.
+func (*RTTReport) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RTTReport) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RTTReport) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RTTReport) GetClock() *ClockStatus {
+	if x != nil {
+		return x.Clock
+	}
+	return nil
+}
+
+func (x *RTTReport) GetKinds() []*RTTSketch {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *RTTReport) GetPrefixes() []*RTTSketch {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *RTTReport) GetOther() *RTTSketch {
+	if x != nil {
+		return x.Other
+	}
+	return nil
+}
+
+func (x *RTTReport) GetCounters() *RTTCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+// RTTSketch is the round-trip times of one kind or one responder prefix.
+type RTTSketch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind: "tcp-data", "tcp-handshake" or "dns" (kinds only).
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// prefix: the responders' prefix (prefixes only), e.g. 192.0.2.0/24.
+	Prefix string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Sketch []byte `protobuf:"bytes,3,opt,name=sketch,proto3" json:"sketch,omitempty"`
+	// samples is how many pairs were matched; pairs how many they stand
+	// for (the sum of their weights, the sketch's count).
+	Samples       uint64  `protobuf:"varint,4,opt,name=samples,proto3" json:"samples,omitempty"`
+	Pairs         float64 `protobuf:"fixed64,5,opt,name=pairs,proto3" json:"pairs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RTTSketch) Reset() {
+	*x = RTTSketch{}
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RTTSketch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RTTSketch) ProtoMessage() {}
+
+func (x *RTTSketch) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RTTSketch.ProtoReflect.Descriptor instead.
+func (*RTTSketch) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RTTSketch) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RTTSketch) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *RTTSketch) GetSketch() []byte {
+	if x != nil {
+		return x.Sketch
+	}
+	return nil
+}
+
+func (x *RTTSketch) GetSamples() uint64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *RTTSketch) GetPairs() float64 {
+	if x != nil {
+		return x.Pairs
+	}
+	return 0
+}
+
+// RTTCounters say what a probe's matching saw in an epoch.
+type RTTCounters struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Requests  uint64                 `protobuf:"varint,1,opt,name=requests,proto3" json:"requests,omitempty"`
+	Responses uint64                 `protobuf:"varint,2,opt,name=responses,proto3" json:"responses,omitempty"`
+	// matched responses gave samples; ambiguous ones answered a request
+	// seen twice (a retransmission: no sample, Karn's rule).
+	Matched   uint64 `protobuf:"varint,3,opt,name=matched,proto3" json:"matched,omitempty"`
+	Ambiguous uint64 `protobuf:"varint,4,opt,name=ambiguous,proto3" json:"ambiguous,omitempty"`
+	// prefixes_folded counts the prefixes whose pairs went into other.
+	PrefixesFolded uint64 `protobuf:"varint,5,opt,name=prefixes_folded,json=prefixesFolded,proto3" json:"prefixes_folded,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RTTCounters) Reset() {
+	*x = RTTCounters{}
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RTTCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RTTCounters) ProtoMessage() {}
+
+func (x *RTTCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RTTCounters.ProtoReflect.Descriptor instead.
+func (*RTTCounters) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RTTCounters) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *RTTCounters) GetResponses() uint64 {
+	if x != nil {
+		return x.Responses
+	}
+	return 0
+}
+
+func (x *RTTCounters) GetMatched() uint64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *RTTCounters) GetAmbiguous() uint64 {
+	if x != nil {
+		return x.Ambiguous
+	}
+	return 0
+}
+
+func (x *RTTCounters) GetPrefixesFolded() uint64 {
+	if x != nil {
+		return x.PrefixesFolded
+	}
+	return 0
+}
 
 // Hello introduces a probe on a new stream.
 type Hello struct {
@@ -1026,7 +1350,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1362,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1375,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Hello) GetProbeId() string {
@@ -1110,7 +1434,7 @@ type SynopsisParams struct {
 
 func (x *SynopsisParams) Reset() {
 	*x = SynopsisParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1446,7 @@ func (x *SynopsisParams) String() string {
 func (*SynopsisParams) ProtoMessage() {}
 
 func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1459,7 @@ func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynopsisParams.ProtoReflect.Descriptor instead.
 func (*SynopsisParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SynopsisParams) GetIdentity() *IdentityParams {
@@ -1210,7 +1534,7 @@ type SampleParams struct {
 
 func (x *SampleParams) Reset() {
 	*x = SampleParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1546,7 @@ func (x *SampleParams) String() string {
 func (*SampleParams) ProtoMessage() {}
 
 func (x *SampleParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1559,7 @@ func (x *SampleParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleParams.ProtoReflect.Descriptor instead.
 func (*SampleParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SampleParams) GetSeed() uint64 {
@@ -1277,7 +1601,7 @@ type ColateParams struct {
 
 func (x *ColateParams) Reset() {
 	*x = ColateParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1613,7 @@ func (x *ColateParams) String() string {
 func (*ColateParams) ProtoMessage() {}
 
 func (x *ColateParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1626,7 @@ func (x *ColateParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateParams.ProtoReflect.Descriptor instead.
 func (*ColateParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ColateParams) GetCounters() uint32 {
@@ -1362,7 +1686,7 @@ type ColateVector struct {
 
 func (x *ColateVector) Reset() {
 	*x = ColateVector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1698,7 @@ func (x *ColateVector) String() string {
 func (*ColateVector) ProtoMessage() {}
 
 func (x *ColateVector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1711,7 @@ func (x *ColateVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVector.ProtoReflect.Descriptor instead.
 func (*ColateVector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ColateVector) GetEpoch() int64 {
@@ -1452,7 +1776,7 @@ type LDSParams struct {
 
 func (x *LDSParams) Reset() {
 	*x = LDSParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1788,7 @@ func (x *LDSParams) String() string {
 func (*LDSParams) ProtoMessage() {}
 
 func (x *LDSParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1801,7 @@ func (x *LDSParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
 func (*LDSParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LDSParams) GetRows() uint32 {
@@ -1525,7 +1849,7 @@ type FlowWeight struct {
 
 func (x *FlowWeight) Reset() {
 	*x = FlowWeight{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1861,7 @@ func (x *FlowWeight) String() string {
 func (*FlowWeight) ProtoMessage() {}
 
 func (x *FlowWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1874,7 @@ func (x *FlowWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
 func (*FlowWeight) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FlowWeight) GetSelector() *Selector {
@@ -1578,7 +1902,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1914,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1927,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -1638,7 +1962,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1974,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1987,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -1691,7 +2015,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +2027,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +2040,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -1753,7 +2077,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +2089,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +2102,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -1844,7 +2168,7 @@ type EpochReport struct {
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2180,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2193,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -1998,7 +2322,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2334,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2347,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FlowKey) GetSrc() string {
@@ -2072,7 +2396,7 @@ type TopFlow struct {
 
 func (x *TopFlow) Reset() {
 	*x = TopFlow{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2408,7 @@ func (x *TopFlow) String() string {
 func (*TopFlow) ProtoMessage() {}
 
 func (x *TopFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2421,7 @@ func (x *TopFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
 func (*TopFlow) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TopFlow) GetFlow() *FlowKey {
@@ -2137,7 +2461,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2473,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2486,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -2242,7 +2566,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2578,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2591,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -2359,7 +2683,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2695,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2708,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -2531,7 +2855,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2867,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2880,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -2576,7 +2900,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2912,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2925,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -2637,7 +2961,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2973,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2986,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -2719,7 +3043,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +3055,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +3068,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -2803,7 +3127,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +3139,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +3152,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -2870,7 +3194,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +3206,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +3219,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -2930,7 +3254,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3266,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3279,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RDASize) GetPath() string {
@@ -2984,7 +3308,7 @@ type SampleRate struct {
 
 func (x *SampleRate) Reset() {
 	*x = SampleRate{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3320,7 @@ func (x *SampleRate) String() string {
 func (*SampleRate) ProtoMessage() {}
 
 func (x *SampleRate) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3333,7 @@ func (x *SampleRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleRate.ProtoReflect.Descriptor instead.
 func (*SampleRate) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SampleRate) GetPath() string {
@@ -3043,7 +3367,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3379,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3392,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -3111,7 +3435,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3447,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3460,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -3186,7 +3510,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3522,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3535,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3252,7 +3576,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3588,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3601,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Reject) GetPath() string {
@@ -3322,7 +3646,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3658,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3671,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Path) GetName() string {
@@ -3394,7 +3718,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3406,7 +3730,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3419,7 +3743,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -3465,7 +3789,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3801,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3814,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 type ListProbesResponse struct {
@@ -3507,7 +3831,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3843,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3856,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -3581,7 +3905,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3917,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3930,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -3687,7 +4011,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +4023,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +4036,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 type ListPathsResponse struct {
@@ -3724,7 +4048,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +4060,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +4073,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -3775,7 +4099,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +4111,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +4124,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -3855,7 +4179,7 @@ type GetPathDelayDistributionRequest struct {
 
 func (x *GetPathDelayDistributionRequest) Reset() {
 	*x = GetPathDelayDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3867,7 +4191,7 @@ func (x *GetPathDelayDistributionRequest) String() string {
 func (*GetPathDelayDistributionRequest) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3880,7 +4204,7 @@ func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetPathDelayDistributionRequest) GetPath() string {
@@ -3944,7 +4268,7 @@ type GetPathDelayDistributionResponse struct {
 
 func (x *GetPathDelayDistributionResponse) Reset() {
 	*x = GetPathDelayDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4280,7 @@ func (x *GetPathDelayDistributionResponse) String() string {
 func (*GetPathDelayDistributionResponse) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4293,7 @@ func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetPathDelayDistributionResponse) GetEpochs() uint32 {
@@ -4035,6 +4359,428 @@ func (x *GetPathDelayDistributionResponse) GetNote() string {
 	return ""
 }
 
+type GetRTTDistributionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Probe string                 `protobuf:"bytes,1,opt,name=probe,proto3" json:"probe,omitempty"`
+	// from and to bound the epochs by their start, as GetPathStats's.
+	From *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// kind: "tcp-data", "tcp-handshake", "dns"; empty: all.
+	Kind string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// prefix: one responder prefix as reported (e.g. 192.0.2.0/24); empty:
+	// all. A prefix and a kind cannot be asked together (prefix sketches
+	// hold all kinds).
+	Prefix string `protobuf:"bytes,5,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// quantiles in (0, 1); empty: 0.5, 0.9, 0.95, 0.99, 0.999.
+	Quantiles     []float64 `protobuf:"fixed64,6,rep,packed,name=quantiles,proto3" json:"quantiles,omitempty"`
+	CdfAtNs       []float64 `protobuf:"fixed64,7,rep,packed,name=cdf_at_ns,json=cdfAtNs,proto3" json:"cdf_at_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRTTDistributionRequest) Reset() {
+	*x = GetRTTDistributionRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRTTDistributionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRTTDistributionRequest) ProtoMessage() {}
+
+func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRTTDistributionRequest.ProtoReflect.Descriptor instead.
+func (*GetRTTDistributionRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *GetRTTDistributionRequest) GetProbe() string {
+	if x != nil {
+		return x.Probe
+	}
+	return ""
+}
+
+func (x *GetRTTDistributionRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *GetRTTDistributionRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *GetRTTDistributionRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *GetRTTDistributionRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *GetRTTDistributionRequest) GetQuantiles() []float64 {
+	if x != nil {
+		return x.Quantiles
+	}
+	return nil
+}
+
+func (x *GetRTTDistributionRequest) GetCdfAtNs() []float64 {
+	if x != nil {
+		return x.CdfAtNs
+	}
+	return nil
+}
+
+type GetRTTDistributionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// epochs is how many of the probe's RTT reports the range holds.
+	Epochs           uint32           `protobuf:"varint,1,opt,name=epochs,proto3" json:"epochs,omitempty"`
+	Samples          uint64           `protobuf:"varint,2,opt,name=samples,proto3" json:"samples,omitempty"`
+	Pairs            float64          `protobuf:"fixed64,3,opt,name=pairs,proto3" json:"pairs,omitempty"`
+	RelativeAccuracy float64          `protobuf:"fixed64,4,opt,name=relative_accuracy,json=relativeAccuracy,proto3" json:"relative_accuracy,omitempty"`
+	Quantiles        []*DelayQuantile `protobuf:"bytes,5,rep,name=quantiles,proto3" json:"quantiles,omitempty"`
+	Cdf              []*CDFPoint      `protobuf:"bytes,6,rep,name=cdf,proto3" json:"cdf,omitempty"`
+	MinNs            float64          `protobuf:"fixed64,7,opt,name=min_ns,json=minNs,proto3" json:"min_ns,omitempty"`
+	MaxNs            float64          `protobuf:"fixed64,8,opt,name=max_ns,json=maxNs,proto3" json:"max_ns,omitempty"`
+	Note             string           `protobuf:"bytes,9,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GetRTTDistributionResponse) Reset() {
+	*x = GetRTTDistributionResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRTTDistributionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRTTDistributionResponse) ProtoMessage() {}
+
+func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRTTDistributionResponse.ProtoReflect.Descriptor instead.
+func (*GetRTTDistributionResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *GetRTTDistributionResponse) GetEpochs() uint32 {
+	if x != nil {
+		return x.Epochs
+	}
+	return 0
+}
+
+func (x *GetRTTDistributionResponse) GetSamples() uint64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *GetRTTDistributionResponse) GetPairs() float64 {
+	if x != nil {
+		return x.Pairs
+	}
+	return 0
+}
+
+func (x *GetRTTDistributionResponse) GetRelativeAccuracy() float64 {
+	if x != nil {
+		return x.RelativeAccuracy
+	}
+	return 0
+}
+
+func (x *GetRTTDistributionResponse) GetQuantiles() []*DelayQuantile {
+	if x != nil {
+		return x.Quantiles
+	}
+	return nil
+}
+
+func (x *GetRTTDistributionResponse) GetCdf() []*CDFPoint {
+	if x != nil {
+		return x.Cdf
+	}
+	return nil
+}
+
+func (x *GetRTTDistributionResponse) GetMinNs() float64 {
+	if x != nil {
+		return x.MinNs
+	}
+	return 0
+}
+
+func (x *GetRTTDistributionResponse) GetMaxNs() float64 {
+	if x != nil {
+		return x.MaxNs
+	}
+	return 0
+}
+
+func (x *GetRTTDistributionResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type TopRTTPrefixesRequest struct {
+	state   protoimpl.MessageState      `protogen:"open.v1"`
+	Probe   string                      `protobuf:"bytes,1,opt,name=probe,proto3" json:"probe,omitempty"`
+	From    *timestamppb.Timestamp      `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To      *timestamppb.Timestamp      `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	OrderBy TopRTTPrefixesRequest_Order `protobuf:"varint,4,opt,name=order_by,json=orderBy,proto3,enum=owl.v1.TopRTTPrefixesRequest_Order" json:"order_by,omitempty"`
+	// limit: at most this many prefixes (default 10, at most 1000).
+	Limit         uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopRTTPrefixesRequest) Reset() {
+	*x = TopRTTPrefixesRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopRTTPrefixesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopRTTPrefixesRequest) ProtoMessage() {}
+
+func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopRTTPrefixesRequest.ProtoReflect.Descriptor instead.
+func (*TopRTTPrefixesRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *TopRTTPrefixesRequest) GetProbe() string {
+	if x != nil {
+		return x.Probe
+	}
+	return ""
+}
+
+func (x *TopRTTPrefixesRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *TopRTTPrefixesRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *TopRTTPrefixesRequest) GetOrderBy() TopRTTPrefixesRequest_Order {
+	if x != nil {
+		return x.OrderBy
+	}
+	return TopRTTPrefixesRequest_ORDER_P99
+}
+
+func (x *TopRTTPrefixesRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type TopRTTPrefixesResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Prefixes []*RTTPrefix           `protobuf:"bytes,1,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	// other_pairs is the pairs of prefixes the probe did not list.
+	OtherPairs    float64 `protobuf:"fixed64,2,opt,name=other_pairs,json=otherPairs,proto3" json:"other_pairs,omitempty"`
+	Note          string  `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopRTTPrefixesResponse) Reset() {
+	*x = TopRTTPrefixesResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopRTTPrefixesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopRTTPrefixesResponse) ProtoMessage() {}
+
+func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopRTTPrefixesResponse.ProtoReflect.Descriptor instead.
+func (*TopRTTPrefixesResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *TopRTTPrefixesResponse) GetPrefixes() []*RTTPrefix {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *TopRTTPrefixesResponse) GetOtherPairs() float64 {
+	if x != nil {
+		return x.OtherPairs
+	}
+	return 0
+}
+
+func (x *TopRTTPrefixesResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// RTTPrefix is one responder prefix's round-trip times over a range.
+type RTTPrefix struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Samples       uint64                 `protobuf:"varint,2,opt,name=samples,proto3" json:"samples,omitempty"`
+	Pairs         float64                `protobuf:"fixed64,3,opt,name=pairs,proto3" json:"pairs,omitempty"`
+	P50Ns         float64                `protobuf:"fixed64,4,opt,name=p50_ns,json=p50Ns,proto3" json:"p50_ns,omitempty"`
+	P99Ns         float64                `protobuf:"fixed64,5,opt,name=p99_ns,json=p99Ns,proto3" json:"p99_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RTTPrefix) Reset() {
+	*x = RTTPrefix{}
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RTTPrefix) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RTTPrefix) ProtoMessage() {}
+
+func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RTTPrefix.ProtoReflect.Descriptor instead.
+func (*RTTPrefix) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *RTTPrefix) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *RTTPrefix) GetSamples() uint64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *RTTPrefix) GetPairs() float64 {
+	if x != nil {
+		return x.Pairs
+	}
+	return 0
+}
+
+func (x *RTTPrefix) GetP50Ns() float64 {
+	if x != nil {
+		return x.P50Ns
+	}
+	return 0
+}
+
+func (x *RTTPrefix) GetP99Ns() float64 {
+	if x != nil {
+		return x.P99Ns
+	}
+	return 0
+}
+
 // CDFPoint is the share of packets whose delay is at or below at_ns.
 type CDFPoint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4046,7 +4792,7 @@ type CDFPoint struct {
 
 func (x *CDFPoint) Reset() {
 	*x = CDFPoint{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4804,7 @@ func (x *CDFPoint) String() string {
 func (*CDFPoint) ProtoMessage() {}
 
 func (x *CDFPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4817,7 @@ func (x *CDFPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CDFPoint.ProtoReflect.Descriptor instead.
 func (*CDFPoint) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CDFPoint) GetAtNs() float64 {
@@ -4100,7 +4846,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4112,7 +4858,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4125,7 +4871,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -4152,7 +4898,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4164,7 +4910,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4177,7 +4923,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -4204,7 +4950,7 @@ type DelayQuantile struct {
 
 func (x *DelayQuantile) Reset() {
 	*x = DelayQuantile{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4216,7 +4962,7 @@ func (x *DelayQuantile) String() string {
 func (*DelayQuantile) ProtoMessage() {}
 
 func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4229,7 +4975,7 @@ func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
 func (*DelayQuantile) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DelayQuantile) GetQ() float64 {
@@ -4370,7 +5116,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4382,7 +5128,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4395,7 +5141,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PathStats) GetPath() string {
@@ -4734,7 +5480,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4746,7 +5492,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4759,7 +5505,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -4806,7 +5552,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4818,7 +5564,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4831,7 +5577,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -4875,7 +5621,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4887,7 +5633,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4900,7 +5646,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -5008,7 +5754,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5020,7 +5766,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5033,7 +5779,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -5080,7 +5826,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5092,7 +5838,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5105,7 +5851,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -5142,7 +5888,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5154,7 +5900,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5167,7 +5913,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -5274,7 +6020,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5286,7 +6032,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5299,7 +6045,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -5441,7 +6187,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5453,7 +6199,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5466,7 +6212,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -5508,7 +6254,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5520,7 +6266,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5533,7 +6279,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -5566,7 +6312,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5578,7 +6324,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5591,7 +6337,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -5658,7 +6404,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5670,7 +6416,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5683,7 +6429,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
 }
 
 type ListCollectorsResponse struct {
@@ -5695,7 +6441,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5707,7 +6453,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5720,7 +6466,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -5753,7 +6499,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5765,7 +6511,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5778,7 +6524,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -5870,7 +6616,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\x0e2\f.owl.v1.RoleR\x04role\"X\n" +
 	"\x13TakePendingResponse\x12\x14\n" +
 	"\x05probe\x18\x01 \x01(\tR\x05probe\x12+\n" +
-	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportR\x06report\"\xbc\x02\n" +
+	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportR\x06report\"\xe3\x02\n" +
 	"\fProbeMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.owl.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportH\x00R\x06report\x125\n" +
@@ -5878,8 +6624,29 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"fetchReply\x12;\n" +
 	"\rrebuild_reply\x18\x04 \x01(\v2\x14.owl.v1.RebuildReplyH\x00R\frebuildReply\x12+\n" +
 	"\x05clock\x18\x05 \x01(\v2\x13.owl.v1.ClockStatusH\x00R\x05clock\x12.\n" +
-	"\x06colate\x18\x06 \x01(\v2\x14.owl.v1.ColateVectorH\x00R\x06colateB\x05\n" +
-	"\x03msg\"\xaf\x01\n" +
+	"\x06colate\x18\x06 \x01(\v2\x14.owl.v1.ColateVectorH\x00R\x06colate\x12%\n" +
+	"\x03rtt\x18\a \x01(\v2\x11.owl.v1.RTTReportH\x00R\x03rttB\x05\n" +
+	"\x03msg\"\x90\x02\n" +
+	"\tRTTReport\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12)\n" +
+	"\x05clock\x18\x03 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\x12'\n" +
+	"\x05kinds\x18\x04 \x03(\v2\x11.owl.v1.RTTSketchR\x05kinds\x12-\n" +
+	"\bprefixes\x18\x05 \x03(\v2\x11.owl.v1.RTTSketchR\bprefixes\x12'\n" +
+	"\x05other\x18\x06 \x01(\v2\x11.owl.v1.RTTSketchR\x05other\x12/\n" +
+	"\bcounters\x18\a \x01(\v2\x13.owl.v1.RTTCountersR\bcounters\"\x7f\n" +
+	"\tRTTSketch\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x16\n" +
+	"\x06sketch\x18\x03 \x01(\fR\x06sketch\x12\x18\n" +
+	"\asamples\x18\x04 \x01(\x04R\asamples\x12\x14\n" +
+	"\x05pairs\x18\x05 \x01(\x01R\x05pairs\"\xa8\x01\n" +
+	"\vRTTCounters\x12\x1a\n" +
+	"\brequests\x18\x01 \x01(\x04R\brequests\x12\x1c\n" +
+	"\tresponses\x18\x02 \x01(\x04R\tresponses\x12\x18\n" +
+	"\amatched\x18\x03 \x01(\x04R\amatched\x12\x1c\n" +
+	"\tambiguous\x18\x04 \x01(\x04R\tambiguous\x12'\n" +
+	"\x0fprefixes_folded\x18\x05 \x01(\x04R\x0eprefixesFolded\"\xaf\x01\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
@@ -6124,7 +6891,45 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03cdf\x18\x06 \x03(\v2\x10.owl.v1.CDFPointR\x03cdf\x12\x15\n" +
 	"\x06min_ns\x18\a \x01(\x01R\x05minNs\x12\x15\n" +
 	"\x06max_ns\x18\b \x01(\x01R\x05maxNs\x12\x12\n" +
-	"\x04note\x18\t \x01(\tR\x04note\";\n" +
+	"\x04note\x18\t \x01(\tR\x04note\"\xf3\x01\n" +
+	"\x19GetRTTDistributionRequest\x12\x14\n" +
+	"\x05probe\x18\x01 \x01(\tR\x05probe\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06prefix\x18\x05 \x01(\tR\x06prefix\x12\x1c\n" +
+	"\tquantiles\x18\x06 \x03(\x01R\tquantiles\x12\x1a\n" +
+	"\tcdf_at_ns\x18\a \x03(\x01R\acdfAtNs\"\xac\x02\n" +
+	"\x1aGetRTTDistributionResponse\x12\x16\n" +
+	"\x06epochs\x18\x01 \x01(\rR\x06epochs\x12\x18\n" +
+	"\asamples\x18\x02 \x01(\x04R\asamples\x12\x14\n" +
+	"\x05pairs\x18\x03 \x01(\x01R\x05pairs\x12+\n" +
+	"\x11relative_accuracy\x18\x04 \x01(\x01R\x10relativeAccuracy\x123\n" +
+	"\tquantiles\x18\x05 \x03(\v2\x15.owl.v1.DelayQuantileR\tquantiles\x12\"\n" +
+	"\x03cdf\x18\x06 \x03(\v2\x10.owl.v1.CDFPointR\x03cdf\x12\x15\n" +
+	"\x06min_ns\x18\a \x01(\x01R\x05minNs\x12\x15\n" +
+	"\x06max_ns\x18\b \x01(\x01R\x05maxNs\x12\x12\n" +
+	"\x04note\x18\t \x01(\tR\x04note\"\x88\x02\n" +
+	"\x15TopRTTPrefixesRequest\x12\x14\n" +
+	"\x05probe\x18\x01 \x01(\tR\x05probe\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12>\n" +
+	"\border_by\x18\x04 \x01(\x0e2#.owl.v1.TopRTTPrefixesRequest.OrderR\aorderBy\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"'\n" +
+	"\x05Order\x12\r\n" +
+	"\tORDER_P99\x10\x00\x12\x0f\n" +
+	"\vORDER_COUNT\x10\x01\"|\n" +
+	"\x16TopRTTPrefixesResponse\x12-\n" +
+	"\bprefixes\x18\x01 \x03(\v2\x11.owl.v1.RTTPrefixR\bprefixes\x12\x1f\n" +
+	"\vother_pairs\x18\x02 \x01(\x01R\n" +
+	"otherPairs\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\x81\x01\n" +
+	"\tRTTPrefix\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x18\n" +
+	"\asamples\x18\x02 \x01(\x04R\asamples\x12\x14\n" +
+	"\x05pairs\x18\x03 \x01(\x01R\x05pairs\x12\x15\n" +
+	"\x06p50_ns\x18\x04 \x01(\x01R\x05p50Ns\x12\x15\n" +
+	"\x06p99_ns\x18\x05 \x01(\x01R\x05p99Ns\";\n" +
 	"\bCDFPoint\x12\x13\n" +
 	"\x05at_ns\x18\x01 \x01(\x01R\x04atNs\x12\x1a\n" +
 	"\bfraction\x18\x02 \x01(\x01R\bfraction\"S\n" +
@@ -6315,13 +7120,15 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x16RESULT_STATUS_MISMATCH\x10\x05\x12\x19\n" +
 	"\x15RESULT_STATUS_PARTIAL\x10\x062M\n" +
 	"\fProbeService\x12=\n" +
-	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xb3\x06\n" +
+	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xe1\a\n" +
 	"\fQueryService\x12C\n" +
 	"\n" +
 	"ListProbes\x12\x19.owl.v1.ListProbesRequest\x1a\x1a.owl.v1.ListProbesResponse\x12@\n" +
 	"\tListPaths\x12\x18.owl.v1.ListPathsRequest\x1a\x19.owl.v1.ListPathsResponse\x12I\n" +
 	"\fGetPathStats\x12\x1b.owl.v1.GetPathStatsRequest\x1a\x1c.owl.v1.GetPathStatsResponse\x12m\n" +
-	"\x18GetPathDelayDistribution\x12'.owl.v1.GetPathDelayDistributionRequest\x1a(.owl.v1.GetPathDelayDistributionResponse\x12D\n" +
+	"\x18GetPathDelayDistribution\x12'.owl.v1.GetPathDelayDistributionRequest\x1a(.owl.v1.GetPathDelayDistributionResponse\x12[\n" +
+	"\x12GetRTTDistribution\x12!.owl.v1.GetRTTDistributionRequest\x1a\".owl.v1.GetRTTDistributionResponse\x12O\n" +
+	"\x0eTopRTTPrefixes\x12\x1d.owl.v1.TopRTTPrefixesRequest\x1a\x1e.owl.v1.TopRTTPrefixesResponse\x12D\n" +
 	"\x0eWatchPathStats\x12\x1d.owl.v1.WatchPathStatsRequest\x1a\x11.owl.v1.PathStats0\x01\x12I\n" +
 	"\fGetFlowStats\x12\x1b.owl.v1.GetFlowStatsRequest\x1a\x1c.owl.v1.GetFlowStatsResponse\x12=\n" +
 	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponse\x12g\n" +
@@ -6345,209 +7152,236 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 	return file_owl_v1_owl_proto_rawDescData
 }
 
-var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                                // 0: owl.v1.Role
 	(ClockState)(0),                          // 1: owl.v1.ClockState
 	(ResultStatus)(0),                        // 2: owl.v1.ResultStatus
 	(Reject_Kind)(0),                         // 3: owl.v1.Reject.Kind
-	(TopFlowsRequest_Order)(0),               // 4: owl.v1.TopFlowsRequest.Order
-	(*EpochCopy)(nil),                        // 5: owl.v1.EpochCopy
-	(*StoredFlow)(nil),                       // 6: owl.v1.StoredFlow
-	(*LoneSide)(nil),                         // 7: owl.v1.LoneSide
-	(*ReplicateRequest)(nil),                 // 8: owl.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),                // 9: owl.v1.ReplicateResponse
-	(*ExportRequest)(nil),                    // 10: owl.v1.ExportRequest
-	(*EpochBlock)(nil),                       // 11: owl.v1.EpochBlock
-	(*TakePendingRequest)(nil),               // 12: owl.v1.TakePendingRequest
-	(*TakePendingResponse)(nil),              // 13: owl.v1.TakePendingResponse
-	(*ProbeMessage)(nil),                     // 14: owl.v1.ProbeMessage
-	(*Hello)(nil),                            // 15: owl.v1.Hello
-	(*SynopsisParams)(nil),                   // 16: owl.v1.SynopsisParams
-	(*SampleParams)(nil),                     // 17: owl.v1.SampleParams
-	(*ColateParams)(nil),                     // 18: owl.v1.ColateParams
-	(*ColateVector)(nil),                     // 19: owl.v1.ColateVector
-	(*LDSParams)(nil),                        // 20: owl.v1.LDSParams
-	(*FlowWeight)(nil),                       // 21: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                   // 22: owl.v1.IdentityParams
-	(*EpochParams)(nil),                      // 23: owl.v1.EpochParams
-	(*LDAParams)(nil),                        // 24: owl.v1.LDAParams
-	(*RDAParams)(nil),                        // 25: owl.v1.RDAParams
-	(*EpochReport)(nil),                      // 26: owl.v1.EpochReport
-	(*FlowKey)(nil),                          // 27: owl.v1.FlowKey
-	(*TopFlow)(nil),                          // 28: owl.v1.TopFlow
-	(*Counters)(nil),                         // 29: owl.v1.Counters
-	(*ClockStatus)(nil),                      // 30: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),                 // 31: owl.v1.CollectorMessage
-	(*Release)(nil),                          // 32: owl.v1.Release
-	(*EpochRef)(nil),                         // 33: owl.v1.EpochRef
-	(*FetchRequest)(nil),                     // 34: owl.v1.FetchRequest
-	(*FetchReply)(nil),                       // 35: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                   // 36: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                     // 37: owl.v1.RebuildReply
-	(*RDASize)(nil),                          // 38: owl.v1.RDASize
-	(*SampleRate)(nil),                       // 39: owl.v1.SampleRate
-	(*PathConfig)(nil),                       // 40: owl.v1.PathConfig
-	(*PathAssignment)(nil),                   // 41: owl.v1.PathAssignment
-	(*Ack)(nil),                              // 42: owl.v1.Ack
-	(*Reject)(nil),                           // 43: owl.v1.Reject
-	(*Path)(nil),                             // 44: owl.v1.Path
-	(*Selector)(nil),                         // 45: owl.v1.Selector
-	(*ListProbesRequest)(nil),                // 46: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),               // 47: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                        // 48: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),                 // 49: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),                // 50: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),              // 51: owl.v1.GetPathStatsRequest
-	(*GetPathDelayDistributionRequest)(nil),  // 52: owl.v1.GetPathDelayDistributionRequest
-	(*GetPathDelayDistributionResponse)(nil), // 53: owl.v1.GetPathDelayDistributionResponse
-	(*CDFPoint)(nil),                         // 54: owl.v1.CDFPoint
-	(*GetPathStatsResponse)(nil),             // 55: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),            // 56: owl.v1.WatchPathStatsRequest
-	(*DelayQuantile)(nil),                    // 57: owl.v1.DelayQuantile
-	(*PathStats)(nil),                        // 58: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),              // 59: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),             // 60: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                        // 61: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                  // 62: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),                 // 63: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),    // 64: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil),   // 65: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),         // 66: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),        // 67: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),                 // 68: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),            // 69: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),           // 70: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                    // 71: owl.v1.CollectorInfo
-	nil,                                      // 72: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),            // 73: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 74: google.protobuf.Duration
+	(TopRTTPrefixesRequest_Order)(0),         // 4: owl.v1.TopRTTPrefixesRequest.Order
+	(TopFlowsRequest_Order)(0),               // 5: owl.v1.TopFlowsRequest.Order
+	(*EpochCopy)(nil),                        // 6: owl.v1.EpochCopy
+	(*StoredFlow)(nil),                       // 7: owl.v1.StoredFlow
+	(*LoneSide)(nil),                         // 8: owl.v1.LoneSide
+	(*ReplicateRequest)(nil),                 // 9: owl.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),                // 10: owl.v1.ReplicateResponse
+	(*ExportRequest)(nil),                    // 11: owl.v1.ExportRequest
+	(*EpochBlock)(nil),                       // 12: owl.v1.EpochBlock
+	(*TakePendingRequest)(nil),               // 13: owl.v1.TakePendingRequest
+	(*TakePendingResponse)(nil),              // 14: owl.v1.TakePendingResponse
+	(*ProbeMessage)(nil),                     // 15: owl.v1.ProbeMessage
+	(*RTTReport)(nil),                        // 16: owl.v1.RTTReport
+	(*RTTSketch)(nil),                        // 17: owl.v1.RTTSketch
+	(*RTTCounters)(nil),                      // 18: owl.v1.RTTCounters
+	(*Hello)(nil),                            // 19: owl.v1.Hello
+	(*SynopsisParams)(nil),                   // 20: owl.v1.SynopsisParams
+	(*SampleParams)(nil),                     // 21: owl.v1.SampleParams
+	(*ColateParams)(nil),                     // 22: owl.v1.ColateParams
+	(*ColateVector)(nil),                     // 23: owl.v1.ColateVector
+	(*LDSParams)(nil),                        // 24: owl.v1.LDSParams
+	(*FlowWeight)(nil),                       // 25: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                   // 26: owl.v1.IdentityParams
+	(*EpochParams)(nil),                      // 27: owl.v1.EpochParams
+	(*LDAParams)(nil),                        // 28: owl.v1.LDAParams
+	(*RDAParams)(nil),                        // 29: owl.v1.RDAParams
+	(*EpochReport)(nil),                      // 30: owl.v1.EpochReport
+	(*FlowKey)(nil),                          // 31: owl.v1.FlowKey
+	(*TopFlow)(nil),                          // 32: owl.v1.TopFlow
+	(*Counters)(nil),                         // 33: owl.v1.Counters
+	(*ClockStatus)(nil),                      // 34: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),                 // 35: owl.v1.CollectorMessage
+	(*Release)(nil),                          // 36: owl.v1.Release
+	(*EpochRef)(nil),                         // 37: owl.v1.EpochRef
+	(*FetchRequest)(nil),                     // 38: owl.v1.FetchRequest
+	(*FetchReply)(nil),                       // 39: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                   // 40: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                     // 41: owl.v1.RebuildReply
+	(*RDASize)(nil),                          // 42: owl.v1.RDASize
+	(*SampleRate)(nil),                       // 43: owl.v1.SampleRate
+	(*PathConfig)(nil),                       // 44: owl.v1.PathConfig
+	(*PathAssignment)(nil),                   // 45: owl.v1.PathAssignment
+	(*Ack)(nil),                              // 46: owl.v1.Ack
+	(*Reject)(nil),                           // 47: owl.v1.Reject
+	(*Path)(nil),                             // 48: owl.v1.Path
+	(*Selector)(nil),                         // 49: owl.v1.Selector
+	(*ListProbesRequest)(nil),                // 50: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),               // 51: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                        // 52: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),                 // 53: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),                // 54: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),              // 55: owl.v1.GetPathStatsRequest
+	(*GetPathDelayDistributionRequest)(nil),  // 56: owl.v1.GetPathDelayDistributionRequest
+	(*GetPathDelayDistributionResponse)(nil), // 57: owl.v1.GetPathDelayDistributionResponse
+	(*GetRTTDistributionRequest)(nil),        // 58: owl.v1.GetRTTDistributionRequest
+	(*GetRTTDistributionResponse)(nil),       // 59: owl.v1.GetRTTDistributionResponse
+	(*TopRTTPrefixesRequest)(nil),            // 60: owl.v1.TopRTTPrefixesRequest
+	(*TopRTTPrefixesResponse)(nil),           // 61: owl.v1.TopRTTPrefixesResponse
+	(*RTTPrefix)(nil),                        // 62: owl.v1.RTTPrefix
+	(*CDFPoint)(nil),                         // 63: owl.v1.CDFPoint
+	(*GetPathStatsResponse)(nil),             // 64: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),            // 65: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                    // 66: owl.v1.DelayQuantile
+	(*PathStats)(nil),                        // 67: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),              // 68: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),             // 69: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                        // 70: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                  // 71: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),                 // 72: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),    // 73: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil),   // 74: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),         // 75: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),        // 76: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),                 // 77: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),            // 78: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),           // 79: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                    // 80: owl.v1.CollectorInfo
+	nil,                                      // 81: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),            // 82: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 83: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	58,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
-	6,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
-	7,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	61,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	73,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
-	26,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
-	5,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
-	11,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
+	67,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	7,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
+	8,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
+	70,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	82,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	30,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
+	6,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
+	12,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
 	0,   // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	26,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	15,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	26,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	35,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	37,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	30,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	19,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	16,  // 16: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	30,  // 17: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	22,  // 18: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	23,  // 19: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	24,  // 20: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	25,  // 21: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	20,  // 22: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	21,  // 23: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	18,  // 24: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	17,  // 25: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
-	30,  // 26: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	45,  // 27: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,   // 28: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	29,  // 29: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	30,  // 30: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	28,  // 31: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	27,  // 32: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	72,  // 33: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,   // 34: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	40,  // 35: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	42,  // 36: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	43,  // 37: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	34,  // 38: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	36,  // 39: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	38,  // 40: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	32,  // 41: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	39,  // 42: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	33,  // 43: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	41,  // 44: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	16,  // 45: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	44,  // 46: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 47: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 48: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	45,  // 49: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	48,  // 50: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	73,  // 51: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	30,  // 52: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	44,  // 53: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	73,  // 54: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	73,  // 55: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	73,  // 56: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	73,  // 57: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	57,  // 58: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	54,  // 59: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	58,  // 60: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	73,  // 61: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	74,  // 62: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 63: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	30,  // 64: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	30,  // 65: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	29,  // 66: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	29,  // 67: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	73,  // 68: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	57,  // 69: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	27,  // 70: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	73,  // 71: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	73,  // 72: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	61,  // 73: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	73,  // 74: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	27,  // 75: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	73,  // 76: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	73,  // 77: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 78: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	61,  // 79: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	27,  // 80: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	73,  // 81: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	73,  // 82: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	73,  // 83: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	73,  // 84: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	73,  // 85: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	73,  // 86: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	68,  // 87: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	73,  // 88: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	71,  // 89: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	14,  // 90: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	46,  // 91: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	49,  // 92: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	51,  // 93: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	52,  // 94: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	56,  // 95: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	59,  // 96: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	62,  // 97: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	64,  // 98: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	66,  // 99: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	69,  // 100: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	12,  // 101: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	8,   // 102: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	10,  // 103: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	31,  // 104: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	47,  // 105: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	50,  // 106: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	55,  // 107: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	53,  // 108: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	58,  // 109: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	60,  // 110: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	63,  // 111: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	65,  // 112: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	67,  // 113: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	70,  // 114: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	13,  // 115: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	9,   // 116: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	5,   // 117: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	104, // [104:118] is the sub-list for method output_type
-	90,  // [90:104] is the sub-list for method input_type
-	90,  // [90:90] is the sub-list for extension type_name
-	90,  // [90:90] is the sub-list for extension extendee
-	0,   // [0:90] is the sub-list for field type_name
+	30,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	19,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	30,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	39,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	41,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	34,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	23,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	16,  // 16: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
+	34,  // 17: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
+	17,  // 18: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
+	17,  // 19: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
+	17,  // 20: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
+	18,  // 21: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
+	20,  // 22: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	34,  // 23: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	26,  // 24: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	27,  // 25: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	28,  // 26: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	29,  // 27: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	24,  // 28: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	25,  // 29: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	22,  // 30: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	21,  // 31: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	34,  // 32: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	49,  // 33: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,   // 34: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	33,  // 35: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	34,  // 36: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	32,  // 37: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	31,  // 38: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	81,  // 39: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,   // 40: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	44,  // 41: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	46,  // 42: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	47,  // 43: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	38,  // 44: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	40,  // 45: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	42,  // 46: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	36,  // 47: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	43,  // 48: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	37,  // 49: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	45,  // 50: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	20,  // 51: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	48,  // 52: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 53: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 54: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	49,  // 55: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	52,  // 56: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	82,  // 57: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	34,  // 58: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	48,  // 59: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	82,  // 60: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 61: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	82,  // 62: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 63: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	66,  // 64: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	63,  // 65: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	82,  // 66: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 67: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	66,  // 68: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	63,  // 69: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	82,  // 70: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 71: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 72: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	62,  // 73: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	67,  // 74: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	82,  // 75: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	83,  // 76: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 77: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	34,  // 78: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	34,  // 79: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	33,  // 80: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	33,  // 81: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	82,  // 82: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	66,  // 83: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	31,  // 84: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	82,  // 85: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 86: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	70,  // 87: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	82,  // 88: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	31,  // 89: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	82,  // 90: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 91: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 92: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	70,  // 93: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	31,  // 94: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	82,  // 95: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 96: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	82,  // 97: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	82,  // 98: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	82,  // 99: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	82,  // 100: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	77,  // 101: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	82,  // 102: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	80,  // 103: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 104: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	50,  // 105: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	53,  // 106: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	55,  // 107: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	56,  // 108: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	58,  // 109: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	60,  // 110: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	65,  // 111: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	68,  // 112: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	71,  // 113: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	73,  // 114: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	75,  // 115: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	78,  // 116: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 117: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 118: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 119: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	35,  // 120: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	51,  // 121: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	54,  // 122: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	64,  // 123: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	57,  // 124: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	59,  // 125: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	61,  // 126: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	67,  // 127: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	69,  // 128: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	72,  // 129: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	74,  // 130: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	76,  // 131: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	79,  // 132: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 133: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 134: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 135: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	120, // [120:136] is the sub-list for method output_type
+	104, // [104:120] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -6562,8 +7396,9 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_RebuildReply)(nil),
 		(*ProbeMessage_Clock)(nil),
 		(*ProbeMessage_Colate)(nil),
+		(*ProbeMessage_Rtt)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[26].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[29].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -6578,8 +7413,8 @@ func file_owl_v1_owl_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   68,
+			NumEnums:      6,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

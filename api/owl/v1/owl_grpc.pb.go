@@ -133,6 +133,8 @@ const (
 	QueryService_ListPaths_FullMethodName                = "/owl.v1.QueryService/ListPaths"
 	QueryService_GetPathStats_FullMethodName             = "/owl.v1.QueryService/GetPathStats"
 	QueryService_GetPathDelayDistribution_FullMethodName = "/owl.v1.QueryService/GetPathDelayDistribution"
+	QueryService_GetRTTDistribution_FullMethodName       = "/owl.v1.QueryService/GetRTTDistribution"
+	QueryService_TopRTTPrefixes_FullMethodName           = "/owl.v1.QueryService/TopRTTPrefixes"
 	QueryService_WatchPathStats_FullMethodName           = "/owl.v1.QueryService/WatchPathStats"
 	QueryService_GetFlowStats_FullMethodName             = "/owl.v1.QueryService/GetFlowStats"
 	QueryService_TopFlows_FullMethodName                 = "/owl.v1.QueryService/TopFlows"
@@ -157,6 +159,13 @@ type QueryServiceClient interface {
 	// over a time range: percentiles and CDF points of every delivered
 	// packet's one-way delay over the range.
 	GetPathDelayDistribution(ctx context.Context, in *GetPathDelayDistributionRequest, opts ...grpc.CallOption) (*GetPathDelayDistributionResponse, error)
+	// GetRTTDistribution merges a probe's round-trip times over a range of
+	// epochs, of one kind or all, of one responder prefix or all:
+	// quantiles and CDF points.
+	GetRTTDistribution(ctx context.Context, in *GetRTTDistributionRequest, opts ...grpc.CallOption) (*GetRTTDistributionResponse, error)
+	// TopRTTPrefixes lists the responder prefixes of a probe's round-trip
+	// times over a range, by p99 or by count.
+	TopRTTPrefixes(ctx context.Context, in *TopRTTPrefixesRequest, opts ...grpc.CallOption) (*TopRTTPrefixesResponse, error)
 	// WatchPathStats streams results as they are computed.
 	WatchPathStats(ctx context.Context, in *WatchPathStatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PathStats], error)
 	// GetFlowStats returns one flow's per-epoch delay on a path, for any flow
@@ -218,6 +227,26 @@ func (c *queryServiceClient) GetPathDelayDistribution(ctx context.Context, in *G
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetPathDelayDistributionResponse)
 	err := c.cc.Invoke(ctx, QueryService_GetPathDelayDistribution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) GetRTTDistribution(ctx context.Context, in *GetRTTDistributionRequest, opts ...grpc.CallOption) (*GetRTTDistributionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRTTDistributionResponse)
+	err := c.cc.Invoke(ctx, QueryService_GetRTTDistribution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) TopRTTPrefixes(ctx context.Context, in *TopRTTPrefixesRequest, opts ...grpc.CallOption) (*TopRTTPrefixesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TopRTTPrefixesResponse)
+	err := c.cc.Invoke(ctx, QueryService_TopRTTPrefixes_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +338,13 @@ type QueryServiceServer interface {
 	// over a time range: percentiles and CDF points of every delivered
 	// packet's one-way delay over the range.
 	GetPathDelayDistribution(context.Context, *GetPathDelayDistributionRequest) (*GetPathDelayDistributionResponse, error)
+	// GetRTTDistribution merges a probe's round-trip times over a range of
+	// epochs, of one kind or all, of one responder prefix or all:
+	// quantiles and CDF points.
+	GetRTTDistribution(context.Context, *GetRTTDistributionRequest) (*GetRTTDistributionResponse, error)
+	// TopRTTPrefixes lists the responder prefixes of a probe's round-trip
+	// times over a range, by p99 or by count.
+	TopRTTPrefixes(context.Context, *TopRTTPrefixesRequest) (*TopRTTPrefixesResponse, error)
 	// WatchPathStats streams results as they are computed.
 	WatchPathStats(*WatchPathStatsRequest, grpc.ServerStreamingServer[PathStats]) error
 	// GetFlowStats returns one flow's per-epoch delay on a path, for any flow
@@ -347,6 +383,12 @@ func (UnimplementedQueryServiceServer) GetPathStats(context.Context, *GetPathSta
 }
 func (UnimplementedQueryServiceServer) GetPathDelayDistribution(context.Context, *GetPathDelayDistributionRequest) (*GetPathDelayDistributionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPathDelayDistribution not implemented")
+}
+func (UnimplementedQueryServiceServer) GetRTTDistribution(context.Context, *GetRTTDistributionRequest) (*GetRTTDistributionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRTTDistribution not implemented")
+}
+func (UnimplementedQueryServiceServer) TopRTTPrefixes(context.Context, *TopRTTPrefixesRequest) (*TopRTTPrefixesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TopRTTPrefixes not implemented")
 }
 func (UnimplementedQueryServiceServer) WatchPathStats(*WatchPathStatsRequest, grpc.ServerStreamingServer[PathStats]) error {
 	return status.Error(codes.Unimplemented, "method WatchPathStats not implemented")
@@ -455,6 +497,42 @@ func _QueryService_GetPathDelayDistribution_Handler(srv interface{}, ctx context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(QueryServiceServer).GetPathDelayDistribution(ctx, req.(*GetPathDelayDistributionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_GetRTTDistribution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRTTDistributionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).GetRTTDistribution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_GetRTTDistribution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).GetRTTDistribution(ctx, req.(*GetRTTDistributionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueryService_TopRTTPrefixes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TopRTTPrefixesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).TopRTTPrefixes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_TopRTTPrefixes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).TopRTTPrefixes(ctx, req.(*TopRTTPrefixesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -582,6 +660,14 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPathDelayDistribution",
 			Handler:    _QueryService_GetPathDelayDistribution_Handler,
+		},
+		{
+			MethodName: "GetRTTDistribution",
+			Handler:    _QueryService_GetRTTDistribution_Handler,
+		},
+		{
+			MethodName: "TopRTTPrefixes",
+			Handler:    _QueryService_TopRTTPrefixes_Handler,
 		},
 		{
 			MethodName: "GetFlowStats",
