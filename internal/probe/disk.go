@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"google.golang.org/protobuf/proto"
@@ -46,7 +47,26 @@ type disk struct {
 	busy   bool          // the writer runs a job
 	closed bool          // no more jobs are taken
 	idle   chan struct{} // closed when the writer has stopped
+
+	dropped [dataDrops]atomic.Uint64 // by dataDrop
 }
+
+// dataDrop is a kind of loss in the data directory, each logged and
+// counted in owl_probe_data_dir_dropped_total{what}.
+type dataDrop int
+
+const (
+	dropSpoolFile  dataDrop = iota // an unreadable spool file, at start
+	dropCacheFile                  // an unreadable cache file, at start
+	dropSpoolWrite                 // a spooled message not written
+	dataDrops
+)
+
+// dataDropNames are the metric's labels, by dataDrop.
+var dataDropNames = [dataDrops]string{"spool_file", "cache_file", "spool_write"}
+
+// droppedCount is the number of drops of kind k.
+func (d *disk) droppedCount(k dataDrop) uint64 { return d.dropped[k].Load() }
 
 type cacheJob struct {
 	k cacheKey
@@ -168,13 +188,17 @@ func (d *disk) msgName(seq uint64) string {
 	return filepath.Join(d.dir, "spool", fmt.Sprintf("%020d.msg", seq))
 }
 
-// putMessage keeps a spooled message.
+// putMessage keeps a spooled message; one not written is counted (the
+// caller logs it).
 func (d *disk) putMessage(m *owlv1.ProbeMessage) error {
 	b, err := proto.Marshal(m)
-	if err != nil {
-		return err
+	if err == nil {
+		err = writeFile(d.msgName(seqOf(m)), b, false)
 	}
-	return writeFile(d.msgName(seqOf(m)), b, false)
+	if err != nil {
+		d.dropped[dropSpoolWrite].Add(1)
+	}
+	return err
 }
 
 // removeMessage forgets an acknowledged or dropped message.
@@ -185,7 +209,7 @@ func (d *disk) removeMessage(seq uint64) {
 }
 
 // messages reads the spooled messages, oldest first. An unreadable one is
-// logged and removed: it cannot be sent.
+// logged, counted and removed: it cannot be sent.
 func (d *disk) messages() ([]*owlv1.ProbeMessage, error) {
 	dir := filepath.Join(d.dir, "spool")
 	ents, err := os.ReadDir(dir)
@@ -206,6 +230,7 @@ func (d *disk) messages() ([]*owlv1.ProbeMessage, error) {
 		}
 		if err != nil {
 			d.log.Error("dropping an unreadable spooled message", "file", name, "err", err)
+			d.dropped[dropSpoolFile].Add(1)
 			os.Remove(name)
 			continue
 		}
@@ -425,7 +450,7 @@ func (r *reader) bytes(n int) []byte {
 }
 
 // caches reads the cache files, oldest epoch first. An unreadable one is
-// logged and removed.
+// logged, counted and removed.
 func (d *disk) caches(maxEntries int) []cacheJob {
 	dir := filepath.Join(d.dir, "cache")
 	ents, err := os.ReadDir(dir)
@@ -451,6 +476,7 @@ func (d *disk) caches(maxEntries int) []cacheJob {
 		}
 		if err != nil {
 			d.log.Error("dropping an unreadable cache file", "file", name, "err", err)
+			d.dropped[dropCacheFile].Add(1)
 			os.Remove(name)
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -242,6 +243,9 @@ func TestDamagedDataDir(t *testing.T) {
 	if c := strings.Count(logged.String(), "unreadable"); c != 3 {
 		t.Errorf("%d damaged files logged, want 3:\n%s", c, logged.String())
 	}
+	if s, c := d2.droppedCount(dropSpoolFile), d2.droppedCount(dropCacheFile); s != 1 || c != 2 {
+		t.Errorf("damaged files counted: %d spool, %d cache; want 1 and 2", s, c)
+	}
 	ents, _ := os.ReadDir(filepath.Join(dir, "spool"))
 	if len(ents) != 2 {
 		t.Errorf("spool holds %d files after the damaged ones went, want 2", len(ents))
@@ -441,5 +445,49 @@ func TestEvictedCachesLogged(t *testing.T) {
 	cs.release("p", 6)
 	if n, _, _ := cs.lostCounts(); len(lines()) != 3 || n != 5 {
 		t.Errorf("%d lines, %d evicted counted; want 3 and 5 (no line without an eviction)", len(lines()), n)
+	}
+}
+
+// TestDataDirDropsCounted: a damaged spool file dropped at start, and a
+// spooled message that cannot be written, show in
+// owl_probe_data_dir_dropped_total.
+func TestDataDirDropsCounted(t *testing.T) {
+	dir := t.TempDir()
+	pcap := filepath.Join(dir, "x.pcap")
+	os.WriteFile(pcap, nil, 0o644)
+	cfg := DefaultConfig()
+	cfg.ID, cfg.DataDir, cfg.Insecure = "a", filepath.Join(dir, "data"), true
+	cfg.Sources = []SourceConfig{{File: pcap}}
+	p, err := New(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.spool.add(&owlv1.EpochReport{Path: "a-b", Epoch: 1})
+	p.spool.add(&owlv1.EpochReport{Path: "a-b", Epoch: 2})
+	p.disk.close()
+	os.WriteFile(p.disk.msgName(1), []byte("\xff\xff garbage"), 0o644)
+
+	p2, err := New(cfg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.disk.close()
+	if n := p2.spool.len(); n != 1 {
+		t.Errorf("spool after damage: %d messages, want 1", n)
+	}
+	// A spool write that fails: a file where the spool directory was.
+	spoolDir := filepath.Join(cfg.DataDir, "spool")
+	os.RemoveAll(spoolDir)
+	os.WriteFile(spoolDir, nil, 0o644)
+	p2.spool.add(&owlv1.EpochReport{Path: "a-b", Epoch: 3})
+
+	want := `# HELP owl_probe_data_dir_dropped_total Data directory losses: unreadable spool and cache files dropped at start, spooled messages not written.
+# TYPE owl_probe_data_dir_dropped_total counter
+owl_probe_data_dir_dropped_total{what="cache_file"} 0
+owl_probe_data_dir_dropped_total{what="spool_file"} 1
+owl_probe_data_dir_dropped_total{what="spool_write"} 1
+`
+	if err := testutil.GatherAndCompare(p2.reg, strings.NewReader(want), "owl_probe_data_dir_dropped_total"); err != nil {
+		t.Error(err)
 	}
 }

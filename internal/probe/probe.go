@@ -485,6 +485,17 @@ func (p *Probe) metrics() *prometheus.Registry {
 			ConstLabels: prometheus.Labels{"reason": r.String()},
 		}, func() float64 { return float64(p.stats.decodeFailures[r].Load()) }))
 	}
+	for k, what := range dataDropNames {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "owl_probe_data_dir_dropped_total", Help: "Data directory losses: unreadable spool and cache files dropped at start, spooled messages not written.",
+			ConstLabels: prometheus.Labels{"what": what},
+		}, func() float64 {
+			if p.disk == nil {
+				return 0
+			}
+			return float64(p.disk.droppedCount(dataDrop(k)))
+		}))
+	}
 	if p.live != nil {
 		counter("owl_probe_ring_packets_total", "Packets the kernel offered the capture sockets.", func() float64 { n, _ := p.live.totals(); return float64(n) })
 		counter("owl_probe_ring_drops_total", "Packets the kernel dropped because a capture ring was full.", func() float64 { _, d := p.live.totals(); return float64(d) })
