@@ -33,9 +33,15 @@ import (
 //	spool/<seq>.msg   one unacknowledged ProbeMessage each
 //	cache/<path>@<epoch>.cache   one epoch's (ID, timestamp) cache each
 //
-// Spool files are written (and synced) before the message can be sent;
-// cache files are written by a goroutine of their own, in order with
-// their removals, so that capture never waits for the disk.
+// The files but lock are written whole under a temporary name and
+// renamed into place (writeFile). Spool files are written before the
+// message can be sent; cache files by a goroutine of their own, in order
+// with their removals, so that capture never waits for the disk. Only
+// probe-id is synced, once, when the directory is claimed. Spool and
+// cache files are not: there are one per path every epoch, and a sync
+// each would cost a disk flush per report; nor is paths.pb, rewritten
+// with every path configuration. They outlive the probe's process, not
+// a power cut of its machine (docs/faults.md).
 type disk struct {
 	dir  string
 	lock *os.File
@@ -130,8 +136,7 @@ func (d *disk) close() {
 // writeFile writes a file under a temporary name and renames it into
 // place, so that a process that dies leaves the old file or the new one,
 // never a part. With sync the data reach the disk first (a power loss
-// then keeps them too); spool and cache files are not synced, for speed:
-// they outlive the probe's process, not the machine's power.
+// then keeps them too); only probe-id is written so (see disk).
 func writeFile(name string, b []byte, sync bool) error {
 	tmp := name + ".tmp"
 	f, err := os.Create(tmp)
