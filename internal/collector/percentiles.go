@@ -65,7 +65,11 @@ func (wk *worker) estimateSample(w *epochWork) {
 		sj.up[e.ID] = start + e.OffsetNS
 	}
 	for _, e := range j.DownLeft {
-		sj.down[e.ID] = start + e.OffsetNS
+		// A packet seen twice downstream counts by its earlier copy, as
+		// RDA's policy and the join within an epoch count it.
+		if at, seen := sj.down[e.ID]; !seen || start+e.OffsetNS < at {
+			sj.down[e.ID] = start + e.OffsetNS
+		}
 	}
 	sj.apply(res)
 	if w.bd != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/synopsis/exact"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
@@ -134,5 +135,32 @@ func TestExactStddevFromTheSample(t *testing.T) {
 		case !tc.exact && res.GetStddevNs() != 123:
 			t.Errorf("not exact: RDA's stddev replaced by %v", res.GetStddevNs())
 		}
+	}
+}
+
+// TestDuplicatedCrosserCountsByItsEarlierCopy: a packet sent at the end
+// of epoch 1 and seen twice downstream in epoch 2 counts in epoch 1's
+// delays by its earlier copy, as the ground truth and RDA count it. The
+// sides send exact lists, so nothing asks a probe.
+func TestDuplicatedCrosserCountsByItsEarlierCopy(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	pkt := func(id uint64, off int64) exact.Packet {
+		return exact.Packet{ID: id, OffsetNS: off, Flow: 1, Weight: 1}
+	}
+	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
+		r := report("p", epoch, role, nil)
+		r.List, _ = (&exact.List{Packets: ps}).MarshalBinary()
+		if err := c.report(probe, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("a", 1, owlv1.Role_ROLE_UPSTREAM, pkt(10, 100), pkt(11, 999_999_000))
+	send("b", 1, owlv1.Role_ROLE_DOWNSTREAM, pkt(10, 5_100))
+	send("a", 2, owlv1.Role_ROLE_UPSTREAM, pkt(20, 100))
+	send("b", 2, owlv1.Role_ROLE_DOWNSTREAM, pkt(20, 5_100), pkt(11, 400), pkt(11, 900))
+	waitResult(t, c, "p", 2, anyResult)
+	r := waitResult(t, c, "p", 1, func(r *owlv1.PathStats) bool { return r.GetSampleDelays() == 2 })
+	if r.GetDelayMinNs() != 1_400 { // the other delay is 5,000 ns
+		t.Errorf("crosser's delay %v ns, want 1400 (its earlier copy)", r.GetDelayMinNs())
 	}
 }
