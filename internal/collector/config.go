@@ -78,6 +78,8 @@ type Config struct {
 	// Colate sets how COLATE vectors are kept and queried (when
 	// params.colate.enabled).
 	Colate ColateConfig `yaml:"colate"`
+	// RTT sets how the probes' round-trip times are kept.
+	RTT RTTConfig `yaml:"rtt"`
 	// Limits bound what probes and readers may make the collector hold
 	// or do: epochs out of range, probe ids, report rate, watchers, one
 	// probe's share of the pending reports.
@@ -177,6 +179,7 @@ func DefaultConfig() Config {
 		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
+		RTT:             RTTConfig{Retention: 24 * time.Hour},
 
 		ClockUncertaintyShare: 0.1,
 		Limits:                DefaultLimits(),
@@ -233,6 +236,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Colate.Validate(); err != nil {
 		return fmt.Errorf("colate: %w", err)
+	}
+	if c.RTT.Retention < c.Params.Epoch.Length {
+		return fmt.Errorf("rtt: retention %v is shorter than an epoch (%v)", c.RTT.Retention, c.Params.Epoch.Length)
 	}
 	if c.MaxMessageBytes < 1<<16 {
 		return fmt.Errorf("max_message_bytes %d is below 64 KiB", c.MaxMessageBytes)

@@ -27,23 +27,32 @@ func encodeDelaySketch(ns []int64, weight float64) []byte { return delays.Of(ns,
 // decodeDelaySketch reads a sketch of a stored or a peer's result.
 func decodeDelaySketch(b []byte) (*ddsketch.DDSketch, error) { return delays.Decode(b) }
 
+// checkDistributionAsk refuses quantiles and CDF points a distribution
+// query cannot answer.
+func checkDistributionAsk(qs, cdfAtNS []float64) error {
+	if len(qs) > maxDistQuantiles || len(cdfAtNS) > maxDistPoints {
+		return status.Errorf(codes.InvalidArgument, "at most %d quantiles and %d CDF points", maxDistQuantiles, maxDistPoints)
+	}
+	for _, q := range qs {
+		if !(q > 0 && q < 1) {
+			return status.Errorf(codes.InvalidArgument, "quantile %v out of (0, 1)", q)
+		}
+	}
+	for _, x := range cdfAtNS {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return status.Errorf(codes.InvalidArgument, "CDF point %v is not a number of nanoseconds", x)
+		}
+	}
+	return nil
+}
+
 func (s queryService) GetPathDelayDistribution(ctx context.Context, req *owlv1.GetPathDelayDistributionRequest) (*owlv1.GetPathDelayDistributionResponse, error) {
 	qs := req.GetQuantiles()
 	if len(qs) == 0 {
 		qs = quantilesAsked
 	}
-	if len(qs) > maxDistQuantiles || len(req.GetCdfAtNs()) > maxDistPoints {
-		return nil, status.Errorf(codes.InvalidArgument, "at most %d quantiles and %d CDF points", maxDistQuantiles, maxDistPoints)
-	}
-	for _, q := range qs {
-		if !(q > 0 && q < 1) {
-			return nil, status.Errorf(codes.InvalidArgument, "quantile %v out of (0, 1)", q)
-		}
-	}
-	for _, x := range req.GetCdfAtNs() {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return nil, status.Errorf(codes.InvalidArgument, "CDF point %v is not a number of nanoseconds", x)
-		}
+	if err := checkDistributionAsk(qs, req.GetCdfAtNs()); err != nil {
+		return nil, err
 	}
 	stats, err := s.GetPathStats(ctx, &owlv1.GetPathStatsRequest{Path: req.GetPath(), From: req.GetFrom(), To: req.GetTo(),
 		Limit: maxResults, IncludeSketch: true})

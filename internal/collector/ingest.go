@@ -106,7 +106,7 @@ func (c *Collector) receive(sess *session, received chan<- error) {
 			fail(err)
 			return
 		}
-		if m.GetReport() != nil || m.GetColate() != nil {
+		if m.GetReport() != nil || m.GetColate() != nil || m.GetRtt() != nil {
 			if err := c.pace(sess.stream.Context(), sess.probe, lim); err != nil {
 				fail(err)
 				return
@@ -182,6 +182,9 @@ func (c *Collector) handle(sess *session, m *owlv1.ProbeMessage) error {
 	case *owlv1.ProbeMessage_Colate:
 		err := c.takeColate(sess.probe, a.Colate)
 		return c.answer(sess, owlv1.Reject_KIND_COLATE, "", a.Colate.GetEpoch(), a.Colate.GetSeq(), err)
+	case *owlv1.ProbeMessage_Rtt:
+		err := c.takeRTT(sess.probe, a.Rtt)
+		return c.answer(sess, owlv1.Reject_KIND_RTT, "", a.Rtt.GetEpoch(), a.Rtt.GetSeq(), err)
 	case *owlv1.ProbeMessage_Report:
 		r := a.Report
 		return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.report(sess.probe, r))

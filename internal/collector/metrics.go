@@ -33,6 +33,7 @@ type metrics struct {
 	promoted       prometheus.Counter
 
 	delay     *prometheus.HistogramVec
+	rtt       *prometheus.HistogramVec
 	mean      *prometheus.GaugeVec
 	stddev    *prometheus.GaugeVec
 	samples   *prometheus.GaugeVec
@@ -116,6 +117,10 @@ func newMetrics() *metrics {
 		Name: "owl_path_delay_seconds", Help: "One-way delay of each sampled delivered packet, by path (native histogram; classic buckets from 1 µs).",
 		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 24), NativeHistogramBucketFactor: 1.01,
 	}, []string{"path"})
+	m.rtt = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "owl_probe_rtt_seconds", Help: "Round-trip times of request/response pairs at each probe, by kind (tcp-data, tcp-handshake, dns), each pair as many times as it stands for (native histogram; classic buckets from 1 µs).",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 2, 24), NativeHistogramBucketFactor: 1.01,
+	}, []string{"probe", "kind"})
 	m.mean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_delay_mean_seconds", Help: "Mean one-way delay of the path's latest epoch."}, []string{"path"})
 	m.stddev = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_delay_stddev_seconds", Help: "Standard deviation of the one-way delay of the path's latest epoch."}, []string{"path"})
 	m.samples = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_samples", Help: "Effective sample size of the path's latest epoch."}, []string{"path"})
@@ -150,7 +155,7 @@ func newMetrics() *metrics {
 	m.flowPackets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_packets", Help: "Packets of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
 	for _, c := range []prometheus.Collector{m.clockUnc, m.clockFlagged, m.flaggedEpochs, m.probeOffset, m.probeDelay, m.probeUnc, m.probeSync, m.probeState,
 		m.flowMean, m.flowPackets, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
-		m.probesConnected, m.watchersDropped, m.clusterChanges, m.handedOver, m.resultDelay, m.delay, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
+		m.probesConnected, m.watchersDropped, m.clusterChanges, m.handedOver, m.resultDelay, m.delay, m.rtt, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
 		f(c)
 	}
 	return m

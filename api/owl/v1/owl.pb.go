@@ -218,6 +218,8 @@ const (
 	Reject_KIND_REPORT Reject_Kind = 2
 	// One COLATE vector.
 	Reject_KIND_COLATE Reject_Kind = 3
+	// One RTT report.
+	Reject_KIND_RTT Reject_Kind = 4
 )
 
 // Enum value maps for Reject_Kind.
@@ -227,12 +229,14 @@ var (
 		1: "KIND_PROBE",
 		2: "KIND_REPORT",
 		3: "KIND_COLATE",
+		4: "KIND_RTT",
 	}
 	Reject_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"KIND_PROBE":       1,
 		"KIND_REPORT":      2,
 		"KIND_COLATE":      3,
+		"KIND_RTT":         4,
 	}
 )
 
@@ -6825,18 +6829,19 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\xc3\x01\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\xd1\x01\n" +
 	"\x06Reject\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12'\n" +
-	"\x04kind\x18\x04 \x01(\x0e2\x13.owl.v1.Reject.KindR\x04kind\"N\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x13.owl.v1.Reject.KindR\x04kind\"\\\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"KIND_PROBE\x10\x01\x12\x0f\n" +
 	"\vKIND_REPORT\x10\x02\x12\x0f\n" +
-	"\vKIND_COLATE\x10\x03\"\x84\x01\n" +
+	"\vKIND_COLATE\x10\x03\x12\f\n" +
+	"\bKIND_RTT\x10\x04\"\x84\x01\n" +
 	"\x04Path\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12\x1e\n" +
