@@ -18,24 +18,19 @@ type Sample struct {
 
 // Exact matches every request with its response in unbounded memory: the
 // ground truth the probe's fridges are measured against. A request seen
-// again before its response (a retransmission) makes the pair ambiguous,
-// and it yields no sample (Karn's rule). Not safe for concurrent use.
+// again before its response (a retransmission) takes the pending one out
+// and is not kept: the pair yields no sample (Karn's rule), as in the
+// probe's matcher. Not safe for concurrent use.
 type Exact struct {
 	seed    uint64
-	pending map[uint64]exactRequest
-	// Ambiguous counts responses to retransmitted requests, left out.
+	pending map[uint64]int64 // key → the request's time
+	// Ambiguous counts requests seen again before their response.
 	Ambiguous int
-}
-
-type exactRequest struct {
-	atNS      int64
-	kind      Kind
-	ambiguous bool
 }
 
 // NewExact returns an empty matcher whose keys hash under seed.
 func NewExact(seed uint64) *Exact {
-	return &Exact{seed: seed, pending: map[uint64]exactRequest{}}
+	return &Exact{seed: seed, pending: map[uint64]int64{}}
 }
 
 // Add offers a packet and returns the sample it completes, if any.
@@ -44,21 +39,17 @@ func (x *Exact) Add(p *capture.Packet) (Sample, bool) {
 	var out Sample
 	ok := false
 	if ev.Response {
-		if r, found := x.pending[ev.ResponseKey]; found {
+		if at, found := x.pending[ev.ResponseKey]; found && p.TimeNS >= at {
 			delete(x.pending, ev.ResponseKey)
-			if r.ambiguous {
-				x.Ambiguous++
-			} else {
-				out, ok = Sample{DelayNS: p.TimeNS - r.atNS, Kind: r.kind, Responder: ev.Responder, Weight: 1}, true
-			}
+			out, ok = Sample{DelayNS: p.TimeNS - at, Kind: ev.ResponseKind, Responder: ev.Responder, Weight: 1}, true
 		}
 	}
 	if ev.Request {
-		if r, found := x.pending[ev.RequestKey]; found {
-			r.ambiguous = true
-			x.pending[ev.RequestKey] = r
+		if _, found := x.pending[ev.RequestKey]; found {
+			delete(x.pending, ev.RequestKey)
+			x.Ambiguous++
 		} else {
-			x.pending[ev.RequestKey] = exactRequest{atNS: p.TimeNS, kind: ev.Kind}
+			x.pending[ev.RequestKey] = p.TimeNS
 		}
 	}
 	return out, ok

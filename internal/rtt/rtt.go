@@ -66,9 +66,9 @@ type Event struct {
 	// RequestKey and ResponseKey pair a request with its response: a
 	// response's key is the key of the request it answers.
 	RequestKey, ResponseKey uint64
-	// Kind is the request's kind; the kind of a pair is its request's,
-	// kept with it until the response comes.
-	Kind Kind
+	// Kind is the request's kind, ResponseKind that of the pair the
+	// packet answers: keys differ by kind, so that each is the pair's.
+	Kind, ResponseKind Kind
 	// Responder is the address that answers: a response's source (and a
 	// request's destination). Round-trip times are grouped by its prefix.
 	Responder netip.Addr
@@ -79,14 +79,17 @@ type Event struct {
 // A TCP request is a segment that takes sequence space (data, SYN or FIN)
 // and its response the first ACK of exactly its end: an ACK that covers
 // several segments answers the last (delayed ACKs leave the others
-// unanswered), as the dissertation's matching does.
+// unanswered), as the dissertation's matching does. A SYN and its SYN/ACK
+// are a handshake pair; the SYN/ACK and the ACK that answers it count as
+// data (the ACK cannot tell what it answers, and a key per kind keeps the
+// matcher to one look-up).
 func Classify(p *capture.Packet, seed uint64) Event {
 	l4 := &p.L4
 	switch {
 	case l4.DNS:
 		k := key(p.Flow, uint32(l4.DNSID), DNS, seed, l4.DNSAnswer)
 		if l4.DNSAnswer {
-			return Event{Response: true, ResponseKey: k, Kind: DNS, Responder: p.Flow.Src}
+			return Event{Response: true, ResponseKey: k, ResponseKind: DNS, Responder: p.Flow.Src}
 		}
 		return Event{Request: true, RequestKey: k, Kind: DNS, Responder: p.Flow.Dst}
 	case p.Flow.Proto != 6 || l4.TCPFlags&capture.TCPRst != 0:
@@ -94,7 +97,10 @@ func Classify(p *capture.Packet, seed uint64) Event {
 	}
 	ev := Event{Responder: p.Flow.Src}
 	if l4.TCPFlags&capture.TCPAck != 0 {
-		ev.Response, ev.ResponseKey = true, key(p.Flow, l4.Ack, TCPData, seed, true)
+		if l4.TCPFlags&capture.TCPSyn != 0 {
+			ev.ResponseKind = TCPHandshake
+		}
+		ev.Response, ev.ResponseKey = true, key(p.Flow, l4.Ack, ev.ResponseKind, seed, true)
 	}
 	span := uint32(l4.PayloadLen)
 	if l4.TCPFlags&capture.TCPSyn != 0 {
@@ -104,18 +110,17 @@ func Classify(p *capture.Packet, seed uint64) Event {
 		span++
 	}
 	if span > 0 {
-		ev.Request, ev.RequestKey = true, key(p.Flow, l4.Seq+span, TCPData, seed, false)
-		if l4.TCPFlags&capture.TCPSyn != 0 {
-			ev.Kind = TCPHandshake // SYN → SYN/ACK, and SYN/ACK → ACK
+		if l4.TCPFlags&(capture.TCPSyn|capture.TCPAck) == capture.TCPSyn {
+			ev.Kind = TCPHandshake
 		}
+		ev.Request, ev.RequestKey = true, key(p.Flow, l4.Seq+span, ev.Kind, seed, false)
 	}
 	return ev
 }
 
 // key hashes a request's flow (a response's reversed) with the number
-// that pairs them: a TCP segment's end in sequence space or a DNS ID.
-// TCP data and handshakes share keys (an ACK does not know which it
-// answers); DNS keys differ by kind.
+// that pairs them (a TCP segment's end in sequence space or a DNS ID) and
+// the pair's kind.
 func key(f capture.FlowKey, n uint32, k Kind, seed uint64, reverse bool) uint64 {
 	if reverse {
 		f.Src, f.Dst, f.SrcPort, f.DstPort = f.Dst, f.Src, f.DstPort, f.SrcPort
@@ -123,8 +128,6 @@ func key(f capture.FlowKey, n uint32, k Kind, seed uint64, reverse bool) uint64 
 	var b [capture.FlowKeySize + 5]byte
 	f.AppendBinary(b[:0])
 	binary.LittleEndian.PutUint32(b[capture.FlowKeySize:], n)
-	if k == DNS {
-		b[capture.FlowKeySize+4] = 1
-	}
+	b[capture.FlowKeySize+4] = byte(k)
 	return xxh3.HashSeed(b[:], seed)
 }

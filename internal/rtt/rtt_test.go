@@ -52,7 +52,7 @@ func TestExactPairs(t *testing.T) {
 		seg(15_000, true, capture.TCPRst, 352, 0, 0), // RST: nothing
 	}
 	want := []Sample{
-		{1000, TCPHandshake, server, 1}, {300, TCPHandshake, client, 1}, {2900, TCPData, server, 1},
+		{1000, TCPHandshake, server, 1}, {300, TCPData, client, 1}, {2900, TCPData, server, 1},
 		{400, TCPData, client, 1}, {600, TCPData, server, 1}, {100, TCPData, client, 1}, {3000, DNS, server, 1},
 	}
 	x := NewExact(1)
