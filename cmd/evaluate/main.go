@@ -7,7 +7,9 @@
 // With -rda it runs the collector's RDA reconciliation policy instead
 // (reconcile.Epoch, the probes' caches played from memory). With
 // -rda-sweep it reproduces the RDA paper's sweep of the set difference
-// instead (RDA against an LDA of the same memory).
+// instead (RDA against an LDA of the same memory). With -fridge it
+// compares RTT fridges with the simple array on the fridge dissertation's
+// synthetic traces.
 package main
 
 import (
@@ -45,6 +47,8 @@ type options struct {
 	colCfg   evaluate.ColateConfig
 	rda      bool
 	rdaCfg   evaluate.RDAConfig
+	fridge   bool
+	frCfg    evaluate.FridgeConfig
 }
 
 func main() {
@@ -67,7 +71,7 @@ func parseFlags(args []string) *options {
 	o := &options{files: evaluate.FilesConfig{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(),
 		LDA: lda.DefaultConfig(), Estimate: lda.DefaultOptions()}, sweepCfg: evaluate.DefaultSweepConfig(),
 		ldsCfg: evaluate.LDSRunConfig{Flows: 146_000, Shape: 0.9, LDS: lds.Config{Rows: 4, Cols: 17_500, K: 1, Seed: 1}, Opts: lds.DefaultOptions(), Seed: 1},
-		colCfg: evaluate.DefaultColateConfig(),
+		colCfg: evaluate.DefaultColateConfig(), frCfg: evaluate.DefaultFridgeConfig(),
 		rdaCfg: evaluate.RDAConfig{RDA: rda.DefaultConfig(), Limits: reconcile.Limits{MinBuckets: 256, MaxBuckets: 1 << 20, MaxRebuilds: 4}}}
 	cfg := &o.files
 	fs.StringVar(&cfg.Up, "up", "", "upstream capture")
@@ -89,6 +93,7 @@ func parseFlags(args []string) *options {
 	fs.IntVar(&o.sweepCfg.Packets, "packets", o.sweepCfg.Packets, "common packets per epoch (-rda-sweep)")
 	bindLDS(fs, o)
 	bindColate(fs, o)
+	bindFridge(fs, o)
 	cfg.Identity.BindFlags(fs)
 	_ = fs.Parse(args)
 	return o
@@ -116,6 +121,15 @@ func bindColate(fs *flag.FlagSet, o *options) {
 	fs.Var(cli.IntPairs{P: &c.Shapes}, "colate-shapes", "also evaluate these vector shapes N:M,... (counters n, subvector m), whatever the solver says (-colate-triangle)")
 }
 
+func bindFridge(fs *flag.FlagSet, o *options) {
+	c := &o.frCfg
+	fs.BoolVar(&o.fridge, "fridge", false, "instead: RTT fridges against the simple array on the fridge dissertation's synthetic traces, as a table")
+	fs.IntVar(&c.Seeds, "fridge-seeds", c.Seeds, "traces per maximum delay (-fridge)")
+	fs.IntVar(&c.Requests, "fridge-requests", c.Requests, "requests per trace (-fridge)")
+	fs.BoolVar(&c.KeepSending, "fridge-keep-sending", false, "requests go on until the last response (-fridge)")
+	fs.BoolVar(&c.NoCorrection, "fridge-no-correction", false, "count every fridge sample once (-fridge)")
+}
+
 // run does what the flags ask.
 func run(o *options) error {
 	switch {
@@ -129,6 +143,12 @@ func run(o *options) error {
 		return err
 	case o.sweep:
 		return evaluate.WriteSweepTable(os.Stdout, o.sweepCfg, evaluate.RunSweep(o.sweepCfg))
+	case o.fridge:
+		rows, err := evaluate.RunFridge(o.frCfg)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		return evaluate.WriteFridgeTable(os.Stdout, o.frCfg, rows)
 	}
 	cfg := o.files
 	if o.prefix != "" {
