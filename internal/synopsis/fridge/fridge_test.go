@@ -488,3 +488,28 @@ func BenchmarkCombine(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(samples)), "samples")
 }
+
+// TestOfferTakesRetransmissionsOut: a request offered twice before its
+// response gives no sample, and the counter counts both offers; one
+// offered once is answered as with Request.
+func TestOfferTakesRetransmissionsOut(t *testing.T) {
+	s, err := NewSet(SetConfig{Parts: []Part{{Entries: 64, EntryProb: 1}}, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Offer(7, 100) || !s.Offer(7, 200) {
+		t.Fatal("the second offer of a key was not seen as a retransmission")
+	}
+	if _, ok := s.Response(7, 300); ok {
+		t.Error("a retransmitted request was answered")
+	}
+	if s.Offer(8, 400) {
+		t.Fatal("a new key seen as a retransmission")
+	}
+	if smp, ok := s.Response(8, 450); !ok || smp.DelayNS != 50 || smp.Insertions != 0 {
+		t.Errorf("sample %+v (%v), want 50 ns after 0 insertions", smp, ok)
+	}
+	if s.Insertions() != 3 {
+		t.Errorf("%d insertions counted, want 3", s.Insertions())
+	}
+}

@@ -136,6 +136,29 @@ func (s *Set) Request(key uint64, tNS int64) {
 	t.slots[t.index(h)] = slot{key: key, tNS: tNS, stamp: s.counter}
 }
 
+// Offer is Request for traffic whose requests may be sent again (a TCP
+// retransmission): when the key's slot holds the same key already, the
+// waiting request is taken out and neither is kept, so that the pair
+// gives no sample (Karn's rule: which copy the response answers cannot be
+// told), and Offer says so. One look-up, where Response then Request
+// would take two. The counter counts every request offered.
+func (s *Set) Offer(key uint64, tNS int64) (again bool) {
+	s.counter++
+	h := hash(key, s.cfg.Seed)
+	k := s.route(h)
+	if k < 0 {
+		return false
+	}
+	t := &s.tabs[k]
+	sl := &t.slots[t.index(h)]
+	if sl.stamp != 0 && sl.key == key {
+		*sl = slot{}
+		return true
+	}
+	*sl = slot{key: key, tNS: tNS, stamp: s.counter}
+	return false
+}
+
 // Response looks for the request with the same key in its fridge; if it is
 // still there it is removed and its sample returned, with its fridge's
 // index.
