@@ -87,6 +87,9 @@ type Config struct {
 	// (ID, time, flow) in place of its synopses wherever the list is the
 	// smaller: quiet paths then cost bytes in proportion to their packets.
 	ExactLists bool `yaml:"exact_lists"`
+	// RTT measures round-trip times at this point (request/response
+	// pairs of every flow it sees), shipped once per epoch.
+	RTT RTTConfig `yaml:"rtt"`
 	// Clock is where a live capture's timestamps get their time from;
 	// replayed files keep the time of their capture.
 	Clock ptp.Config `yaml:"clock"`
@@ -129,6 +132,7 @@ func DefaultConfig() Config {
 		ReleaseTimeout: 60 * time.Second,
 		TopFlows:       20,
 		ExactLists:     true,
+		RTT:            DefaultRTTConfig(),
 		Cache:          CacheConfig{MaxPackets: 4 << 20, Retention: 64, MaxBytes: 512 << 20},
 		Clock:          ptp.DefaultConfig(),
 	}
@@ -170,6 +174,9 @@ func (c Config) Validate() error {
 	}
 	if c.TopFlows < 0 || c.TopFlows > 10_000 {
 		return fmt.Errorf("top_flows %d out of range [0, 10000]", c.TopFlows)
+	}
+	if err := c.RTT.Validate(); err != nil {
+		return fmt.Errorf("rtt: %w", err)
 	}
 	if c.Sources[0].Live != nil {
 		if err := c.Clock.Validate(); err != nil {

@@ -105,6 +105,9 @@ func mergeEpoch(a *closedEpoch, b closedEpoch) {
 		putVector(y.colate)
 		y.colate = nil
 	}
+	if x.rtt != nil && y.rtt != nil {
+		x.rtt.Merge(y.rtt)
+	}
 	for j, pb := range y.set.paths {
 		i := slices.IndexFunc(x.set.paths, func(pa assignment) bool { return pa.path.Name == pb.path.Name })
 		if i < 0 {

@@ -42,6 +42,11 @@ func (p *Probe) build(pr params.Params) error {
 			return err
 		}
 		pl.correct = p.correct
+		if c := p.cfg.RTT; c.Enabled {
+			if pl.rtt, err = newRTTMatcher(c, c.Fridges.Seed, pr.Epoch.Length.Seconds()); err != nil {
+				return fmt.Errorf("rtt: %w", err)
+			}
+		}
 		pipes = append(pipes, pl)
 	}
 	p.rep.grid = pr.Epoch

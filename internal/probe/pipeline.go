@@ -14,6 +14,7 @@ import (
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/rtt"
 	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
@@ -74,6 +75,8 @@ type epochData struct {
 	// colate is the point's COLATE vector of the epoch, of every decoded
 	// packet whatever its path (nil when COLATE is off).
 	colate *colate.Vector
+	// rtt is the point's round-trip times of the epoch (nil when off).
+	rtt *rtt.Summary
 }
 
 // counters are the probe's running totals, read by metrics.
@@ -106,6 +109,8 @@ type pipeline struct {
 
 	// decode failures since the last report, by reason
 	failSince [4]uint64
+	// rtt matches requests with responses (nil when off).
+	rtt *rttMatcher
 }
 
 // newPipeline returns a pipeline (one capture worker's synopses) that hands
@@ -194,6 +199,9 @@ func (pl *pipeline) open(e int64) *epochData {
 	if pl.params.Colate.Enabled {
 		ed.colate = getVector(pl.params.ColateConfig(), pl.params.Epoch.StartNS(e))
 	}
+	if pl.rtt != nil {
+		ed.rtt = pl.rtt.newEpoch()
+	}
 	for i, a := range s.paths {
 		ed.ldas[i] = reuse(&ldas, pl.params.LDA, (*lda.LDA).Config, lda.New) // validated in Config
 		rc := pl.params.RDA
@@ -227,6 +235,9 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	if !ok {
 		pl.stats.late.Add(1)
 		return
+	}
+	if ed.rtt != nil {
+		pl.rtt.packet(&p, ed.rtt)
 	}
 	matched, hashed := false, false
 	var flowHash, weight uint64
@@ -288,7 +299,9 @@ type reporter struct {
 	emit     func(*owlv1.EpochReport)
 	// emitVector takes the epoch's COLATE vector (nil: not sent).
 	emitVector func(*owlv1.ColateVector)
-	dropped    func() uint64 // packets the capture lost since the previous call
+	// emitRTT takes the epoch's RTT report (nil: not sent).
+	emitRTT func(*owlv1.RTTReport)
+	dropped func() uint64 // packets the capture lost since the previous call
 	// startedNS is when a live capture started (0 for files): an epoch
 	// that began before it is partial.
 	startedNS atomic.Int64
@@ -381,6 +394,9 @@ func (r *reporter) report(ce closedEpoch) {
 		if ed.rdas[i] != nil {
 			rdas.Put(ed.rdas[i])
 		}
+	}
+	if rep := rttReport(ed.rtt, ce.epoch, clock); rep != nil && r.emitRTT != nil {
+		r.emitRTT(rep)
 	}
 	if v := ed.colate; v != nil {
 		if r.emitVector != nil {

@@ -250,7 +250,7 @@ func TestMergedWorkersEqualOne(t *testing.T) {
 // BenchmarkPipeline measures everything a probe does per packet from an
 // in-memory capture on one core: decode, identity, path selection, epoch,
 // LDA, RDA, cache, flow hash, LDS, RAP and the packet sample (off in
-// sample=false).
+// sample=false), and round-trip matching in rtt=true.
 func BenchmarkPipeline(b *testing.B) {
 	src, err := capture.OpenFile("../../testdata/trace.pcap")
 	if err != nil {
@@ -269,14 +269,14 @@ func BenchmarkPipeline(b *testing.B) {
 	src.Close()
 	for _, run := range []struct {
 		colateCounters int
-		sample         bool
-	}{{0, false}, {0, true}, {1 << 16, true}, {1 << 20, true}} {
+		sample, rtt    bool
+	}{{0, false, false}, {0, true, false}, {0, true, true}, {1 << 16, true, false}, {1 << 20, true, false}} {
 		colateCounters := run.colateCounters
 		name := "colate=off"
 		if colateCounters > 0 {
 			name = fmt.Sprintf("colate=%d", colateCounters)
 		}
-		name += fmt.Sprintf("/sample=%t", run.sample)
+		name += fmt.Sprintf("/sample=%t/rtt=%t", run.sample, run.rtt)
 		b.Run(name, func(b *testing.B) {
 			p := params.Default()
 			p.Colate.Enabled, p.Colate.Counters = colateCounters > 0, max(colateCounters, 4)
@@ -287,6 +287,10 @@ func BenchmarkPipeline(b *testing.B) {
 			// Epochs are handed to a sink that drops them: reporting is
 			// per epoch, not per packet.
 			pl, _ := newPipeline(p, 1<<22, 20, func(closedEpoch) {}, &stats)
+			if run.rtt {
+				c := DefaultRTTConfig()
+				pl.rtt, _ = newRTTMatcher(c, c.Fridges.Seed, p.Epoch.Length.Seconds())
+			}
 			set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
 				{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"}, Role: owlv1.Role_ROLE_UPSTREAM}}})
 			pl.setPaths(set)

@@ -72,6 +72,8 @@ func (s *spool) logDropped(gone []*owlv1.ProbeMessage) {
 	for _, m := range gone {
 		if r := m.GetReport(); r != nil {
 			s.log.Warn("spool full: dropped an unacknowledged epoch report", "path", r.GetPath(), "epoch", r.GetEpoch(), "spool_max_epochs", s.max, "spool_max_bytes", s.maxBytes)
+		} else if v := m.GetRtt(); v != nil {
+			s.log.Warn("spool full: dropped an unacknowledged RTT report", "epoch", v.GetEpoch(), "spool_max_epochs", s.max, "spool_max_bytes", s.maxBytes)
 		} else {
 			s.log.Warn("spool full: dropped an unacknowledged COLATE vector", "epoch", m.GetColate().GetEpoch(), "spool_max_epochs", s.max, "spool_max_bytes", s.maxBytes)
 		}
@@ -107,6 +109,11 @@ func (s *spool) add(r *owlv1.EpochReport) {
 // addVector numbers a COLATE vector and keeps it.
 func (s *spool) addVector(v *owlv1.ColateVector) {
 	s.put(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Colate{Colate: v}}, func(seq, _ uint64) { v.Seq = seq })
+}
+
+// addRTT numbers an RTT report and keeps it.
+func (s *spool) addRTT(v *owlv1.RTTReport) {
+	s.put(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Rtt{Rtt: v}}, func(seq, _ uint64) { v.Seq = seq })
 }
 
 // put numbers a message (number sets its seq and the drop count), makes
@@ -188,6 +195,9 @@ func epochOf(m *owlv1.ProbeMessage) int64 {
 	if r := m.GetReport(); r != nil {
 		return r.GetEpoch()
 	}
+	if v := m.GetRtt(); v != nil {
+		return v.GetEpoch()
+	}
 	return m.GetColate().GetEpoch()
 }
 
@@ -195,6 +205,9 @@ func epochOf(m *owlv1.ProbeMessage) int64 {
 func seqOf(m *owlv1.ProbeMessage) uint64 {
 	if r := m.GetReport(); r != nil {
 		return r.Seq
+	}
+	if v := m.GetRtt(); v != nil {
+		return v.GetSeq()
 	}
 	return m.GetColate().GetSeq()
 }

@@ -1,0 +1,144 @@
+package probe
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/gopacket/gopacket/layers"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/rtt"
+	"github.com/owl-latency/owl/internal/synopsis/delays"
+)
+
+// traceRTT runs the bundled trace through a probe's pipeline with
+// round-trip matching on (cfg) and returns its RTT reports' sketches merged
+// by kind, and the frames.
+func traceRTT(t *testing.T, cfg RTTConfig) (map[string]*ddsketch.DDSketch, map[string]uint64, []capture.Frame) {
+	t.Helper()
+	src, err := capture.OpenFile("../../testdata/trace.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frames []capture.Frame
+	for {
+		f, err := src.Next()
+		if err != nil {
+			break
+		}
+		frames = append(frames, capture.Frame{Data: append([]byte(nil), f.Data...), TimeNS: f.TimeNS})
+	}
+	src.Close()
+	p := params.Default()
+	var reports []*owlv1.RTTReport
+	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
+	rep := &reporter{caches: newCacheStore(4, 1<<24), clock: clock, grid: p.Epoch,
+		emit: func(*owlv1.EpochReport) {}, emitRTT: func(r *owlv1.RTTReport) { reports = append(reports, r) }}
+	var stats counters
+	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
+	if pl.rtt, err = newRTTMatcher(cfg, cfg.Fridges.Seed, p.Epoch.Length.Seconds()); err != nil {
+		t.Fatal(err)
+	}
+	_ = pl.setLink(layers.LinkTypeEthernet)
+	for _, f := range frames {
+		pl.frame(f.Data, f.TimeNS)
+	}
+	pl.flush()
+	kinds, samples := map[string]*ddsketch.DDSketch{}, map[string]uint64{}
+	for _, r := range reports {
+		for _, k := range r.GetKinds() {
+			s, err := delays.Decode(k.GetSketch())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kinds[k.GetKind()] == nil {
+				kinds[k.GetKind()] = delays.New()
+			}
+			_ = kinds[k.GetKind()].MergeWith(s)
+			samples[k.GetKind()] += k.GetSamples()
+		}
+	}
+	return kinds, samples, frames
+}
+
+// TestRTTOnTheBundledTrace: the probe's round-trip times of the bundled
+// trace (HTTP and DNS, no path configured: RTT covers every flow) against
+// the exact matcher on the same packets. With fridges that hold all the
+// trace's requests (1.5 MiB), nearly every pair is found (a request whose
+// slot another takes before its answer is lost); each fridge takes a
+// share of the requests and scales its own up by 1/p, so the weighted
+// count and the quantiles still vary by a few percent (the combination's
+// variance, not a bias). With the default 96 KiB, unanswered
+// requests (delayed ACKs answer every other segment) evict waiting ones:
+// the corrections keep the weighted count and the quantiles near the
+// truth; with 64 entries, far too few, nearer than chance would.
+func TestRTTOnTheBundledTrace(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		bytes          int
+		countTol, qTol float64
+	}{{"1.5 MiB", 1 << 16 * 24, 0.05, 0.05}, {"96 KiB", 0, 0.05, 0.15}, {"64 entries", 64 * 24, 0.25, 0.25}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultRTTConfig()
+			if tc.bytes > 0 {
+				cfg.Fridges.MemoryBytes, cfg.Fridges.Fridges = tc.bytes, 2
+			}
+			kinds, samples, frames := traceRTT(t, cfg)
+			d, _ := capture.NewDecoder(layers.LinkTypeEthernet, params.Default().Identity)
+			x := rtt.NewExact(cfg.Fridges.Seed)
+			truth := map[string][]int64{}
+			for _, f := range frames {
+				var p capture.Packet
+				if d.Decode(f.Data, f.TimeNS, &p) != nil {
+					continue
+				}
+				if s, ok := x.Add(&p); ok {
+					truth[s.Kind.String()] = append(truth[s.Kind.String()], s.DelayNS)
+				}
+			}
+			for kind, ds := range truth {
+				slices.Sort(ds)
+				got := kinds[kind]
+				if got == nil {
+					t.Errorf("%s: no sketch, %d true pairs", kind, len(ds))
+					continue
+				}
+				n := float64(len(ds))
+				t.Logf("%s: %d true pairs; %d matched, standing for %.0f", kind, len(ds), samples[kind], got.GetCount())
+				if tc.bytes > 1<<20 && float64(samples[kind]) < 0.999*n {
+					t.Errorf("%s: %d matched, truth %d", kind, samples[kind], len(ds))
+				}
+				// Each fridge's count estimates the whole, scaled by 1/p: over
+				// a few tens of pairs its variance is wide, so the count is
+				// held to the bar from 500 pairs on.
+				if n >= 500 && math.Abs(got.GetCount()-n) > tc.countTol*n {
+					t.Errorf("%s: %d matched standing for %.1f, truth %d", kind, samples[kind], got.GetCount(), len(ds))
+				}
+				// Where evictions lose many pairs, the corrected count must be
+				// nearer the truth than the pairs matched (where they lose few,
+				// the corrections' variance is the larger error).
+				if lost := n - float64(samples[kind]); lost > 0.05*n && math.Abs(got.GetCount()-n) >= lost {
+					t.Errorf("%s: weighted count %.1f no nearer the truth %d than the %d matched", kind, got.GetCount(), len(ds), samples[kind])
+				}
+				if len(ds) < 50 {
+					continue
+				}
+				for _, q := range []float64{0.5, 0.95, 0.99} {
+					v, _ := got.GetValueAtQuantile(q)
+					want := float64(ds[int(math.Ceil(q*n))-1])
+					t.Logf("  p%g: %.0f ns, truth %.0f ns", q*100, v, want)
+					if math.Abs(v-want) > tc.qTol*want {
+						t.Errorf("%s p%g: %.0f ns, truth %.0f ns", kind, q*100, v, want)
+					}
+				}
+			}
+			if len(truth) < 2 {
+				t.Errorf("the trace gave pairs of %d kinds", len(truth))
+			}
+		})
+	}
+}
