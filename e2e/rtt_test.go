@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"context"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/probe"
+	"github.com/owl-latency/owl/internal/rtt"
+)
+
+// TestRTTEndToEnd: a real probe replays the bundled trace's upstream
+// capture and measures round-trip times on its own; the collector stores
+// them and answers GetRTTDistribution and TopRTTPrefixes, and exports
+// owl_probe_rtt_seconds. owl's TCP data and handshake round-trip times
+// against the unbounded matcher on the same capture (the truth of owl's
+// rules), and beside Wireshark's tcp.analysis.ack_rtt, which also times
+// an ACK that covers several segments (from the last of them), so it
+// counts more pairs.
+func TestRTTEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	env := newEnv(t)
+	out, _ := makeTrace(t, env, lossOnly)
+	coll, addrs, err := env.StartCollector("collector", collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProbes(t, env, addrs.GRPC, out)
+	truth := exactRTT(t, out.Up)
+	q := query(t, addrs.GRPC)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got map[string]*owlv1.GetRTTDistributionResponse
+	for {
+		got = map[string]*owlv1.GetRTTDistributionResponse{}
+		for kind := range truth {
+			r, err := q.GetRTTDistribution(ctx, &owlv1.GetRTTDistributionRequest{Probe: "op-a", Kind: kind, Quantiles: []float64{0.5, 0.95, 0.99}})
+			if err != nil {
+				t.Fatalf("GetRTTDistribution: %v\n%s", err, coll.Log())
+			}
+			got[kind] = r
+		}
+		if n := got["tcp-data"].GetSamples(); n > 0 && float64(n) >= 0.95*float64(len(truth["tcp-data"])) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	shark := wiresharkRTT(t, out.Up)
+	t.Logf("%-14s %8s %8s %10s %10s %10s", "", "pairs", "samples", "p50 µs", "p95 µs", "p99 µs")
+	for _, kind := range []string{"tcp-data", "tcp-handshake"} {
+		ds := truth[kind]
+		if len(ds) == 0 {
+			t.Errorf("no %s pairs in the trace", kind)
+			continue
+		}
+		r := got[kind]
+		t.Logf("%-14s %8d %8s %10.1f %10.1f %10.1f", kind+" exact", len(ds), "", pct(ds, 0.5)/1e3, pct(ds, 0.95)/1e3, pct(ds, 0.99)/1e3)
+		qv := r.GetQuantiles()
+		if len(qv) != 3 {
+			t.Errorf("%s: %d quantiles: %v (%s)", kind, len(qv), r, r.GetNote())
+			continue
+		}
+		t.Logf("%-14s %8.0f %8d %10.1f %10.1f %10.1f", kind+" owl", r.GetPairs(), r.GetSamples(), qv[0].GetValueNs()/1e3, qv[1].GetValueNs()/1e3, qv[2].GetValueNs()/1e3)
+		n := float64(len(ds))
+		if len(ds) >= 500 {
+			if math.Abs(r.GetPairs()-n) > 0.05*n {
+				t.Errorf("%s: owl's pairs %.0f, truth %d", kind, r.GetPairs(), len(ds))
+			}
+			for i, qu := range []float64{0.5, 0.95, 0.99} {
+				if want := pct(ds, qu); math.Abs(qv[i].GetValueNs()-want) > 0.05*want {
+					t.Errorf("%s p%g: owl %.1f µs, truth %.1f µs", kind, qu*100, qv[i].GetValueNs()/1e3, want/1e3)
+				}
+			}
+		}
+	}
+	slices.Sort(shark)
+	if len(shark) > 0 {
+		t.Logf("%-14s %8d %8s %10.1f %10.1f %10.1f", "wireshark", len(shark), "", pct(shark, 0.5)/1e3, pct(shark, 0.95)/1e3, pct(shark, 0.99)/1e3)
+	}
+	if len(shark) < len(truth["tcp-data"]) {
+		t.Errorf("Wireshark timed %d ACKs, fewer than the %d exact pairs owl's rules find", len(shark), len(truth["tcp-data"]))
+	}
+	top, err := q.TopRTTPrefixes(ctx, &owlv1.TopRTTPrefixesRequest{Probe: "op-a", Limit: 3})
+	if err != nil || len(top.GetPrefixes()) == 0 {
+		t.Errorf("TopRTTPrefixes: %v, %v", top, err)
+	}
+	for _, p := range top.GetPrefixes() {
+		t.Logf("prefix %-20s %6d samples, p50 %.1f µs, p99 %.1f µs", p.GetPrefix(), p.GetSamples(), p.GetP50Ns()/1e3, p.GetP99Ns()/1e3)
+	}
+	if m := httpGet(t, "http://"+addrs.HTTP+"/metrics"); !strings.Contains(m, `owl_probe_rtt_seconds_count{kind="tcp-data",probe="op-a"}`) {
+		t.Error("/metrics lacks owl_probe_rtt_seconds of op-a")
+	}
+}
+
+// exactRTT matches a capture's pairs by owl's rules in unbounded memory:
+// their delays (ns, sorted) by kind.
+func exactRTT(t *testing.T, pcap string) map[string][]int64 {
+	t.Helper()
+	src, err := capture.OpenFile(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	d, err := capture.NewDecoder(src.LinkType(), params.Default().Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := rtt.NewExact(probe.DefaultRTTConfig().Fridges.Seed)
+	out := map[string][]int64{}
+	for {
+		f, err := src.Next()
+		if err != nil {
+			break
+		}
+		var p capture.Packet
+		if d.Decode(f.Data, f.TimeNS, &p) != nil {
+			continue
+		}
+		if s, ok := x.Add(&p); ok {
+			out[s.Kind.String()] = append(out[s.Kind.String()], s.DelayNS)
+		}
+	}
+	for _, ds := range out {
+		slices.Sort(ds)
+	}
+	return out
+}
+
+// wiresharkRTT is tshark's tcp.analysis.ack_rtt of every ACK it times, ns.
+func wiresharkRTT(t *testing.T, pcap string) []int64 {
+	t.Helper()
+	b, err := exec.Command("tshark", "-n", "-r", pcap, "-Y", "tcp.analysis.ack_rtt", "-T", "fields", "-e", "tcp.analysis.ack_rtt").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	var out []int64
+	for _, l := range strings.Fields(string(b)) {
+		s, err := strconv.ParseFloat(l, 64)
+		if err != nil {
+			t.Fatalf("tshark's ack_rtt %q: %v", l, err)
+		}
+		out = append(out, int64(math.Round(s*1e9)))
+	}
+	return out
+}
+
+// pct is the q-quantile of sorted delays (the value of rank ⌈q·n⌉), ns.
+func pct(sorted []int64, q float64) float64 {
+	return float64(sorted[max(0, int(math.Ceil(q*float64(len(sorted))))-1)])
+}
