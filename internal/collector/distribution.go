@@ -87,15 +87,30 @@ func (s queryService) GetPathDelayDistribution(ctx context.Context, req *owlv1.G
 		out.Note = strings.Join(append(notes, "no epoch in the range has sampled delays"), "; ")
 		return out, nil
 	}
-	out.Packets = merged.GetCount()
-	out.MinNs, _ = merged.GetMinValue() // not empty: no error
-	out.MaxNs, _ = merged.GetMaxValue()
-	for _, q := range delays.Quantiles(merged, qs) {
-		out.Quantiles = append(out.Quantiles, &owlv1.DelayQuantile{Q: q.Q, ValueNs: q.Value, LoNs: q.Lo, HiNs: q.Hi})
-	}
-	for i, f := range delays.CDF(merged, req.GetCdfAtNs()) {
-		out.Cdf = append(out.Cdf, &owlv1.CDFPoint{AtNs: req.GetCdfAtNs()[i], Fraction: f})
-	}
+	d := readSketch(merged, qs, req.GetCdfAtNs())
+	out.Packets, out.MinNs, out.MaxNs, out.Quantiles, out.Cdf = d.count, d.minNS, d.maxNS, d.quantiles, d.cdf
 	out.Note = strings.Join(notes, "; ")
 	return out, nil
+}
+
+// sketchReading is what a distribution query reads off a merged,
+// non-empty sketch.
+type sketchReading struct {
+	count, minNS, maxNS float64
+	quantiles           []*owlv1.DelayQuantile
+	cdf                 []*owlv1.CDFPoint
+}
+
+// readSketch reads quantiles qs and CDF points at of a non-empty sketch.
+func readSketch(s *ddsketch.DDSketch, qs, at []float64) sketchReading {
+	d := sketchReading{count: s.GetCount()}
+	d.minNS, _ = s.GetMinValue() // not empty: no error
+	d.maxNS, _ = s.GetMaxValue()
+	for _, q := range delays.Quantiles(s, qs) {
+		d.quantiles = append(d.quantiles, &owlv1.DelayQuantile{Q: q.Q, ValueNs: q.Value, LoNs: q.Lo, HiNs: q.Hi})
+	}
+	for i, f := range delays.CDF(s, at) {
+		d.cdf = append(d.cdf, &owlv1.CDFPoint{AtNs: at[i], Fraction: f})
+	}
+	return d
 }

@@ -169,15 +169,8 @@ func (s queryService) GetRTTDistribution(ctx context.Context, req *owlv1.GetRTTD
 		out.Note = strings.Join(append(notes, fmt.Sprintf("no round-trip time of probe %q in the range", req.GetProbe())), "; ")
 		return out, nil
 	}
-	out.Pairs = merged.GetCount()
-	out.MinNs, _ = merged.GetMinValue() // not empty: no error
-	out.MaxNs, _ = merged.GetMaxValue()
-	for _, q := range delays.Quantiles(merged, qs) {
-		out.Quantiles = append(out.Quantiles, &owlv1.DelayQuantile{Q: q.Q, ValueNs: q.Value, LoNs: q.Lo, HiNs: q.Hi})
-	}
-	for i, f := range delays.CDF(merged, req.GetCdfAtNs()) {
-		out.Cdf = append(out.Cdf, &owlv1.CDFPoint{AtNs: req.GetCdfAtNs()[i], Fraction: f})
-	}
+	d := readSketch(merged, qs, req.GetCdfAtNs())
+	out.Pairs, out.MinNs, out.MaxNs, out.Quantiles, out.Cdf = d.count, d.minNS, d.maxNS, d.quantiles, d.cdf
 	out.Note = strings.Join(notes, "; ")
 	return out, nil
 }
