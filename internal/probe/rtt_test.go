@@ -7,6 +7,7 @@ import (
 
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/gopacket/gopacket/layers"
+	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/capture"
@@ -49,7 +50,9 @@ func traceRTT(t *testing.T, cfg RTTConfig) (map[string]*ddsketch.DDSketch, map[s
 	}
 	pl.flush()
 	kinds, samples := map[string]*ddsketch.DDSketch{}, map[string]uint64{}
+	size := 0
 	for _, r := range reports {
+		size += proto.Size(r)
 		for _, k := range r.GetKinds() {
 			s, err := delays.Decode(k.GetSketch())
 			if err != nil {
@@ -62,6 +65,7 @@ func traceRTT(t *testing.T, cfg RTTConfig) (map[string]*ddsketch.DDSketch, map[s
 			samples[k.GetKind()] += k.GetSamples()
 		}
 	}
+	t.Logf("%d RTT reports, %d bytes each on average", len(reports), size/max(len(reports), 1))
 	return kinds, samples, frames
 }
 
