@@ -1,0 +1,179 @@
+package reorder
+
+import (
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/synopsis/rap"
+)
+
+// longFlow is a heavy flow followed for long: 56 bytes.
+type longFlow struct {
+	key    uint64 // flow hash; 0 for a free entry
+	seq    seqState
+	prefix uint32 // entry in the prefix table, or pendingPrefix
+	// packets, reord and retrans are the counts since the flow's last
+	// flush into its prefix.
+	packets, reord, retrans uint32
+}
+
+// pendingPrefix marks a long flow promoted without a window: its prefix
+// is looked up at its next segment, which carries its addresses.
+const pendingPrefix = ^uint32(0)
+
+// longFlows chooses the heavy flows with a RAP table and keeps their state.
+type longFlows struct {
+	rap      *rap.Table[struct{}]
+	counters int
+	epochs   uint64
+	index    map[uint64]int32 // flow hash → entry in flows
+	flows    []longFlow
+	free     []int32
+	keep     []bool // scratch for choose
+	// minPackets is the RAP count a flow needs to be promoted: more than
+	// a window's segments.
+	minPackets    uint64
+	refresh, seen int
+}
+
+func newLongFlows(n, counters int, cfg Config) *longFlows {
+	l := &longFlows{rap: rap.New[struct{}](counters, cfg.Seed), counters: counters, index: make(map[uint64]int32, n),
+		flows: make([]longFlow, n), free: make([]int32, n), keep: make([]bool, n),
+		minPackets: uint64(cfg.WindowPackets), refresh: cfg.RefreshPackets}
+	for i := range l.free {
+		l.free[i] = int32(n - 1 - i)
+	}
+	return l
+}
+
+// add counts a segment of the flow h in the RAP table, chooses the long
+// flows when it is time, and counts the segment in h's state if h is a
+// long flow; it says whether it was.
+func (l *longFlows) add(t *Tracker, h uint64, p *capture.Packet, g segment) bool {
+	l.rap.Add(h, &struct{}{})
+	if l.seen++; l.seen >= l.refresh {
+		l.seen = 0
+		l.choose(t)
+	}
+	i, ok := l.index[h]
+	if !ok {
+		return false
+	}
+	f := &l.flows[i]
+	if f.prefix == pendingPrefix {
+		pi, ok := t.prefixes.lookup(t.cfg.Prefixes.PrefixOf(&p.Flow))
+		if !ok {
+			t.counters.PrefixFull++
+		}
+		f.prefix = pi
+		t.prefixes.entries[pi].open++
+	}
+	if f.seq.restarts(g) {
+		l.flush(t, f)
+		f.seq = seqState{}
+	}
+	switch f.seq.observe(g) {
+	case ignored:
+		return true
+	case reordered:
+		f.reord++
+	case retransmitted:
+		f.retrans++
+	}
+	if f.packets++; f.packets == 1<<32-1 {
+		l.flush(t, f)
+	}
+	return true
+}
+
+// choose makes the flows with the largest RAP counts the long flows:
+// those that fell out are flushed and dropped, those that came in take
+// their window's state (and its place in the prefix's count) if they had
+// one.
+func (l *longFlows) choose(t *Tracker) {
+	top := l.rap.Top(len(l.flows))
+	clear(l.keep)
+	for _, e := range top {
+		if i, ok := l.index[e.Key]; ok {
+			l.keep[i] = true
+		}
+	}
+	for i := range l.flows {
+		if l.flows[i].key != 0 && !l.keep[i] {
+			l.demote(t, i)
+		}
+	}
+	for _, e := range top {
+		if e.Count <= l.minPackets || len(l.free) == 0 {
+			return
+		}
+		if _, ok := l.index[e.Key]; !ok {
+			l.promote(t, e.Key)
+		}
+	}
+}
+
+// promote makes h a long flow.
+func (l *longFlows) promote(t *Tracker, h uint64) {
+	i := l.free[len(l.free)-1]
+	l.free = l.free[:len(l.free)-1]
+	f := &l.flows[i]
+	*f = longFlow{key: h, prefix: pendingPrefix}
+	if s := t.find(h); s >= 0 {
+		w := &t.wins[s]
+		f.seq, f.prefix = w.seq, w.prefix
+		f.packets, f.reord, f.retrans = uint32(w.packets), uint32(w.reord), uint32(w.retrans)
+		t.keys[s] = 0 // the window's hold on its prefix passes to the long flow
+	}
+	l.index[h] = i
+	t.counters.Promoted++
+}
+
+// demote flushes the long flow at i and frees its entry.
+func (l *longFlows) demote(t *Tracker, i int) {
+	f := &l.flows[i]
+	if f.prefix != pendingPrefix {
+		l.flush(t, f)
+		t.prefixes.entries[f.prefix].open--
+	}
+	delete(l.index, f.key)
+	f.key = 0
+	l.free = append(l.free, int32(i))
+	t.counters.Demoted++
+}
+
+// flush counts f's packets into its prefix as one flow and zeroes them.
+func (l *longFlows) flush(t *Tracker, f *longFlow) {
+	if f.prefix == pendingPrefix {
+		return
+	}
+	t.prefixes.entries[f.prefix].stats.addFlow(uint64(f.packets), uint64(f.reord), uint64(f.retrans))
+	f.packets, f.reord, f.retrans = 0, 0, 0
+}
+
+// flushAll flushes every long flow (at the end of an epoch).
+func (l *longFlows) flushAll(t *Tracker) {
+	for i := range l.flows {
+		if l.flows[i].key != 0 {
+			l.flush(t, &l.flows[i])
+		}
+	}
+}
+
+// startEpoch points the long flows at their prefixes' new entries and
+// halves the RAP counts: a new RAP table takes the old one's counters at
+// half their counts, so that a flow needs recent packets to stay heavy.
+func (l *longFlows) startEpoch(remap []uint32, seed uint64) {
+	for i := range l.flows {
+		if f := &l.flows[i]; f.key != 0 && f.prefix != pendingPrefix {
+			f.prefix = remap[f.prefix]
+		}
+	}
+	l.epochs++
+	old := l.rap.Top(l.counters)
+	l.rap = rap.New[struct{}](l.counters, seed+l.epochs)
+	var v struct{}
+	for _, e := range old {
+		if c := e.Count / 2; c > 0 {
+			l.rap.AddCount(e.Key, &v, c)
+		}
+	}
+}
