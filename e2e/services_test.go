@@ -111,8 +111,34 @@ func newEnv(t *testing.T) *harness.Env {
 		if raced := env.Close(); len(raced) > 0 {
 			t.Errorf("data races in %v:\n%s", raced, env.RaceReports())
 		}
+		keepLogs(t, dir)
 	})
 	return env
+}
+
+// keepLogs copies the processes' logs of a failed test into the directory
+// OWL_E2E_KEEP names, if it is set, before the test's directory goes.
+func keepLogs(t *testing.T, dir string) {
+	keep := os.Getenv("OWL_E2E_KEEP")
+	if keep == "" || !t.Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	to := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(to, filepath.Base(l)), b, 0o644)
+		}
+		if err != nil {
+			t.Logf("keeping %s: %v", l, err)
+		}
+	}
+	t.Logf("the processes' logs are kept in %s", to)
 }
 
 func collectorYAML(dataDir, grpc string, paths string) string {
