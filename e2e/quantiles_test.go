@@ -38,7 +38,7 @@ func trueQuantile(sorted []int64, q float64) int64 {
 }
 
 // epoch checks one epoch's result against its delivered packets' delays.
-func (qc *quantileCheck) epoch(t *testing.T, e int64, r *owlv1.PathStats, delays []int64) {
+func (qc *quantileCheck) epoch(t testing.TB, e int64, r *owlv1.PathStats, delays []int64) {
 	t.Helper()
 	if len(delays) == 0 || r.GetSampleDelays() == 0 {
 		return
@@ -78,7 +78,7 @@ func (qc *quantileCheck) epoch(t *testing.T, e int64, r *owlv1.PathStats, delays
 
 // done reports the table and fails when fewer intervals held the truth
 // than 95% intervals would in all but one run of a thousand.
-func (qc *quantileCheck) done(t *testing.T) {
+func (qc *quantileCheck) done(t testing.TB) {
 	t.Helper()
 	t.Logf("%s: delay quantiles vs ground truth\n%10s %6s %7s %7s %5s %12s %12s %s %s\n%s%d exact, %d of %d intervals hold the truth",
 		qc.path, "epoch", "rate", "n", "owl n", "q", "true µs", "owl µs", "95% interval µs", "exact", qc.rows.String(), qc.exact, qc.covered, qc.tested)
@@ -111,7 +111,7 @@ func missBound(n int) int {
 // accuracy of the answer's values at q ± 4 standard deviations of a
 // weighted sample quantile's rank (each epoch's sampled delays weigh
 // 1/rate, so the effective sample is (Σw)²/Σw²).
-func checkDistribution(t *testing.T, q owlv1.QueryServiceClient, path string, res map[int64]*owlv1.PathStats, truth map[int64]*linkTruth, grid epoch.Config, first, last int64) {
+func checkDistribution(t testing.TB, q owlv1.QueryServiceClient, path string, res map[int64]*owlv1.PathStats, truth map[int64]*linkTruth, grid epoch.Config, first, last int64) {
 	t.Helper()
 	var all []int64
 	var sw, sw2 float64

@@ -248,14 +248,55 @@ func TestRealLink(t *testing.T) {
 			t.Errorf("to %v: the probe captured %d packets on %s, tcpdump %d", c.dst, a, c.tcpdump, b)
 		}
 	}
+	// The tables are long: the failures are said again at the end, where
+	// a reader of a truncated log finds them.
+	ft := &failures{T: t}
+	defer ft.summary()
 	for _, path := range []string{"fwd", "rev"} {
-		checkRealLink(t, path, results[path], truths[path], first, last, func(e int64) string { return linesOf(coll2.Log(), fmt.Sprintf("epoch=%d", e)) })
+		checkRealLink(ft, path, results[path], truths[path], first, last, func(e int64) string { return linesOf(coll2.Log(), fmt.Sprintf("epoch=%d", e)) })
 	}
 	for _, path := range []string{"fwd", "rev"} {
-		checkDistribution(t, q2, path, results[path], truths[path], grid, first, last)
+		checkDistribution(ft, q2, path, results[path], truths[path], grid, first, last)
 	}
-	checkRealLinkFlows(t, q2, "rev", truths["rev"])
-	checkRealLinkColate(t, q2, map[string][2]string{"fwd": {"probe-in", "probe-out"}, "rev": {"probe-out", "probe-in"}}, truths, grid)
+	checkRealLinkFlows(ft, q2, "rev", truths["rev"])
+	checkRealLinkColate(ft, q2, map[string][2]string{"fwd": {"probe-in", "probe-out"}, "rev": {"probe-out", "probe-in"}}, truths, grid)
+}
+
+// failures is a test that keeps what its checks failed on, to say it
+// again after their long tables.
+type failures struct {
+	*testing.T
+	msgs []string
+}
+
+func (f *failures) Errorf(format string, args ...any) {
+	f.T.Helper()
+	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
+	f.T.Errorf(format, args...)
+}
+
+func (f *failures) Error(args ...any) {
+	f.T.Helper()
+	f.msgs = append(f.msgs, fmt.Sprint(args...))
+	f.T.Error(args...)
+}
+
+func (f *failures) Fatalf(format string, args ...any) {
+	f.T.Helper()
+	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
+	f.T.Fatalf(format, args...)
+}
+
+// summary logs the failures, if any, each on its first line.
+func (f *failures) summary() {
+	if len(f.msgs) == 0 {
+		return
+	}
+	var b strings.Builder
+	for _, m := range f.msgs {
+		fmt.Fprintf(&b, "  %s\n", strings.SplitN(m, "\n", 2)[0])
+	}
+	f.T.Logf("%d checks failed:\n%s", len(f.msgs), b.String())
 }
 
 // colateCounters is the COLATE vector size of the real-link run.
@@ -271,7 +312,7 @@ func colateParams(yaml string) string {
 // the direction of each path, and compares with the flow's true mean
 // (packets delivered within their epoch; the relay's loss, reordering and
 // duplicates are there, which COLATE does not model).
-func checkRealLinkColate(t *testing.T, q owlv1.QueryServiceClient, points map[string][2]string, truths map[string]map[int64]*linkTruth, grid epoch.Config) {
+func checkRealLinkColate(t testing.TB, q owlv1.QueryServiceClient, points map[string][2]string, truths map[string]map[int64]*linkTruth, grid epoch.Config) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -407,7 +448,7 @@ func meanBar(last bool) float64 {
 
 // checkRealLink compares one path's results with the ground truth, epoch
 // by epoch, prints the table, and fails where owl is off.
-func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, truth map[int64]*linkTruth, first, last int64, logOf func(int64) string) {
+func checkRealLink(t testing.TB, path string, res map[int64]*owlv1.PathStats, truth map[int64]*linkTruth, first, last int64, logOf func(int64) string) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "path %s: owl vs ground truth (tshark header fields, tcpdump at both points)\n", path)
@@ -488,7 +529,7 @@ func checkRealLink(t *testing.T, path string, res map[int64]*owlv1.PathStats, tr
 // checkRealLinkFlows checks a path's heaviest flows (the bulk downloads on
 // the way back) against the truth within the LDS bound: sampling error plus
 // 1% for colliding flows.
-func checkRealLinkFlows(t *testing.T, q owlv1.QueryServiceClient, path string, truth map[int64]*linkTruth) {
+func checkRealLinkFlows(t testing.TB, q owlv1.QueryServiceClient, path string, truth map[int64]*linkTruth) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
