@@ -191,6 +191,29 @@ func (ch *chaos) probe(id, file, speed string) *harness.Proc {
 	return p
 }
 
+// epochLog is what every run of every collector logged of a path's
+// epoch, run by run.
+func (ch *chaos) epochLog(path string, epoch int64) string {
+	logs, _ := filepath.Glob(filepath.Join(ch.env.Dir, "c[0-9]-*.log"))
+	var b strings.Builder
+	for _, l := range logs {
+		data, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		var lines []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line+" ", "path="+path+" ") && strings.Contains(line+" ", fmt.Sprintf("epoch=%d ", epoch)) {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) > 0 {
+			fmt.Fprintf(&b, "--- %s\n%s\n", filepath.Base(l), strings.Join(lines, "\n"))
+		}
+	}
+	return b.String()
+}
+
 func (ch *chaos) logs() string {
 	var b strings.Builder
 	for _, p := range ch.procs {
@@ -220,6 +243,7 @@ func (ch *chaos) table(q owlv1.QueryServiceClient, names []string, truths []sim.
 			s := by[tr.Epoch]
 			if s == nil || s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 				t.Errorf("%s epoch %d %s: %v", n, tr.Epoch, when, s)
+				t.Logf("what the collectors logged of %s epoch %d:\n%s", n, tr.Epoch, ch.epochLog(n, tr.Epoch))
 				continue
 			}
 			answered++
