@@ -220,6 +220,8 @@ const (
 	Reject_KIND_COLATE Reject_Kind = 3
 	// One RTT report.
 	Reject_KIND_RTT Reject_Kind = 4
+	// One reordering report.
+	Reject_KIND_REORDER Reject_Kind = 5
 )
 
 // Enum value maps for Reject_Kind.
@@ -230,6 +232,7 @@ var (
 		2: "KIND_REPORT",
 		3: "KIND_COLATE",
 		4: "KIND_RTT",
+		5: "KIND_REORDER",
 	}
 	Reject_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -237,6 +240,7 @@ var (
 		"KIND_REPORT":      2,
 		"KIND_COLATE":      3,
 		"KIND_RTT":         4,
+		"KIND_REORDER":     5,
 	}
 )
 
@@ -264,7 +268,7 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44, 0}
 }
 
 type TopRTTPrefixesRequest_Order int32
@@ -310,7 +314,7 @@ func (x TopRTTPrefixesRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopRTTPrefixesRequest_Order.Descriptor instead.
 func (TopRTTPrefixesRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -359,7 +363,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -916,6 +920,7 @@ type ProbeMessage struct {
 	//	*ProbeMessage_Clock
 	//	*ProbeMessage_Colate
 	//	*ProbeMessage_Rtt
+	//	*ProbeMessage_Reorder
 	Msg           isProbeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1021,6 +1026,15 @@ func (x *ProbeMessage) GetRtt() *RTTReport {
 	return nil
 }
 
+func (x *ProbeMessage) GetReorder() *ReorderReport {
+	if x != nil {
+		if x, ok := x.Msg.(*ProbeMessage_Reorder); ok {
+			return x.Reorder
+		}
+	}
+	return nil
+}
+
 type isProbeMessage_Msg interface {
 	isProbeMessage_Msg()
 }
@@ -1057,6 +1071,11 @@ type ProbeMessage_Rtt struct {
 	Rtt *RTTReport `protobuf:"bytes,7,opt,name=rtt,proto3,oneof"`
 }
 
+type ProbeMessage_Reorder struct {
+	// reorder is the probe's TCP reordering by prefix of one epoch.
+	Reorder *ReorderReport `protobuf:"bytes,8,opt,name=reorder,proto3,oneof"`
+}
+
 func (*ProbeMessage_Hello) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Report) isProbeMessage_Msg() {}
@@ -1070,6 +1089,322 @@ func (*ProbeMessage_Clock) isProbeMessage_Msg() {}
 func (*ProbeMessage_Colate) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Rtt) isProbeMessage_Msg() {}
+
+func (*ProbeMessage_Reorder) isProbeMessage_Msg() {}
+
+// ReorderReport is a probe's TCP reordering by prefix in one epoch
+// (internal/synopsis/reorder): the flows it sampled, counted by the
+// prefix of their source (or destination), the prefixes with the most
+// packets measured listed and the rest summed in other. Counts add up
+// over epochs and probes.
+type ReorderReport struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Epoch    int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq      uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Clock    *ClockStatus           `protobuf:"bytes,3,opt,name=clock,proto3" json:"clock,omitempty"`
+	Prefixes []*ReorderStats        `protobuf:"bytes,4,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	Other    *ReorderStats          `protobuf:"bytes,5,opt,name=other,proto3" json:"other,omitempty"`
+	// prefixes_folded counts the prefixes summed in other.
+	PrefixesFolded uint64           `protobuf:"varint,6,opt,name=prefixes_folded,json=prefixesFolded,proto3" json:"prefixes_folded,omitempty"`
+	Counters       *ReorderCounters `protobuf:"bytes,7,opt,name=counters,proto3" json:"counters,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReorderReport) Reset() {
+	*x = ReorderReport{}
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReorderReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReorderReport) ProtoMessage() {}
+
+func (x *ReorderReport) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReorderReport.ProtoReflect.Descriptor instead.
+func (*ReorderReport) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReorderReport) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReorderReport) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ReorderReport) GetClock() *ClockStatus {
+	if x != nil {
+		return x.Clock
+	}
+	return nil
+}
+
+func (x *ReorderReport) GetPrefixes() []*ReorderStats {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *ReorderReport) GetOther() *ReorderStats {
+	if x != nil {
+		return x.Other
+	}
+	return nil
+}
+
+func (x *ReorderReport) GetPrefixesFolded() uint64 {
+	if x != nil {
+		return x.PrefixesFolded
+	}
+	return 0
+}
+
+func (x *ReorderReport) GetCounters() *ReorderCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+// ReorderStats are the reordering counts of the flows measured in one
+// prefix, or in the prefixes a report left out.
+type ReorderStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// prefix, e.g. 192.0.2.0/24 (empty in other).
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// packets counts the TCP segments judged; reordered those with new
+	// bytes that came after a later segment of their flow; retransmitted
+	// those whose bytes had all been seen (not counted as reordered).
+	Packets       uint64 `protobuf:"varint,2,opt,name=packets,proto3" json:"packets,omitempty"`
+	Reordered     uint64 `protobuf:"varint,3,opt,name=reordered,proto3" json:"reordered,omitempty"`
+	Retransmitted uint64 `protobuf:"varint,4,opt,name=retransmitted,proto3" json:"retransmitted,omitempty"`
+	// flows counts the flows measured (a flow sampled twice counts twice).
+	Flows uint64 `protobuf:"varint,5,opt,name=flows,proto3" json:"flows,omitempty"`
+	// sum_sq_reordered, sum_reordered_packets and sum_sq_packets are
+	// Σo², Σo·n and Σn² over the flows measured (o reordered of n packets
+	// each): what the rate's standard error needs.
+	SumSqReordered      float64 `protobuf:"fixed64,6,opt,name=sum_sq_reordered,json=sumSqReordered,proto3" json:"sum_sq_reordered,omitempty"`
+	SumReorderedPackets float64 `protobuf:"fixed64,7,opt,name=sum_reordered_packets,json=sumReorderedPackets,proto3" json:"sum_reordered_packets,omitempty"`
+	SumSqPackets        float64 `protobuf:"fixed64,8,opt,name=sum_sq_packets,json=sumSqPackets,proto3" json:"sum_sq_packets,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *ReorderStats) Reset() {
+	*x = ReorderStats{}
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReorderStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReorderStats) ProtoMessage() {}
+
+func (x *ReorderStats) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReorderStats.ProtoReflect.Descriptor instead.
+func (*ReorderStats) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReorderStats) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ReorderStats) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *ReorderStats) GetReordered() uint64 {
+	if x != nil {
+		return x.Reordered
+	}
+	return 0
+}
+
+func (x *ReorderStats) GetRetransmitted() uint64 {
+	if x != nil {
+		return x.Retransmitted
+	}
+	return 0
+}
+
+func (x *ReorderStats) GetFlows() uint64 {
+	if x != nil {
+		return x.Flows
+	}
+	return 0
+}
+
+func (x *ReorderStats) GetSumSqReordered() float64 {
+	if x != nil {
+		return x.SumSqReordered
+	}
+	return 0
+}
+
+func (x *ReorderStats) GetSumReorderedPackets() float64 {
+	if x != nil {
+		return x.SumReorderedPackets
+	}
+	return 0
+}
+
+func (x *ReorderStats) GetSumSqPackets() float64 {
+	if x != nil {
+		return x.SumSqPackets
+	}
+	return 0
+}
+
+// ReorderCounters say what a probe's reordering tracker did in an epoch.
+type ReorderCounters struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// packets offered; segments those that take sequence space.
+	Packets  uint64 `protobuf:"varint,1,opt,name=packets,proto3" json:"packets,omitempty"`
+	Segments uint64 `protobuf:"varint,2,opt,name=segments,proto3" json:"segments,omitempty"`
+	// windows opened; segments of untracked flows refused for lack of a
+	// window, because their prefix was measured enough (quota), or
+	// because the prefix table was full.
+	Windows    uint64 `protobuf:"varint,3,opt,name=windows,proto3" json:"windows,omitempty"`
+	Refused    uint64 `protobuf:"varint,4,opt,name=refused,proto3" json:"refused,omitempty"`
+	Quota      uint64 `protobuf:"varint,5,opt,name=quota,proto3" json:"quota,omitempty"`
+	PrefixFull uint64 `protobuf:"varint,6,opt,name=prefix_full,json=prefixFull,proto3" json:"prefix_full,omitempty"`
+	// flows that became long flows, and that stopped being.
+	Promoted      uint64 `protobuf:"varint,7,opt,name=promoted,proto3" json:"promoted,omitempty"`
+	Demoted       uint64 `protobuf:"varint,8,opt,name=demoted,proto3" json:"demoted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReorderCounters) Reset() {
+	*x = ReorderCounters{}
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReorderCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReorderCounters) ProtoMessage() {}
+
+func (x *ReorderCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReorderCounters.ProtoReflect.Descriptor instead.
+func (*ReorderCounters) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReorderCounters) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *ReorderCounters) GetSegments() uint64 {
+	if x != nil {
+		return x.Segments
+	}
+	return 0
+}
+
+func (x *ReorderCounters) GetWindows() uint64 {
+	if x != nil {
+		return x.Windows
+	}
+	return 0
+}
+
+func (x *ReorderCounters) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *ReorderCounters) GetQuota() uint64 {
+	if x != nil {
+		return x.Quota
+	}
+	return 0
+}
+
+func (x *ReorderCounters) GetPrefixFull() uint64 {
+	if x != nil {
+		return x.PrefixFull
+	}
+	return 0
+}
+
+func (x *ReorderCounters) GetPromoted() uint64 {
+	if x != nil {
+		return x.Promoted
+	}
+	return 0
+}
+
+func (x *ReorderCounters) GetDemoted() uint64 {
+	if x != nil {
+		return x.Demoted
+	}
+	return 0
+}
 
 // RTTReport is a probe's round-trip times of one epoch: the request/
 // response pairs it saw pass (TCP data and the ACK of its end, SYN and
@@ -1094,7 +1429,7 @@ type RTTReport struct {
 
 func (x *RTTReport) Reset() {
 	*x = RTTReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1441,7 @@ func (x *RTTReport) String() string {
 func (*RTTReport) ProtoMessage() {}
 
 func (x *RTTReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1454,7 @@ func (x *RTTReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTReport.ProtoReflect.Descriptor instead.
 func (*RTTReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RTTReport) GetEpoch() int64 {
@@ -1189,7 +1524,7 @@ type RTTSketch struct {
 
 func (x *RTTSketch) Reset() {
 	*x = RTTSketch{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1536,7 @@ func (x *RTTSketch) String() string {
 func (*RTTSketch) ProtoMessage() {}
 
 func (x *RTTSketch) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1549,7 @@ func (x *RTTSketch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTSketch.ProtoReflect.Descriptor instead.
 func (*RTTSketch) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RTTSketch) GetKind() string {
@@ -1269,7 +1604,7 @@ type RTTCounters struct {
 
 func (x *RTTCounters) Reset() {
 	*x = RTTCounters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1616,7 @@ func (x *RTTCounters) String() string {
 func (*RTTCounters) ProtoMessage() {}
 
 func (x *RTTCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1629,7 @@ func (x *RTTCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTCounters.ProtoReflect.Descriptor instead.
 func (*RTTCounters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RTTCounters) GetRequests() uint64 {
@@ -1354,7 +1689,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1701,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1714,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Hello) GetProbeId() string {
@@ -1438,7 +1773,7 @@ type SynopsisParams struct {
 
 func (x *SynopsisParams) Reset() {
 	*x = SynopsisParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1785,7 @@ func (x *SynopsisParams) String() string {
 func (*SynopsisParams) ProtoMessage() {}
 
 func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1798,7 @@ func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynopsisParams.ProtoReflect.Descriptor instead.
 func (*SynopsisParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SynopsisParams) GetIdentity() *IdentityParams {
@@ -1538,7 +1873,7 @@ type SampleParams struct {
 
 func (x *SampleParams) Reset() {
 	*x = SampleParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1885,7 @@ func (x *SampleParams) String() string {
 func (*SampleParams) ProtoMessage() {}
 
 func (x *SampleParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1898,7 @@ func (x *SampleParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleParams.ProtoReflect.Descriptor instead.
 func (*SampleParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SampleParams) GetSeed() uint64 {
@@ -1605,7 +1940,7 @@ type ColateParams struct {
 
 func (x *ColateParams) Reset() {
 	*x = ColateParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1952,7 @@ func (x *ColateParams) String() string {
 func (*ColateParams) ProtoMessage() {}
 
 func (x *ColateParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1965,7 @@ func (x *ColateParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateParams.ProtoReflect.Descriptor instead.
 func (*ColateParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ColateParams) GetCounters() uint32 {
@@ -1690,7 +2025,7 @@ type ColateVector struct {
 
 func (x *ColateVector) Reset() {
 	*x = ColateVector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +2037,7 @@ func (x *ColateVector) String() string {
 func (*ColateVector) ProtoMessage() {}
 
 func (x *ColateVector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +2050,7 @@ func (x *ColateVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVector.ProtoReflect.Descriptor instead.
 func (*ColateVector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ColateVector) GetEpoch() int64 {
@@ -1780,7 +2115,7 @@ type LDSParams struct {
 
 func (x *LDSParams) Reset() {
 	*x = LDSParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +2127,7 @@ func (x *LDSParams) String() string {
 func (*LDSParams) ProtoMessage() {}
 
 func (x *LDSParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +2140,7 @@ func (x *LDSParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
 func (*LDSParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LDSParams) GetRows() uint32 {
@@ -1853,7 +2188,7 @@ type FlowWeight struct {
 
 func (x *FlowWeight) Reset() {
 	*x = FlowWeight{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2200,7 @@ func (x *FlowWeight) String() string {
 func (*FlowWeight) ProtoMessage() {}
 
 func (x *FlowWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2213,7 @@ func (x *FlowWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
 func (*FlowWeight) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FlowWeight) GetSelector() *Selector {
@@ -1906,7 +2241,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2253,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2266,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -1966,7 +2301,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2313,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2326,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -2019,7 +2354,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2366,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2379,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -2081,7 +2416,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2428,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2441,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -2172,7 +2507,7 @@ type EpochReport struct {
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2519,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2532,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -2326,7 +2661,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2673,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2686,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FlowKey) GetSrc() string {
@@ -2400,7 +2735,7 @@ type TopFlow struct {
 
 func (x *TopFlow) Reset() {
 	*x = TopFlow{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2747,7 @@ func (x *TopFlow) String() string {
 func (*TopFlow) ProtoMessage() {}
 
 func (x *TopFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2760,7 @@ func (x *TopFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
 func (*TopFlow) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TopFlow) GetFlow() *FlowKey {
@@ -2465,7 +2800,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2812,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2825,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -2570,7 +2905,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2917,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2930,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -2687,7 +3022,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +3034,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +3047,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -2859,7 +3194,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3206,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3219,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -2904,7 +3239,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3251,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3264,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -2965,7 +3300,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3312,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3325,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -3047,7 +3382,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3394,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3407,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -3131,7 +3466,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3478,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3491,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -3198,7 +3533,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3210,7 +3545,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3223,7 +3558,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -3258,7 +3593,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3605,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3618,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RDASize) GetPath() string {
@@ -3312,7 +3647,7 @@ type SampleRate struct {
 
 func (x *SampleRate) Reset() {
 	*x = SampleRate{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3659,7 @@ func (x *SampleRate) String() string {
 func (*SampleRate) ProtoMessage() {}
 
 func (x *SampleRate) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3672,7 @@ func (x *SampleRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleRate.ProtoReflect.Descriptor instead.
 func (*SampleRate) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SampleRate) GetPath() string {
@@ -3371,7 +3706,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3718,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3731,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -3439,7 +3774,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3451,7 +3786,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3464,7 +3799,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -3514,7 +3849,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3861,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3874,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3580,7 +3915,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3927,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3940,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Reject) GetPath() string {
@@ -3650,7 +3985,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +3997,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +4010,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Path) GetName() string {
@@ -3722,7 +4057,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3734,7 +4069,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3747,7 +4082,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -3793,7 +4128,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +4140,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +4153,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 type ListProbesResponse struct {
@@ -3835,7 +4170,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3847,7 +4182,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3860,7 +4195,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -3909,7 +4244,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4256,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4269,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -4015,7 +4350,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4027,7 +4362,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4040,7 +4375,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 type ListPathsResponse struct {
@@ -4052,7 +4387,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4064,7 +4399,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4077,7 +4412,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -4103,7 +4438,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4115,7 +4450,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4128,7 +4463,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -4183,7 +4518,7 @@ type GetPathDelayDistributionRequest struct {
 
 func (x *GetPathDelayDistributionRequest) Reset() {
 	*x = GetPathDelayDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4195,7 +4530,7 @@ func (x *GetPathDelayDistributionRequest) String() string {
 func (*GetPathDelayDistributionRequest) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4208,7 +4543,7 @@ func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetPathDelayDistributionRequest) GetPath() string {
@@ -4272,7 +4607,7 @@ type GetPathDelayDistributionResponse struct {
 
 func (x *GetPathDelayDistributionResponse) Reset() {
 	*x = GetPathDelayDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4619,7 @@ func (x *GetPathDelayDistributionResponse) String() string {
 func (*GetPathDelayDistributionResponse) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4632,7 @@ func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetPathDelayDistributionResponse) GetEpochs() uint32 {
@@ -4384,7 +4719,7 @@ type GetRTTDistributionRequest struct {
 
 func (x *GetRTTDistributionRequest) Reset() {
 	*x = GetRTTDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4731,7 @@ func (x *GetRTTDistributionRequest) String() string {
 func (*GetRTTDistributionRequest) ProtoMessage() {}
 
 func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4744,7 @@ func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetRTTDistributionRequest) GetProbe() string {
@@ -4479,7 +4814,7 @@ type GetRTTDistributionResponse struct {
 
 func (x *GetRTTDistributionResponse) Reset() {
 	*x = GetRTTDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4491,7 +4826,7 @@ func (x *GetRTTDistributionResponse) String() string {
 func (*GetRTTDistributionResponse) ProtoMessage() {}
 
 func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4504,7 +4839,7 @@ func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetRTTDistributionResponse) GetEpochs() uint32 {
@@ -4584,7 +4919,7 @@ type TopRTTPrefixesRequest struct {
 
 func (x *TopRTTPrefixesRequest) Reset() {
 	*x = TopRTTPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4596,7 +4931,7 @@ func (x *TopRTTPrefixesRequest) String() string {
 func (*TopRTTPrefixesRequest) ProtoMessage() {}
 
 func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4609,7 +4944,7 @@ func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TopRTTPrefixesRequest) GetProbe() string {
@@ -4659,7 +4994,7 @@ type TopRTTPrefixesResponse struct {
 
 func (x *TopRTTPrefixesResponse) Reset() {
 	*x = TopRTTPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +5006,7 @@ func (x *TopRTTPrefixesResponse) String() string {
 func (*TopRTTPrefixesResponse) ProtoMessage() {}
 
 func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +5019,7 @@ func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TopRTTPrefixesResponse) GetPrefixes() []*RTTPrefix {
@@ -4708,6 +5043,297 @@ func (x *TopRTTPrefixesResponse) GetNote() string {
 	return ""
 }
 
+type ListReorderedPrefixesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Probe string                 `protobuf:"bytes,1,opt,name=probe,proto3" json:"probe,omitempty"`
+	// from and to bound the epochs by their start, as GetPathStats's.
+	From *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// min_rate keeps the prefixes whose estimated rate is at least this,
+	// in [0, 1]; min_packets those measured over at least this many
+	// packets over the range.
+	MinRate    float64 `protobuf:"fixed64,4,opt,name=min_rate,json=minRate,proto3" json:"min_rate,omitempty"`
+	MinPackets uint64  `protobuf:"varint,5,opt,name=min_packets,json=minPackets,proto3" json:"min_packets,omitempty"`
+	// limit: at most this many prefixes (default 100, at most 1000).
+	Limit         uint32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReorderedPrefixesRequest) Reset() {
+	*x = ListReorderedPrefixesRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReorderedPrefixesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReorderedPrefixesRequest) ProtoMessage() {}
+
+func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReorderedPrefixesRequest.ProtoReflect.Descriptor instead.
+func (*ListReorderedPrefixesRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ListReorderedPrefixesRequest) GetProbe() string {
+	if x != nil {
+		return x.Probe
+	}
+	return ""
+}
+
+func (x *ListReorderedPrefixesRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ListReorderedPrefixesRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ListReorderedPrefixesRequest) GetMinRate() float64 {
+	if x != nil {
+		return x.MinRate
+	}
+	return 0
+}
+
+func (x *ListReorderedPrefixesRequest) GetMinPackets() uint64 {
+	if x != nil {
+		return x.MinPackets
+	}
+	return 0
+}
+
+func (x *ListReorderedPrefixesRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListReorderedPrefixesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// epochs is how many of the probe's reordering reports the range holds.
+	Epochs uint32 `protobuf:"varint,1,opt,name=epochs,proto3" json:"epochs,omitempty"`
+	// prefixes are those that pass the filters, worst rate first (ties:
+	// more packets first); matched counts them before the limit.
+	Prefixes []*ReorderedPrefix `protobuf:"bytes,2,rep,name=prefixes,proto3" json:"prefixes,omitempty"`
+	Matched  uint32             `protobuf:"varint,3,opt,name=matched,proto3" json:"matched,omitempty"`
+	// other sums the prefixes the probe left out of its reports (and any
+	// past the collector's bound on one answer); total every packet
+	// measured in the range.
+	Other         *ReorderedPrefix `protobuf:"bytes,4,opt,name=other,proto3" json:"other,omitempty"`
+	Total         *ReorderedPrefix `protobuf:"bytes,5,opt,name=total,proto3" json:"total,omitempty"`
+	Counters      *ReorderCounters `protobuf:"bytes,6,opt,name=counters,proto3" json:"counters,omitempty"`
+	Note          string           `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReorderedPrefixesResponse) Reset() {
+	*x = ListReorderedPrefixesResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReorderedPrefixesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReorderedPrefixesResponse) ProtoMessage() {}
+
+func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReorderedPrefixesResponse.ProtoReflect.Descriptor instead.
+func (*ListReorderedPrefixesResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ListReorderedPrefixesResponse) GetEpochs() uint32 {
+	if x != nil {
+		return x.Epochs
+	}
+	return 0
+}
+
+func (x *ListReorderedPrefixesResponse) GetPrefixes() []*ReorderedPrefix {
+	if x != nil {
+		return x.Prefixes
+	}
+	return nil
+}
+
+func (x *ListReorderedPrefixesResponse) GetMatched() uint32 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *ListReorderedPrefixesResponse) GetOther() *ReorderedPrefix {
+	if x != nil {
+		return x.Other
+	}
+	return nil
+}
+
+func (x *ListReorderedPrefixesResponse) GetTotal() *ReorderedPrefix {
+	if x != nil {
+		return x.Total
+	}
+	return nil
+}
+
+func (x *ListReorderedPrefixesResponse) GetCounters() *ReorderCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *ListReorderedPrefixesResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// ReorderedPrefix is one prefix's TCP reordering over a range.
+type ReorderedPrefix struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Packets       uint64                 `protobuf:"varint,2,opt,name=packets,proto3" json:"packets,omitempty"`
+	Reordered     uint64                 `protobuf:"varint,3,opt,name=reordered,proto3" json:"reordered,omitempty"`
+	Retransmitted uint64                 `protobuf:"varint,4,opt,name=retransmitted,proto3" json:"retransmitted,omitempty"`
+	Flows         uint64                 `protobuf:"varint,5,opt,name=flows,proto3" json:"flows,omitempty"`
+	// rate is reordered over packets; rate_se its standard error, from the
+	// spread between flows, at least the binomial one.
+	Rate   float64 `protobuf:"fixed64,6,opt,name=rate,proto3" json:"rate,omitempty"`
+	RateSe float64 `protobuf:"fixed64,7,opt,name=rate_se,json=rateSe,proto3" json:"rate_se,omitempty"`
+	// epochs is how many of the range's reports list the prefix.
+	Epochs        uint32 `protobuf:"varint,8,opt,name=epochs,proto3" json:"epochs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReorderedPrefix) Reset() {
+	*x = ReorderedPrefix{}
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReorderedPrefix) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReorderedPrefix) ProtoMessage() {}
+
+func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReorderedPrefix.ProtoReflect.Descriptor instead.
+func (*ReorderedPrefix) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ReorderedPrefix) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ReorderedPrefix) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *ReorderedPrefix) GetReordered() uint64 {
+	if x != nil {
+		return x.Reordered
+	}
+	return 0
+}
+
+func (x *ReorderedPrefix) GetRetransmitted() uint64 {
+	if x != nil {
+		return x.Retransmitted
+	}
+	return 0
+}
+
+func (x *ReorderedPrefix) GetFlows() uint64 {
+	if x != nil {
+		return x.Flows
+	}
+	return 0
+}
+
+func (x *ReorderedPrefix) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *ReorderedPrefix) GetRateSe() float64 {
+	if x != nil {
+		return x.RateSe
+	}
+	return 0
+}
+
+func (x *ReorderedPrefix) GetEpochs() uint32 {
+	if x != nil {
+		return x.Epochs
+	}
+	return 0
+}
+
 // RTTPrefix is one responder prefix's round-trip times over a range.
 type RTTPrefix struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4722,7 +5348,7 @@ type RTTPrefix struct {
 
 func (x *RTTPrefix) Reset() {
 	*x = RTTPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4734,7 +5360,7 @@ func (x *RTTPrefix) String() string {
 func (*RTTPrefix) ProtoMessage() {}
 
 func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4747,7 +5373,7 @@ func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTPrefix.ProtoReflect.Descriptor instead.
 func (*RTTPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RTTPrefix) GetPrefix() string {
@@ -4796,7 +5422,7 @@ type CDFPoint struct {
 
 func (x *CDFPoint) Reset() {
 	*x = CDFPoint{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +5434,7 @@ func (x *CDFPoint) String() string {
 func (*CDFPoint) ProtoMessage() {}
 
 func (x *CDFPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +5447,7 @@ func (x *CDFPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CDFPoint.ProtoReflect.Descriptor instead.
 func (*CDFPoint) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CDFPoint) GetAtNs() float64 {
@@ -4850,7 +5476,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4862,7 +5488,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4875,7 +5501,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -4902,7 +5528,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4914,7 +5540,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4927,7 +5553,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -4954,7 +5580,7 @@ type DelayQuantile struct {
 
 func (x *DelayQuantile) Reset() {
 	*x = DelayQuantile{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4966,7 +5592,7 @@ func (x *DelayQuantile) String() string {
 func (*DelayQuantile) ProtoMessage() {}
 
 func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4979,7 +5605,7 @@ func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
 func (*DelayQuantile) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DelayQuantile) GetQ() float64 {
@@ -5120,7 +5746,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5132,7 +5758,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5145,7 +5771,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PathStats) GetPath() string {
@@ -5484,7 +6110,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5496,7 +6122,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5509,7 +6135,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -5556,7 +6182,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5568,7 +6194,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5581,7 +6207,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -5625,7 +6251,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5637,7 +6263,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5650,7 +6276,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -5758,7 +6384,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5770,7 +6396,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5783,7 +6409,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -5830,7 +6456,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5842,7 +6468,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5855,7 +6481,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -5892,7 +6518,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5904,7 +6530,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5917,7 +6543,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -6024,7 +6650,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6036,7 +6662,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6049,7 +6675,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -6191,7 +6817,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6203,7 +6829,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6216,7 +6842,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -6258,7 +6884,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6270,7 +6896,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6283,7 +6909,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -6316,7 +6942,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6328,7 +6954,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6341,7 +6967,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -6408,7 +7034,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6420,7 +7046,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6433,7 +7059,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
 }
 
 type ListCollectorsResponse struct {
@@ -6445,7 +7071,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6457,7 +7083,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6470,7 +7096,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -6503,7 +7129,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6515,7 +7141,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6528,7 +7154,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -6620,7 +7246,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\x0e2\f.owl.v1.RoleR\x04role\"X\n" +
 	"\x13TakePendingResponse\x12\x14\n" +
 	"\x05probe\x18\x01 \x01(\tR\x05probe\x12+\n" +
-	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportR\x06report\"\xe3\x02\n" +
+	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportR\x06report\"\x96\x03\n" +
 	"\fProbeMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.owl.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportH\x00R\x06report\x125\n" +
@@ -6629,8 +7255,36 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\rrebuild_reply\x18\x04 \x01(\v2\x14.owl.v1.RebuildReplyH\x00R\frebuildReply\x12+\n" +
 	"\x05clock\x18\x05 \x01(\v2\x13.owl.v1.ClockStatusH\x00R\x05clock\x12.\n" +
 	"\x06colate\x18\x06 \x01(\v2\x14.owl.v1.ColateVectorH\x00R\x06colate\x12%\n" +
-	"\x03rtt\x18\a \x01(\v2\x11.owl.v1.RTTReportH\x00R\x03rttB\x05\n" +
-	"\x03msg\"\x90\x02\n" +
+	"\x03rtt\x18\a \x01(\v2\x11.owl.v1.RTTReportH\x00R\x03rtt\x121\n" +
+	"\areorder\x18\b \x01(\v2\x15.owl.v1.ReorderReportH\x00R\areorderB\x05\n" +
+	"\x03msg\"\x9e\x02\n" +
+	"\rReorderReport\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12)\n" +
+	"\x05clock\x18\x03 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\x120\n" +
+	"\bprefixes\x18\x04 \x03(\v2\x14.owl.v1.ReorderStatsR\bprefixes\x12*\n" +
+	"\x05other\x18\x05 \x01(\v2\x14.owl.v1.ReorderStatsR\x05other\x12'\n" +
+	"\x0fprefixes_folded\x18\x06 \x01(\x04R\x0eprefixesFolded\x123\n" +
+	"\bcounters\x18\a \x01(\v2\x17.owl.v1.ReorderCountersR\bcounters\"\x9e\x02\n" +
+	"\fReorderStats\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x18\n" +
+	"\apackets\x18\x02 \x01(\x04R\apackets\x12\x1c\n" +
+	"\treordered\x18\x03 \x01(\x04R\treordered\x12$\n" +
+	"\rretransmitted\x18\x04 \x01(\x04R\rretransmitted\x12\x14\n" +
+	"\x05flows\x18\x05 \x01(\x04R\x05flows\x12(\n" +
+	"\x10sum_sq_reordered\x18\x06 \x01(\x01R\x0esumSqReordered\x122\n" +
+	"\x15sum_reordered_packets\x18\a \x01(\x01R\x13sumReorderedPackets\x12$\n" +
+	"\x0esum_sq_packets\x18\b \x01(\x01R\fsumSqPackets\"\xe8\x01\n" +
+	"\x0fReorderCounters\x12\x18\n" +
+	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x1a\n" +
+	"\bsegments\x18\x02 \x01(\x04R\bsegments\x12\x18\n" +
+	"\awindows\x18\x03 \x01(\x04R\awindows\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\x04R\arefused\x12\x14\n" +
+	"\x05quota\x18\x05 \x01(\x04R\x05quota\x12\x1f\n" +
+	"\vprefix_full\x18\x06 \x01(\x04R\n" +
+	"prefixFull\x12\x1a\n" +
+	"\bpromoted\x18\a \x01(\x04R\bpromoted\x12\x18\n" +
+	"\ademoted\x18\b \x01(\x04R\ademoted\"\x90\x02\n" +
 	"\tRTTReport\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12)\n" +
@@ -6829,19 +7483,20 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\xd1\x01\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\xe3\x01\n" +
 	"\x06Reject\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12'\n" +
-	"\x04kind\x18\x04 \x01(\x0e2\x13.owl.v1.Reject.KindR\x04kind\"\\\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x13.owl.v1.Reject.KindR\x04kind\"n\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"KIND_PROBE\x10\x01\x12\x0f\n" +
 	"\vKIND_REPORT\x10\x02\x12\x0f\n" +
 	"\vKIND_COLATE\x10\x03\x12\f\n" +
-	"\bKIND_RTT\x10\x04\"\x84\x01\n" +
+	"\bKIND_RTT\x10\x04\x12\x10\n" +
+	"\fKIND_REORDER\x10\x05\"\x84\x01\n" +
 	"\x04Path\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12\x1e\n" +
@@ -6928,7 +7583,32 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bprefixes\x18\x01 \x03(\v2\x11.owl.v1.RTTPrefixR\bprefixes\x12\x1f\n" +
 	"\vother_pairs\x18\x02 \x01(\x01R\n" +
 	"otherPairs\x12\x12\n" +
-	"\x04note\x18\x03 \x01(\tR\x04note\"\x81\x01\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\xe2\x01\n" +
+	"\x1cListReorderedPrefixesRequest\x12\x14\n" +
+	"\x05probe\x18\x01 \x01(\tR\x05probe\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x19\n" +
+	"\bmin_rate\x18\x04 \x01(\x01R\aminRate\x12\x1f\n" +
+	"\vmin_packets\x18\x05 \x01(\x04R\n" +
+	"minPackets\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\rR\x05limit\"\xad\x02\n" +
+	"\x1dListReorderedPrefixesResponse\x12\x16\n" +
+	"\x06epochs\x18\x01 \x01(\rR\x06epochs\x123\n" +
+	"\bprefixes\x18\x02 \x03(\v2\x17.owl.v1.ReorderedPrefixR\bprefixes\x12\x18\n" +
+	"\amatched\x18\x03 \x01(\rR\amatched\x12-\n" +
+	"\x05other\x18\x04 \x01(\v2\x17.owl.v1.ReorderedPrefixR\x05other\x12-\n" +
+	"\x05total\x18\x05 \x01(\v2\x17.owl.v1.ReorderedPrefixR\x05total\x123\n" +
+	"\bcounters\x18\x06 \x01(\v2\x17.owl.v1.ReorderCountersR\bcounters\x12\x12\n" +
+	"\x04note\x18\a \x01(\tR\x04note\"\xe2\x01\n" +
+	"\x0fReorderedPrefix\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x18\n" +
+	"\apackets\x18\x02 \x01(\x04R\apackets\x12\x1c\n" +
+	"\treordered\x18\x03 \x01(\x04R\treordered\x12$\n" +
+	"\rretransmitted\x18\x04 \x01(\x04R\rretransmitted\x12\x14\n" +
+	"\x05flows\x18\x05 \x01(\x04R\x05flows\x12\x12\n" +
+	"\x04rate\x18\x06 \x01(\x01R\x04rate\x12\x17\n" +
+	"\arate_se\x18\a \x01(\x01R\x06rateSe\x12\x16\n" +
+	"\x06epochs\x18\b \x01(\rR\x06epochs\"\x81\x01\n" +
 	"\tRTTPrefix\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x18\n" +
 	"\asamples\x18\x02 \x01(\x04R\asamples\x12\x14\n" +
@@ -7125,7 +7805,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x16RESULT_STATUS_MISMATCH\x10\x05\x12\x19\n" +
 	"\x15RESULT_STATUS_PARTIAL\x10\x062M\n" +
 	"\fProbeService\x12=\n" +
-	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xe1\a\n" +
+	"\aConnect\x12\x14.owl.v1.ProbeMessage\x1a\x18.owl.v1.CollectorMessage(\x010\x012\xc7\b\n" +
 	"\fQueryService\x12C\n" +
 	"\n" +
 	"ListProbes\x12\x19.owl.v1.ListProbesRequest\x1a\x1a.owl.v1.ListProbesResponse\x12@\n" +
@@ -7133,7 +7813,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\fGetPathStats\x12\x1b.owl.v1.GetPathStatsRequest\x1a\x1c.owl.v1.GetPathStatsResponse\x12m\n" +
 	"\x18GetPathDelayDistribution\x12'.owl.v1.GetPathDelayDistributionRequest\x1a(.owl.v1.GetPathDelayDistributionResponse\x12[\n" +
 	"\x12GetRTTDistribution\x12!.owl.v1.GetRTTDistributionRequest\x1a\".owl.v1.GetRTTDistributionResponse\x12O\n" +
-	"\x0eTopRTTPrefixes\x12\x1d.owl.v1.TopRTTPrefixesRequest\x1a\x1e.owl.v1.TopRTTPrefixesResponse\x12D\n" +
+	"\x0eTopRTTPrefixes\x12\x1d.owl.v1.TopRTTPrefixesRequest\x1a\x1e.owl.v1.TopRTTPrefixesResponse\x12d\n" +
+	"\x15ListReorderedPrefixes\x12$.owl.v1.ListReorderedPrefixesRequest\x1a%.owl.v1.ListReorderedPrefixesResponse\x12D\n" +
 	"\x0eWatchPathStats\x12\x1d.owl.v1.WatchPathStatsRequest\x1a\x11.owl.v1.PathStats0\x01\x12I\n" +
 	"\fGetFlowStats\x12\x1b.owl.v1.GetFlowStatsRequest\x1a\x1c.owl.v1.GetFlowStatsResponse\x12=\n" +
 	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponse\x12g\n" +
@@ -7158,7 +7839,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                                // 0: owl.v1.Role
 	(ClockState)(0),                          // 1: owl.v1.ClockState
@@ -7176,217 +7857,236 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*TakePendingRequest)(nil),               // 13: owl.v1.TakePendingRequest
 	(*TakePendingResponse)(nil),              // 14: owl.v1.TakePendingResponse
 	(*ProbeMessage)(nil),                     // 15: owl.v1.ProbeMessage
-	(*RTTReport)(nil),                        // 16: owl.v1.RTTReport
-	(*RTTSketch)(nil),                        // 17: owl.v1.RTTSketch
-	(*RTTCounters)(nil),                      // 18: owl.v1.RTTCounters
-	(*Hello)(nil),                            // 19: owl.v1.Hello
-	(*SynopsisParams)(nil),                   // 20: owl.v1.SynopsisParams
-	(*SampleParams)(nil),                     // 21: owl.v1.SampleParams
-	(*ColateParams)(nil),                     // 22: owl.v1.ColateParams
-	(*ColateVector)(nil),                     // 23: owl.v1.ColateVector
-	(*LDSParams)(nil),                        // 24: owl.v1.LDSParams
-	(*FlowWeight)(nil),                       // 25: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                   // 26: owl.v1.IdentityParams
-	(*EpochParams)(nil),                      // 27: owl.v1.EpochParams
-	(*LDAParams)(nil),                        // 28: owl.v1.LDAParams
-	(*RDAParams)(nil),                        // 29: owl.v1.RDAParams
-	(*EpochReport)(nil),                      // 30: owl.v1.EpochReport
-	(*FlowKey)(nil),                          // 31: owl.v1.FlowKey
-	(*TopFlow)(nil),                          // 32: owl.v1.TopFlow
-	(*Counters)(nil),                         // 33: owl.v1.Counters
-	(*ClockStatus)(nil),                      // 34: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),                 // 35: owl.v1.CollectorMessage
-	(*Release)(nil),                          // 36: owl.v1.Release
-	(*EpochRef)(nil),                         // 37: owl.v1.EpochRef
-	(*FetchRequest)(nil),                     // 38: owl.v1.FetchRequest
-	(*FetchReply)(nil),                       // 39: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                   // 40: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                     // 41: owl.v1.RebuildReply
-	(*RDASize)(nil),                          // 42: owl.v1.RDASize
-	(*SampleRate)(nil),                       // 43: owl.v1.SampleRate
-	(*PathConfig)(nil),                       // 44: owl.v1.PathConfig
-	(*PathAssignment)(nil),                   // 45: owl.v1.PathAssignment
-	(*Ack)(nil),                              // 46: owl.v1.Ack
-	(*Reject)(nil),                           // 47: owl.v1.Reject
-	(*Path)(nil),                             // 48: owl.v1.Path
-	(*Selector)(nil),                         // 49: owl.v1.Selector
-	(*ListProbesRequest)(nil),                // 50: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),               // 51: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                        // 52: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),                 // 53: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),                // 54: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),              // 55: owl.v1.GetPathStatsRequest
-	(*GetPathDelayDistributionRequest)(nil),  // 56: owl.v1.GetPathDelayDistributionRequest
-	(*GetPathDelayDistributionResponse)(nil), // 57: owl.v1.GetPathDelayDistributionResponse
-	(*GetRTTDistributionRequest)(nil),        // 58: owl.v1.GetRTTDistributionRequest
-	(*GetRTTDistributionResponse)(nil),       // 59: owl.v1.GetRTTDistributionResponse
-	(*TopRTTPrefixesRequest)(nil),            // 60: owl.v1.TopRTTPrefixesRequest
-	(*TopRTTPrefixesResponse)(nil),           // 61: owl.v1.TopRTTPrefixesResponse
-	(*RTTPrefix)(nil),                        // 62: owl.v1.RTTPrefix
-	(*CDFPoint)(nil),                         // 63: owl.v1.CDFPoint
-	(*GetPathStatsResponse)(nil),             // 64: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),            // 65: owl.v1.WatchPathStatsRequest
-	(*DelayQuantile)(nil),                    // 66: owl.v1.DelayQuantile
-	(*PathStats)(nil),                        // 67: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),              // 68: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),             // 69: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                        // 70: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                  // 71: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),                 // 72: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),    // 73: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil),   // 74: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),         // 75: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),        // 76: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),                 // 77: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),            // 78: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),           // 79: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                    // 80: owl.v1.CollectorInfo
-	nil,                                      // 81: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),            // 82: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 83: google.protobuf.Duration
+	(*ReorderReport)(nil),                    // 16: owl.v1.ReorderReport
+	(*ReorderStats)(nil),                     // 17: owl.v1.ReorderStats
+	(*ReorderCounters)(nil),                  // 18: owl.v1.ReorderCounters
+	(*RTTReport)(nil),                        // 19: owl.v1.RTTReport
+	(*RTTSketch)(nil),                        // 20: owl.v1.RTTSketch
+	(*RTTCounters)(nil),                      // 21: owl.v1.RTTCounters
+	(*Hello)(nil),                            // 22: owl.v1.Hello
+	(*SynopsisParams)(nil),                   // 23: owl.v1.SynopsisParams
+	(*SampleParams)(nil),                     // 24: owl.v1.SampleParams
+	(*ColateParams)(nil),                     // 25: owl.v1.ColateParams
+	(*ColateVector)(nil),                     // 26: owl.v1.ColateVector
+	(*LDSParams)(nil),                        // 27: owl.v1.LDSParams
+	(*FlowWeight)(nil),                       // 28: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                   // 29: owl.v1.IdentityParams
+	(*EpochParams)(nil),                      // 30: owl.v1.EpochParams
+	(*LDAParams)(nil),                        // 31: owl.v1.LDAParams
+	(*RDAParams)(nil),                        // 32: owl.v1.RDAParams
+	(*EpochReport)(nil),                      // 33: owl.v1.EpochReport
+	(*FlowKey)(nil),                          // 34: owl.v1.FlowKey
+	(*TopFlow)(nil),                          // 35: owl.v1.TopFlow
+	(*Counters)(nil),                         // 36: owl.v1.Counters
+	(*ClockStatus)(nil),                      // 37: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),                 // 38: owl.v1.CollectorMessage
+	(*Release)(nil),                          // 39: owl.v1.Release
+	(*EpochRef)(nil),                         // 40: owl.v1.EpochRef
+	(*FetchRequest)(nil),                     // 41: owl.v1.FetchRequest
+	(*FetchReply)(nil),                       // 42: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                   // 43: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                     // 44: owl.v1.RebuildReply
+	(*RDASize)(nil),                          // 45: owl.v1.RDASize
+	(*SampleRate)(nil),                       // 46: owl.v1.SampleRate
+	(*PathConfig)(nil),                       // 47: owl.v1.PathConfig
+	(*PathAssignment)(nil),                   // 48: owl.v1.PathAssignment
+	(*Ack)(nil),                              // 49: owl.v1.Ack
+	(*Reject)(nil),                           // 50: owl.v1.Reject
+	(*Path)(nil),                             // 51: owl.v1.Path
+	(*Selector)(nil),                         // 52: owl.v1.Selector
+	(*ListProbesRequest)(nil),                // 53: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),               // 54: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                        // 55: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),                 // 56: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),                // 57: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),              // 58: owl.v1.GetPathStatsRequest
+	(*GetPathDelayDistributionRequest)(nil),  // 59: owl.v1.GetPathDelayDistributionRequest
+	(*GetPathDelayDistributionResponse)(nil), // 60: owl.v1.GetPathDelayDistributionResponse
+	(*GetRTTDistributionRequest)(nil),        // 61: owl.v1.GetRTTDistributionRequest
+	(*GetRTTDistributionResponse)(nil),       // 62: owl.v1.GetRTTDistributionResponse
+	(*TopRTTPrefixesRequest)(nil),            // 63: owl.v1.TopRTTPrefixesRequest
+	(*TopRTTPrefixesResponse)(nil),           // 64: owl.v1.TopRTTPrefixesResponse
+	(*ListReorderedPrefixesRequest)(nil),     // 65: owl.v1.ListReorderedPrefixesRequest
+	(*ListReorderedPrefixesResponse)(nil),    // 66: owl.v1.ListReorderedPrefixesResponse
+	(*ReorderedPrefix)(nil),                  // 67: owl.v1.ReorderedPrefix
+	(*RTTPrefix)(nil),                        // 68: owl.v1.RTTPrefix
+	(*CDFPoint)(nil),                         // 69: owl.v1.CDFPoint
+	(*GetPathStatsResponse)(nil),             // 70: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),            // 71: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                    // 72: owl.v1.DelayQuantile
+	(*PathStats)(nil),                        // 73: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),              // 74: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),             // 75: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                        // 76: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                  // 77: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),                 // 78: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),    // 79: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil),   // 80: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),         // 81: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),        // 82: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),                 // 83: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),            // 84: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),           // 85: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                    // 86: owl.v1.CollectorInfo
+	nil,                                      // 87: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),            // 88: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 89: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	67,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	73,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
 	7,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
 	8,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	70,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	82,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
-	30,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
+	76,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	88,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	33,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	6,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
 	12,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
 	0,   // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	30,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	19,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	30,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	39,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	41,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	34,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	23,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	16,  // 16: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
-	34,  // 17: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
-	17,  // 18: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
-	17,  // 19: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
-	17,  // 20: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
-	18,  // 21: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
-	20,  // 22: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	34,  // 23: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	26,  // 24: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	27,  // 25: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	28,  // 26: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	29,  // 27: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	24,  // 28: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	25,  // 29: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	22,  // 30: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	21,  // 31: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
-	34,  // 32: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	49,  // 33: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,   // 34: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	33,  // 35: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	34,  // 36: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	32,  // 37: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	31,  // 38: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	81,  // 39: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,   // 40: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	44,  // 41: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	46,  // 42: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	47,  // 43: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	38,  // 44: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	40,  // 45: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	42,  // 46: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	36,  // 47: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	43,  // 48: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	37,  // 49: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	45,  // 50: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	20,  // 51: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	48,  // 52: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 53: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 54: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	49,  // 55: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	52,  // 56: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	82,  // 57: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	34,  // 58: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	48,  // 59: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	82,  // 60: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 61: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	82,  // 62: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 63: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	66,  // 64: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	63,  // 65: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	82,  // 66: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 67: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	66,  // 68: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	63,  // 69: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	82,  // 70: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 71: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 72: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	62,  // 73: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	67,  // 74: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	82,  // 75: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	83,  // 76: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 77: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	34,  // 78: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	34,  // 79: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	33,  // 80: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	33,  // 81: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	82,  // 82: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	66,  // 83: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	31,  // 84: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	82,  // 85: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 86: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	70,  // 87: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	82,  // 88: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	31,  // 89: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	82,  // 90: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 91: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 92: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	70,  // 93: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	31,  // 94: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	82,  // 95: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 96: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	82,  // 97: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	82,  // 98: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	82,  // 99: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	82,  // 100: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	77,  // 101: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	82,  // 102: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	80,  // 103: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 104: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	50,  // 105: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	53,  // 106: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	55,  // 107: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	56,  // 108: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	58,  // 109: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	60,  // 110: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	65,  // 111: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	68,  // 112: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	71,  // 113: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	73,  // 114: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	75,  // 115: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	78,  // 116: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 117: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 118: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 119: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	35,  // 120: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	51,  // 121: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	54,  // 122: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	64,  // 123: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	57,  // 124: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	59,  // 125: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	61,  // 126: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	67,  // 127: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	69,  // 128: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	72,  // 129: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	74,  // 130: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	76,  // 131: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	79,  // 132: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 133: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 134: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 135: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	120, // [120:136] is the sub-list for method output_type
-	104, // [104:120] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	33,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	22,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	33,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	42,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	44,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	37,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	26,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	19,  // 16: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
+	16,  // 17: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
+	37,  // 18: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
+	17,  // 19: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
+	17,  // 20: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
+	18,  // 21: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
+	37,  // 22: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
+	20,  // 23: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
+	20,  // 24: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
+	20,  // 25: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
+	21,  // 26: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
+	23,  // 27: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	37,  // 28: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	29,  // 29: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	30,  // 30: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	31,  // 31: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	32,  // 32: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	27,  // 33: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	28,  // 34: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	25,  // 35: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	24,  // 36: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	37,  // 37: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	52,  // 38: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,   // 39: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	36,  // 40: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	37,  // 41: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	35,  // 42: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	34,  // 43: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	87,  // 44: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,   // 45: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	47,  // 46: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	49,  // 47: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	50,  // 48: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	41,  // 49: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	43,  // 50: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	45,  // 51: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	39,  // 52: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	46,  // 53: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	40,  // 54: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	48,  // 55: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	23,  // 56: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	51,  // 57: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 58: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 59: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	52,  // 60: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	55,  // 61: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	88,  // 62: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	37,  // 63: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	51,  // 64: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	88,  // 65: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 66: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	88,  // 67: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 68: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	72,  // 69: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	69,  // 70: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	88,  // 71: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 72: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	72,  // 73: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	69,  // 74: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	88,  // 75: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 76: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 77: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	68,  // 78: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	88,  // 79: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 80: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	67,  // 81: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	67,  // 82: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	67,  // 83: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	18,  // 84: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	73,  // 85: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	88,  // 86: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	89,  // 87: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 88: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	37,  // 89: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 90: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	36,  // 91: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	36,  // 92: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	88,  // 93: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	72,  // 94: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	34,  // 95: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	88,  // 96: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 97: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	76,  // 98: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	88,  // 99: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	34,  // 100: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	88,  // 101: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 102: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 103: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	76,  // 104: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	34,  // 105: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	88,  // 106: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 107: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	88,  // 108: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	88,  // 109: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	88,  // 110: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 111: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	83,  // 112: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	88,  // 113: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	86,  // 114: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 115: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	53,  // 116: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	56,  // 117: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	58,  // 118: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	59,  // 119: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	61,  // 120: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	63,  // 121: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	65,  // 122: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	71,  // 123: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	74,  // 124: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	77,  // 125: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	79,  // 126: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	81,  // 127: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	84,  // 128: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 129: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 130: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 131: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	38,  // 132: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	54,  // 133: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	57,  // 134: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	70,  // 135: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	60,  // 136: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	62,  // 137: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	64,  // 138: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	66,  // 139: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	73,  // 140: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	75,  // 141: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	78,  // 142: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	80,  // 143: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	82,  // 144: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	85,  // 145: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 146: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 147: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 148: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	132, // [132:149] is the sub-list for method output_type
+	115, // [115:132] is the sub-list for method input_type
+	115, // [115:115] is the sub-list for extension type_name
+	115, // [115:115] is the sub-list for extension extendee
+	0,   // [0:115] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -7402,8 +8102,9 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_Clock)(nil),
 		(*ProbeMessage_Colate)(nil),
 		(*ProbeMessage_Rtt)(nil),
+		(*ProbeMessage_Reorder)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[29].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[32].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -7419,7 +8120,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   76,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -135,6 +135,7 @@ const (
 	QueryService_GetPathDelayDistribution_FullMethodName = "/owl.v1.QueryService/GetPathDelayDistribution"
 	QueryService_GetRTTDistribution_FullMethodName       = "/owl.v1.QueryService/GetRTTDistribution"
 	QueryService_TopRTTPrefixes_FullMethodName           = "/owl.v1.QueryService/TopRTTPrefixes"
+	QueryService_ListReorderedPrefixes_FullMethodName    = "/owl.v1.QueryService/ListReorderedPrefixes"
 	QueryService_WatchPathStats_FullMethodName           = "/owl.v1.QueryService/WatchPathStats"
 	QueryService_GetFlowStats_FullMethodName             = "/owl.v1.QueryService/GetFlowStats"
 	QueryService_TopFlows_FullMethodName                 = "/owl.v1.QueryService/TopFlows"
@@ -166,6 +167,10 @@ type QueryServiceClient interface {
 	// TopRTTPrefixes lists the responder prefixes of a probe's round-trip
 	// times over a range, by p99 or by count.
 	TopRTTPrefixes(ctx context.Context, in *TopRTTPrefixesRequest, opts ...grpc.CallOption) (*TopRTTPrefixesResponse, error)
+	// ListReorderedPrefixes lists the prefixes whose TCP traffic a probe saw
+	// reordered over a range of epochs, by estimated reordering rate, worst
+	// first, each with its packets, flows and the rate's standard error.
+	ListReorderedPrefixes(ctx context.Context, in *ListReorderedPrefixesRequest, opts ...grpc.CallOption) (*ListReorderedPrefixesResponse, error)
 	// WatchPathStats streams results as they are computed.
 	WatchPathStats(ctx context.Context, in *WatchPathStatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PathStats], error)
 	// GetFlowStats returns one flow's per-epoch delay on a path, for any flow
@@ -247,6 +252,16 @@ func (c *queryServiceClient) TopRTTPrefixes(ctx context.Context, in *TopRTTPrefi
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TopRTTPrefixesResponse)
 	err := c.cc.Invoke(ctx, QueryService_TopRTTPrefixes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queryServiceClient) ListReorderedPrefixes(ctx context.Context, in *ListReorderedPrefixesRequest, opts ...grpc.CallOption) (*ListReorderedPrefixesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReorderedPrefixesResponse)
+	err := c.cc.Invoke(ctx, QueryService_ListReorderedPrefixes_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -345,6 +360,10 @@ type QueryServiceServer interface {
 	// TopRTTPrefixes lists the responder prefixes of a probe's round-trip
 	// times over a range, by p99 or by count.
 	TopRTTPrefixes(context.Context, *TopRTTPrefixesRequest) (*TopRTTPrefixesResponse, error)
+	// ListReorderedPrefixes lists the prefixes whose TCP traffic a probe saw
+	// reordered over a range of epochs, by estimated reordering rate, worst
+	// first, each with its packets, flows and the rate's standard error.
+	ListReorderedPrefixes(context.Context, *ListReorderedPrefixesRequest) (*ListReorderedPrefixesResponse, error)
 	// WatchPathStats streams results as they are computed.
 	WatchPathStats(*WatchPathStatsRequest, grpc.ServerStreamingServer[PathStats]) error
 	// GetFlowStats returns one flow's per-epoch delay on a path, for any flow
@@ -389,6 +408,9 @@ func (UnimplementedQueryServiceServer) GetRTTDistribution(context.Context, *GetR
 }
 func (UnimplementedQueryServiceServer) TopRTTPrefixes(context.Context, *TopRTTPrefixesRequest) (*TopRTTPrefixesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TopRTTPrefixes not implemented")
+}
+func (UnimplementedQueryServiceServer) ListReorderedPrefixes(context.Context, *ListReorderedPrefixesRequest) (*ListReorderedPrefixesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReorderedPrefixes not implemented")
 }
 func (UnimplementedQueryServiceServer) WatchPathStats(*WatchPathStatsRequest, grpc.ServerStreamingServer[PathStats]) error {
 	return status.Error(codes.Unimplemented, "method WatchPathStats not implemented")
@@ -537,6 +559,24 @@ func _QueryService_TopRTTPrefixes_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueryService_ListReorderedPrefixes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReorderedPrefixesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueryServiceServer).ListReorderedPrefixes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueryService_ListReorderedPrefixes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueryServiceServer).ListReorderedPrefixes(ctx, req.(*ListReorderedPrefixesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _QueryService_WatchPathStats_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchPathStatsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -668,6 +708,10 @@ var QueryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TopRTTPrefixes",
 			Handler:    _QueryService_TopRTTPrefixes_Handler,
+		},
+		{
+			MethodName: "ListReorderedPrefixes",
+			Handler:    _QueryService_ListReorderedPrefixes_Handler,
 		},
 		{
 			MethodName: "GetFlowStats",
