@@ -122,7 +122,7 @@ func (c *Collector) receive(sess *session, received chan<- error) {
 			wg.Go(func() {
 				defer func() { <-inflight; inflightBytes.Release(size) }()
 				c.guard(sess, fail, func() error {
-					return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.report(sess.probe, r))
+					return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.reportReplicated(sess, r))
 				})
 			})
 			continue
@@ -187,7 +187,7 @@ func (c *Collector) handle(sess *session, m *owlv1.ProbeMessage) error {
 		return c.answer(sess, owlv1.Reject_KIND_RTT, "", a.Rtt.GetEpoch(), a.Rtt.GetSeq(), err)
 	case *owlv1.ProbeMessage_Report:
 		r := a.Report
-		return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.report(sess.probe, r))
+		return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.reportReplicated(sess, r))
 	}
 	return status.Errorf(codes.InvalidArgument, "unexpected %T after Hello", m.GetMsg())
 }
@@ -294,21 +294,42 @@ func (c *Collector) takeColate(probe string, v *owlv1.ColateVector) error {
 // it can never be used; a *notOwner that another collector takes it.
 // Other errors are failures of the collector.
 func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
+	_, err := c.takeReport(probe, r)
+	return err
+}
+
+// reportReplicated takes a report of a probe's stream like report, and in
+// a cluster returns once its copy is with the path's replica (or was
+// given up, or the stream ended): a report is acknowledged only when the
+// owner's death alone would not lose it.
+func (c *Collector) reportReplicated(sess *session, r *owlv1.EpochReport) error {
+	copied, err := c.takeReport(sess.probe, r)
+	if err == nil && copied != nil {
+		select {
+		case <-copied:
+		case <-sess.stream.Context().Done():
+		}
+	}
+	return err
+}
+
+// takeReport is report, and the channel pairSide returns.
+func (c *Collector) takeReport(probe string, r *owlv1.EpochReport) (<-chan struct{}, error) {
 	c.probes.sawReport(probe)
 	ps, err := c.checkReport(probe, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Before decoding: a report turned away costs no more.
 	if c.overBacklog(probe) {
-		return errBusy
+		return nil, errBusy
 	}
 	if c.overShare(probe) {
-		return errProbeShare
+		return nil, errProbeShare
 	}
 	s, err := c.decodeReport(probe, r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds()) + len(r.GetList())))
 	return c.pairSide(ps, s)

@@ -183,12 +183,13 @@ func (ps *pathState) place(s *side) bool {
 }
 
 // pairSide stores a checked report, puts it into its path's table and
-// queues its copy for the path's replica. A report whose side is in
-// already, or whose epoch was combined already (sent again after a
-// reconnect), is counted and dropped; when its content differs from the
-// side held or used, it is a rejection and the epoch's result counts it
-// (conflicting_reports).
-func (c *Collector) pairSide(ps *pathState, s *side) error {
+// queues its copy for the path's replica: the channel returned is closed
+// once the copy is sent or given up (nil when nothing was stored). A
+// report whose side is in already, or whose epoch was combined already
+// (sent again after a reconnect), is counted and dropped; when its
+// content differs from the side held or used, it is a rejection and the
+// epoch's result counts it (conflicting_reports).
+func (c *Collector) pairSide(ps *pathState, s *side) (<-chan struct{}, error) {
 	path, epoch := ps.path.Name, s.Report.GetEpoch()
 	ps.ingestMu.Lock()
 	defer ps.ingestMu.Unlock()
@@ -209,28 +210,28 @@ func (c *Collector) pairSide(ps *pathState, s *side) error {
 		if resultStored {
 			c.worker.addConflicts(path, epoch, 1)
 		}
-		return c.conflicting(s, held.digest, "held")
+		return nil, c.conflicting(s, held.digest, "held")
 	case held != nil:
 		c.m.dupReports.Inc()
-		return nil
+		return nil, nil
 	case pr == nil:
 		res, err := c.store.Result(path, epoch)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if res != nil && !missingSide(res) {
 			c.probes.release(s.Probe, path, epoch)
-			return c.usedAlready(s, res)
+			return nil, c.usedAlready(s, res)
 		}
 	}
 	if err := c.store.PutPending(s.Pending); err != nil {
-		return fmt.Errorf("storing report: %w", err)
+		return nil, fmt.Errorf("storing report: %w", err)
 	}
-	c.repl.enqueue(sideCopy(s.Pending))
+	copied := c.repl.enqueueWait(sideCopy(s.Pending))
 	if !ps.place(s) {
 		c.m.dupReports.Inc() // a copy came in meanwhile
 	}
-	return nil
+	return copied, nil
 }
 
 // usedAlready takes a report of an epoch whose result is stored: the same

@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,11 +56,20 @@ type replicator struct {
 	lastWarn atomic.Int64 // unix ns of the last warning about drops
 }
 
-// queuedCopy is a copy waiting to be sent, and its size.
+// queuedCopy is a copy waiting to be sent, its size, and what to close
+// once it is sent or given up (nil: nothing waits for it).
 type queuedCopy struct {
 	ec   *owlv1.EpochCopy
 	size int64
+	done chan struct{}
 }
+
+// closedDone stands for a copy nothing has to wait for.
+var closedDone = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 func newReplicator(m *metrics, log *slog.Logger) *replicator {
 	return &replicator{queue: make(chan queuedCopy, replicaQueueLen), dropped: m.replicaDropped, log: log}
@@ -72,23 +82,42 @@ func (r *replicator) enqueue(copies ...*owlv1.EpochCopy) {
 		return
 	}
 	for _, ec := range copies {
-		if ec.Result != nil {
-			// The worker may change the result later (boundary
-			// matching) while the copy waits to be sent.
-			ec.Result = proto.CloneOf(ec.Result)
-		}
-		n := int64(proto.Size(ec))
-		if r.bytes.Add(n) > replicaQueueBytes {
-			r.bytes.Add(-n)
-			r.drop(1, "the replication queue is full", "path", ec.GetPath(), "epoch", ec.GetEpoch())
-			continue
-		}
+		r.push(ec, nil)
+	}
+}
+
+// enqueueWait queues a copy and returns a channel closed once the copy
+// has been sent to its members, or given up (dropped, refused, or no
+// member to send it to).
+func (r *replicator) enqueueWait(ec *owlv1.EpochCopy) <-chan struct{} {
+	if r == nil {
+		return closedDone
+	}
+	done := make(chan struct{})
+	r.push(ec, done)
+	return done
+}
+
+// push queues one copy, or drops it when the queue is full, in number or
+// in bytes (closing done).
+func (r *replicator) push(ec *owlv1.EpochCopy, done chan struct{}) {
+	if ec.Result != nil {
+		// The worker may change the result later (boundary matching)
+		// while the copy waits to be sent.
+		ec.Result = proto.CloneOf(ec.Result)
+	}
+	n := int64(proto.Size(ec))
+	if r.bytes.Add(n) <= replicaQueueBytes {
 		select {
-		case r.queue <- queuedCopy{ec, n}:
+		case r.queue <- queuedCopy{ec, n, done}:
+			return
 		default:
-			r.bytes.Add(-n)
-			r.drop(1, "the replication queue is full", "path", ec.GetPath(), "epoch", ec.GetEpoch())
 		}
+	}
+	r.bytes.Add(-n)
+	r.drop(1, "the replication queue is full", "path", ec.GetPath(), "epoch", ec.GetEpoch())
+	if done != nil {
+		close(done)
 	}
 }
 
@@ -114,11 +143,11 @@ func (r *replicator) drop(n int, why string, args ...any) {
 
 // next waits for a copy and returns it with those queued behind it, up to
 // replicaBatchCopies; false when ctx ends first.
-func (r *replicator) next(ctx context.Context) ([]*owlv1.EpochCopy, bool) {
-	var batch []*owlv1.EpochCopy
+func (r *replicator) next(ctx context.Context) ([]queuedCopy, bool) {
+	var batch []queuedCopy
 	take := func(q queuedCopy) {
 		r.bytes.Add(-q.size)
-		batch = append(batch, q.ec)
+		batch = append(batch, q)
 	}
 	select {
 	case <-ctx.Done():
@@ -205,7 +234,16 @@ func (c *Collector) replicateLoop(ctx context.Context) {
 		if !ok {
 			return
 		}
-		c.sendCopies(ctx, batch)
+		copies := make([]*owlv1.EpochCopy, len(batch))
+		for i, q := range batch {
+			copies[i] = q.ec
+		}
+		c.sendCopies(ctx, copies)
+		for _, q := range batch {
+			if q.done != nil {
+				close(q.done)
+			}
+		}
 	}
 }
 
@@ -222,11 +260,17 @@ func (c *Collector) sendCopies(ctx context.Context, batch []*owlv1.EpochCopy) {
 			groups[m.Name] = append(groups[m.Name], ec)
 		}
 	}
+	// Members are sent to at once: one that is down (and waited for up
+	// to replicaTimeout) holds up no other.
+	var wg sync.WaitGroup
 	for _, m := range order {
-		for _, chunk := range chunks(groups[m.Name], c.cfg.MaxMessageBytes/2) {
-			c.sendChunk(ctx, m, chunk)
-		}
+		wg.Go(func() {
+			for _, chunk := range chunks(groups[m.Name], c.cfg.MaxMessageBytes/2) {
+				c.sendChunk(ctx, m, chunk)
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // chunks splits copies into runs of at most maxBytes each (a copy larger

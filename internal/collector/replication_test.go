@@ -467,13 +467,23 @@ func TestReplicatorDropsWhenFull(t *testing.T) {
 	if n := testutil.ToFloat64(m.replicaDropped); n != 3 {
 		t.Errorf("%v copies dropped, want 3", n)
 	}
+	select {
+	case <-r.enqueueWait(&owlv1.EpochCopy{Path: "p", Epoch: -1}):
+	default:
+		t.Error("a copy dropped from a full queue is still waited for")
+	}
 	batch, ok := r.next(context.Background())
-	if !ok || len(batch) != replicaBatchCopies || batch[0].GetEpoch() != 0 {
-		t.Errorf("first batch of %d from epoch %d, want %d from 0", len(batch), batch[0].GetEpoch(), replicaBatchCopies)
+	if !ok || len(batch) != replicaBatchCopies || batch[0].ec.GetEpoch() != 0 {
+		t.Errorf("first batch of %d from epoch %d, want %d from 0", len(batch), batch[0].ec.GetEpoch(), replicaBatchCopies)
 	}
 	var none *replicator
 	none.enqueue(&owlv1.EpochCopy{})
 	none.enqueueWrite(store.Write{Results: []*owlv1.PathStats{{}}})
+	select {
+	case <-none.enqueueWait(&owlv1.EpochCopy{}):
+	default:
+		t.Error("without a cluster, a copy is waited for")
+	}
 }
 
 // TestChunks: copies are split into messages under the size bound, one
@@ -488,5 +498,31 @@ func TestChunks(t *testing.T) {
 	}
 	if !slices.Equal(sizes, []int{2, 1, 1, 1}) {
 		t.Errorf("chunks of %v copies, want [2 1 1 1]", sizes)
+	}
+}
+
+// TestAckAfterReplicaCopy: the owner acknowledges a probe's report only
+// once the replica holds its copy, so that the owner's death right after
+// the acknowledgement loses nothing the probe has let go of.
+func TestAckAfterReplicaCopy(t *testing.T) {
+	path := heldBy(t, []string{"c0", "c1"}, "c0", "c1")
+	cfg := replicaConfig(t, path)
+	c0, a0 := runMember(t, cfg, "c0", "")
+	cfg.DataDir = t.TempDir()
+	c1, _ := runMember(t, cfg, "c1", a0.Gossip)
+	waitMembers(t, 2, c0, c1)
+	st := probeStream(t, serve(t, c0), "a", cfg.Params)
+	for e := int64(1); e <= 5; e++ {
+		up, _ := flowReports(t, cfg, path, e)
+		up.Seq = uint64(e)
+		if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: up}}); err != nil {
+			t.Fatal(err)
+		}
+		if a := nextAck(t, st); a.GetEpoch() != e {
+			t.Fatalf("ack %v, want epoch %d", a, e)
+		}
+		if got := replicaSides(t, c1.store); len(got) != int(e) {
+			t.Fatalf("acknowledged epoch %d while the replica held %v", e, got)
+		}
 	}
 }
