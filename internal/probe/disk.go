@@ -254,8 +254,8 @@ func readMessage(name string) (*owlv1.ProbeMessage, error) {
 	if err := proto.Unmarshal(b, m); err != nil {
 		return nil, err
 	}
-	if m.GetReport() == nil && m.GetColate() == nil {
-		return nil, errors.New("neither a report nor a COLATE vector")
+	if m.GetReport() == nil && m.GetColate() == nil && m.GetRtt() == nil && m.GetReorder() == nil {
+		return nil, errors.New("not a spooled message: neither an epoch, RTT or reordering report nor a COLATE vector")
 	}
 	return m, nil
 }

@@ -22,9 +22,10 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// TestSpoolSurvivesRestart: what was spooled and not acknowledged is
-// there again, in order, for a probe started on the same directory; what
-// was acknowledged is not; the numbering goes on past it.
+// TestSpoolSurvivesRestart: what was spooled and not acknowledged (epoch
+// reports, a COLATE vector, an RTT report) is there again, in order, for a
+// probe started on the same directory; what was acknowledged is not; the
+// numbering goes on past it.
 func TestSpoolSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	d, err := openDisk(dir, "p1", quiet)
@@ -39,6 +40,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 		s.add(&owlv1.EpochReport{Path: "p", Epoch: e, Lda: []byte{byte(e)}})
 	}
 	s.addVector(&owlv1.ColateVector{Epoch: 4, Vector: []byte{9}})
+	s.addRTT(&owlv1.RTTReport{Epoch: 4, Counters: &owlv1.RTTCounters{Requests: 3}})
 	s.ack(2)
 	want := s.after(0)
 	d.close() // the process ends (its lock goes with it)
@@ -50,8 +52,8 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	defer d2.close()
 	s2 := newSpool(10, 1<<30)
 	n, err := s2.load(d2)
-	if err != nil || n != 4 {
-		t.Fatalf("loaded %d messages (%v), want 4", n, err)
+	if err != nil || n != 5 {
+		t.Fatalf("loaded %d messages (%v), want 5", n, err)
 	}
 	got := s2.after(0)
 	if len(got) != len(want) {
@@ -63,8 +65,8 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 		}
 	}
 	s2.add(&owlv1.EpochReport{Path: "p", Epoch: 5})
-	if last := s2.after(0)[4]; seqOf(last) != 6 {
-		t.Errorf("numbering after restart: seq %d, want 6", seqOf(last))
+	if last := s2.after(0)[5]; seqOf(last) != 7 {
+		t.Errorf("numbering after restart: seq %d, want 7", seqOf(last))
 	}
 	// Acknowledged and dropped messages leave the disk too.
 	for _, m := range s2.after(0) {
