@@ -44,6 +44,8 @@ type Collector struct {
 
 	colates *colates
 	gate    *guardian
+	// reorders exports each probe's worst reordered prefixes.
+	reorders *reorderTop
 
 	// pendingBytes is the synopsis bytes held in the pairing tables, as
 	// measureBacklog last counted them; pendingByProbe the same by the
@@ -65,6 +67,7 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	}
 	c := &Collector{cfg: cfg, log: log, store: st, now: time.Now, paths: map[string]*pathState{}, peers: peerConns{maxMessageBytes: cfg.MaxMessageBytes}}
 	c.m = newMetrics()
+	c.reorders = newReorderTop(cfg.Reorder, cfg.Params.Epoch.Length, c.m.reg)
 	if c.gate, err = newGuardian(cfg, c.m.reg); err != nil {
 		st.Close()
 		return nil, err

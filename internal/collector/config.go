@@ -80,6 +80,9 @@ type Config struct {
 	Colate ColateConfig `yaml:"colate"`
 	// RTT sets how the probes' round-trip times are kept.
 	RTT RTTConfig `yaml:"rtt"`
+	// Reorder sets how the probes' TCP reordering by prefix is kept and
+	// exported.
+	Reorder ReorderConfig `yaml:"reorder"`
 	// Limits bound what probes and readers may make the collector hold
 	// or do: epochs out of range, probe ids, report rate, watchers, one
 	// probe's share of the pending reports.
@@ -180,6 +183,7 @@ func DefaultConfig() Config {
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
+		Reorder:         DefaultReorderConfig(),
 
 		ClockUncertaintyShare: 0.1,
 		Limits:                DefaultLimits(),
@@ -239,6 +243,9 @@ func (c Config) Validate() error {
 	}
 	if c.RTT.Retention < c.Params.Epoch.Length {
 		return fmt.Errorf("rtt: retention %v is shorter than an epoch (%v)", c.RTT.Retention, c.Params.Epoch.Length)
+	}
+	if err := c.Reorder.Validate(c.Params.Epoch.Length); err != nil {
+		return fmt.Errorf("reorder: %w", err)
 	}
 	if c.MaxMessageBytes < 1<<16 {
 		return fmt.Errorf("max_message_bytes %d is below 64 KiB", c.MaxMessageBytes)

@@ -106,7 +106,7 @@ func (c *Collector) receive(sess *session, received chan<- error) {
 			fail(err)
 			return
 		}
-		if m.GetReport() != nil || m.GetColate() != nil || m.GetRtt() != nil {
+		if m.GetReport() != nil || m.GetColate() != nil || m.GetRtt() != nil || m.GetReorder() != nil {
 			if err := c.pace(sess.stream.Context(), sess.probe, lim); err != nil {
 				fail(err)
 				return
@@ -185,6 +185,9 @@ func (c *Collector) handle(sess *session, m *owlv1.ProbeMessage) error {
 	case *owlv1.ProbeMessage_Rtt:
 		err := c.takeRTT(sess.probe, a.Rtt)
 		return c.answer(sess, owlv1.Reject_KIND_RTT, "", a.Rtt.GetEpoch(), a.Rtt.GetSeq(), err)
+	case *owlv1.ProbeMessage_Reorder:
+		err := c.takeReorder(sess.probe, a.Reorder)
+		return c.answer(sess, owlv1.Reject_KIND_REORDER, "", a.Reorder.GetEpoch(), a.Reorder.GetSeq(), err)
 	case *owlv1.ProbeMessage_Report:
 		r := a.Report
 		return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.reportReplicated(sess, r))

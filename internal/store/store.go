@@ -37,8 +37,10 @@ var (
 	// (value: the record's size) for retention.
 	bucketColate     = []byte("colate")
 	bucketColateTime = []byte("colate-time")
-	// Probes' round-trip times (RTT reports) by probe and epoch.
-	bucketRTT = []byte("rtt")
+	// Probes' round-trip times (RTT reports) and TCP reordering by
+	// prefix (reordering reports), by probe and epoch.
+	bucketRTT     = []byte("rtt")
+	bucketReorder = []byte("reorder")
 )
 
 // Store is the collector's database. Safe for concurrent use.
@@ -75,7 +77,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("%s is damaged: %w; %s", path, err, damagedAdvice)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT} {
+		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT, bucketReorder} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
