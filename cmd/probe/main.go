@@ -45,6 +45,8 @@ func bind(fs *flag.FlagSet, c *probe.Config) {
 	fs.Var(files, "file", "capture file to replay (repeat or comma-separate for several, read in turn)")
 	fs.Var(&speedFlag{files: files}, "replay-speed", "replay capture files at this multiple of real time (0: as fast as possible)")
 	fs.BoolVar(&c.RTT.Enabled, "rtt", c.RTT.Enabled, "measure round-trip times of request/response pairs (TCP data and ACK, SYN and SYN/ACK, DNS) at this point")
+	fs.BoolVar(&c.Reorder.Enabled, "reorder", c.Reorder.Enabled, "measure TCP reordering by prefix (of the sources, /24 and /48 by default) at this point")
+	fs.IntVar(&c.Reorder.MemoryBytes, "reorder-memory", c.Reorder.MemoryBytes, "bytes of each capture worker's reordering tracker (flow windows, long flows and prefixes)")
 	fs.BoolVar(&c.ExactLists, "exact-lists", c.ExactLists, "send an epoch's exact list of packets in place of its synopses where the list is smaller")
 	fs.IntVar(&c.TopFlows, "top-flows", c.TopFlows, "heaviest flows per path and epoch named in reports (estimated per flow by the collector)")
 	fs.StringVar(&cpuProfile, "cpuprofile", cpuProfile, "write a CPU profile of the whole run to this file (go tool pprof reads it)")

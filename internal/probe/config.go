@@ -90,6 +90,10 @@ type Config struct {
 	// RTT measures round-trip times at this point (request/response
 	// pairs of every flow it sees), shipped once per epoch.
 	RTT RTTConfig `yaml:"rtt"`
+	// Reorder measures TCP reordering by prefix at this point (of every
+	// TCP flow it sees, in a fixed memory per capture worker), shipped
+	// once per epoch.
+	Reorder ReorderConfig `yaml:"reorder"`
 	// Clock is where a live capture's timestamps get their time from;
 	// replayed files keep the time of their capture.
 	Clock ptp.Config `yaml:"clock"`
@@ -133,6 +137,7 @@ func DefaultConfig() Config {
 		TopFlows:       20,
 		ExactLists:     true,
 		RTT:            DefaultRTTConfig(),
+		Reorder:        DefaultReorderConfig(),
 		Cache:          CacheConfig{MaxPackets: 4 << 20, Retention: 64, MaxBytes: 512 << 20},
 		Clock:          ptp.DefaultConfig(),
 	}
@@ -177,6 +182,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.RTT.Validate(); err != nil {
 		return fmt.Errorf("rtt: %w", err)
+	}
+	if err := c.Reorder.Validate(); err != nil {
+		return fmt.Errorf("reorder: %w", err)
 	}
 	if c.Sources[0].Live != nil {
 		if err := c.Clock.Validate(); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/reorder"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
@@ -107,6 +108,10 @@ func mergeEpoch(a *closedEpoch, b closedEpoch) {
 	}
 	if x.rtt != nil && y.rtt != nil {
 		x.rtt.Merge(y.rtt)
+	}
+	if x.reorder != nil && y.reorder != nil {
+		// The reporter folds the prefixes down to the configured number.
+		x.reorder = reorder.Merge(reorder.MaxPrefixes, x.reorder, y.reorder)
 	}
 	for j, pb := range y.set.paths {
 		i := slices.IndexFunc(x.set.paths, func(pa assignment) bool { return pa.path.Name == pb.path.Name })

@@ -47,6 +47,9 @@ func (p *Probe) build(pr params.Params) error {
 				return fmt.Errorf("rtt: %w", err)
 			}
 		}
+		if pl.reorder, err = newReorderTracker(p.cfg.Reorder); err != nil {
+			return fmt.Errorf("reorder: %w", err)
+		}
 		pipes = append(pipes, pl)
 	}
 	p.rep.grid = pr.Epoch

@@ -168,7 +168,7 @@ func TestRestartUsesKeptParams(t *testing.T) {
 	cfg := fileProbe("a", addr, out.Up)
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
 	cfg.ExactLists = false // the reports' LDAs show which parameters made them
-	cfg.RTT.Enabled = false
+	cfg.RTT.Enabled, cfg.Reorder.Enabled = false, false
 	p, err := New(cfg, quiet)
 	if err != nil {
 		t.Fatal(err)

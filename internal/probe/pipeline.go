@@ -20,6 +20,7 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rap"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/reorder"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
@@ -77,6 +78,10 @@ type epochData struct {
 	colate *colate.Vector
 	// rtt is the point's round-trip times of the epoch (nil when off).
 	rtt *rtt.Summary
+	// reorder is the point's reordering by prefix, as the tracker
+	// counted it between the close of the previous epoch and this one's
+	// (nil when off).
+	reorder *reorder.Report
 }
 
 // counters are the probe's running totals, read by metrics.
@@ -111,6 +116,8 @@ type pipeline struct {
 	failSince [4]uint64
 	// rtt matches requests with responses (nil when off).
 	rtt *rttMatcher
+	// reorder tracks TCP reordering by prefix (nil when off).
+	reorder *reorder.Tracker
 }
 
 // newPipeline returns a pipeline (one capture worker's synopses) that hands
@@ -239,6 +246,9 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	if ed.rtt != nil {
 		pl.rtt.packet(&p, ed.rtt)
 	}
+	if pl.reorder != nil {
+		pl.reorder.Add(&p)
+	}
 	matched, hashed := false, false
 	var flowHash, weight uint64
 	if ed.colate != nil {
@@ -276,6 +286,9 @@ func (pl *pipeline) flush() { pl.window.Flush() }
 
 // close turns a closed epoch into one report per path.
 func (pl *pipeline) close(cl epoch.Closed[*epochData]) {
+	if pl.reorder != nil {
+		cl.Value.reorder = pl.reorder.Report()
+	}
 	pl.sink(closedEpoch{epoch: cl.Epoch, data: cl.Value, late: cl.Late, failures: pl.failSince})
 	pl.failSince = [4]uint64{}
 }
@@ -301,7 +314,11 @@ type reporter struct {
 	emitVector func(*owlv1.ColateVector)
 	// emitRTT takes the epoch's RTT report (nil: not sent).
 	emitRTT func(*owlv1.RTTReport)
-	dropped func() uint64 // packets the capture lost since the previous call
+	// emitReorder takes the epoch's reordering report (nil: not sent),
+	// of at most reorderMax prefixes.
+	emitReorder func(*owlv1.ReorderReport)
+	reorderMax  int
+	dropped     func() uint64 // packets the capture lost since the previous call
 	// startedNS is when a live capture started (0 for files): an epoch
 	// that began before it is partial.
 	startedNS atomic.Int64
@@ -395,14 +412,23 @@ func (r *reporter) report(ce closedEpoch) {
 			rdas.Put(ed.rdas[i])
 		}
 	}
-	if rep := rttReport(ed.rtt, ce.epoch, clock); rep != nil && r.emitRTT != nil {
+	r.reportPoint(ed, ce.epoch, clock)
+}
+
+// reportPoint emits what the point measured of the epoch whatever the
+// paths: round-trip times, reordering, the COLATE vector.
+func (r *reporter) reportPoint(ed *epochData, epoch int64, clock *owlv1.ClockStatus) {
+	if rep := rttReport(ed.rtt, epoch, clock); rep != nil && r.emitRTT != nil {
 		r.emitRTT(rep)
+	}
+	if rep := reorderReport(ed.reorder, epoch, clock, r.reorderMax); rep != nil && r.emitReorder != nil {
+		r.emitReorder(rep)
 	}
 	if v := ed.colate; v != nil {
 		if r.emitVector != nil {
 			b, _ := v.MarshalBinary() // does not fail
 			first, last := v.Span()
-			r.emitVector(&owlv1.ColateVector{Epoch: ce.epoch, FirstUnixNs: first, LastUnixNs: last, Packets: v.Packets(), Vector: b, Clock: clock})
+			r.emitVector(&owlv1.ColateVector{Epoch: epoch, FirstUnixNs: first, LastUnixNs: last, Packets: v.Packets(), Vector: b, Clock: clock})
 		}
 		putVector(v)
 		ed.colate = nil

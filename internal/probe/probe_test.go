@@ -250,7 +250,9 @@ func TestMergedWorkersEqualOne(t *testing.T) {
 // BenchmarkPipeline measures everything a probe does per packet from an
 // in-memory capture on one core: decode, identity, path selection, epoch,
 // LDA, RDA, cache, flow hash, LDS, RAP and the packet sample (off in
-// sample=false), and round-trip matching in rtt=true.
+// sample=false), round-trip matching in rtt=true and the reordering
+// tracker in reorder=true (the looped trace's flows start over each
+// loop: the tracker sees them as retransmitted, at the same cost).
 func BenchmarkPipeline(b *testing.B) {
 	src, err := capture.OpenFile("../../testdata/trace.pcap")
 	if err != nil {
@@ -270,13 +272,15 @@ func BenchmarkPipeline(b *testing.B) {
 	for _, run := range []struct {
 		colateCounters int
 		sample, rtt    bool
-	}{{0, false, false}, {0, true, false}, {0, true, true}, {1 << 16, true, false}, {1 << 20, true, false}} {
+		reorder        bool
+	}{{0, false, false, false}, {0, true, false, false}, {0, true, true, false}, {0, true, false, true}, {0, true, true, true},
+		{1 << 16, true, false, false}, {1 << 20, true, false, false}} {
 		colateCounters := run.colateCounters
 		name := "colate=off"
 		if colateCounters > 0 {
 			name = fmt.Sprintf("colate=%d", colateCounters)
 		}
-		name += fmt.Sprintf("/sample=%t/rtt=%t", run.sample, run.rtt)
+		name += fmt.Sprintf("/sample=%t/rtt=%t/reorder=%t", run.sample, run.rtt, run.reorder)
 		b.Run(name, func(b *testing.B) {
 			p := params.Default()
 			p.Colate.Enabled, p.Colate.Counters = colateCounters > 0, max(colateCounters, 4)
@@ -290,6 +294,9 @@ func BenchmarkPipeline(b *testing.B) {
 			if run.rtt {
 				c := DefaultRTTConfig()
 				pl.rtt, _ = newRTTMatcher(c, c.Fridges.Seed, p.Epoch.Length.Seconds())
+			}
+			if run.reorder {
+				pl.reorder, _ = newReorderTracker(DefaultReorderConfig())
 			}
 			set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{
 				{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"}, Role: owlv1.Role_ROLE_UPSTREAM}}})

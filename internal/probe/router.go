@@ -186,9 +186,9 @@ type routedTo struct {
 func (t routedTo) keep(m *owlv1.ProbeMessage) bool { return t.r.dest(m) == t.addr }
 
 func (t routedTo) misrouted(kind owlv1.Reject_Kind, path, owner string) {
-	// RTT reports, like COLATE vectors, go to the owner of the probe's
-	// own data.
-	t.r.misrouted(kind == owlv1.Reject_KIND_COLATE || kind == owlv1.Reject_KIND_RTT, path, owner)
+	// RTT and reordering reports, like COLATE vectors, go to the owner
+	// of the probe's own data.
+	t.r.misrouted(kind == owlv1.Reject_KIND_COLATE || kind == owlv1.Reject_KIND_RTT || kind == owlv1.Reject_KIND_REORDER, path, owner)
 }
 
 // misrouted takes a collector's word that another owns a path (or, with

@@ -10,9 +10,10 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
 
-// spool keeps closed epochs' reports and COLATE vectors until the collector
-// acknowledges them. It holds the messages of at most max epochs (one
-// report per path, and a COLATE vector, each) and maxBytes of them: when a
+// spool keeps closed epochs' reports and COLATE vectors (and RTT and
+// reordering reports) until the collector acknowledges them. It holds the
+// messages of at most max epochs (one report per path, and a COLATE
+// vector, RTT and reordering report, each) and maxBytes of them: when a
 // new message would pass either bound, the oldest epoch's messages are
 // dropped, logged and counted, and the count travels in every later
 // report. With a data directory every message is kept on disk too, until
@@ -74,6 +75,8 @@ func (s *spool) logDropped(gone []*owlv1.ProbeMessage) {
 			s.log.Warn("spool full: dropped an unacknowledged epoch report", "path", r.GetPath(), "epoch", r.GetEpoch(), "spool_max_epochs", s.max, "spool_max_bytes", s.maxBytes)
 		} else if v := m.GetRtt(); v != nil {
 			s.log.Warn("spool full: dropped an unacknowledged RTT report", "epoch", v.GetEpoch(), "spool_max_epochs", s.max, "spool_max_bytes", s.maxBytes)
+		} else if v := m.GetReorder(); v != nil {
+			s.log.Warn("spool full: dropped an unacknowledged reordering report", "epoch", v.GetEpoch(), "spool_max_epochs", s.max, "spool_max_bytes", s.maxBytes)
 		} else {
 			s.log.Warn("spool full: dropped an unacknowledged COLATE vector", "epoch", m.GetColate().GetEpoch(), "spool_max_epochs", s.max, "spool_max_bytes", s.maxBytes)
 		}
@@ -114,6 +117,11 @@ func (s *spool) addVector(v *owlv1.ColateVector) {
 // addRTT numbers an RTT report and keeps it.
 func (s *spool) addRTT(v *owlv1.RTTReport) {
 	s.put(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Rtt{Rtt: v}}, func(seq, _ uint64) { v.Seq = seq })
+}
+
+// addReorder numbers a reordering report and keeps it.
+func (s *spool) addReorder(v *owlv1.ReorderReport) {
+	s.put(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Reorder{Reorder: v}}, func(seq, _ uint64) { v.Seq = seq })
 }
 
 // put numbers a message (number sets its seq and the drop count), makes
@@ -198,6 +206,9 @@ func epochOf(m *owlv1.ProbeMessage) int64 {
 	if v := m.GetRtt(); v != nil {
 		return v.GetEpoch()
 	}
+	if v := m.GetReorder(); v != nil {
+		return v.GetEpoch()
+	}
 	return m.GetColate().GetEpoch()
 }
 
@@ -207,6 +218,9 @@ func seqOf(m *owlv1.ProbeMessage) uint64 {
 		return r.Seq
 	}
 	if v := m.GetRtt(); v != nil {
+		return v.GetSeq()
+	}
+	if v := m.GetReorder(); v != nil {
 		return v.GetSeq()
 	}
 	return m.GetColate().GetSeq()
