@@ -45,6 +45,7 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/sample/
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/exact/
 	$(FUZZ) -fuzz '^FuzzUnmarshal$$' ./internal/synopsis/colate/
+	$(FUZZ) -fuzz '^FuzzFromProto$$' ./internal/synopsis/reorder/
 	$(FUZZ) -fuzz '^FuzzReport$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzRepairAnswers$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzHandover$$' ./internal/collector/
