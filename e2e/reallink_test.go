@@ -260,6 +260,18 @@ func TestRealLink(t *testing.T) {
 	}
 	checkRealLinkFlows(ft, q2, "rev", truths["rev"])
 	checkRealLinkColate(ft, q2, map[string][2]string{"fwd": {"probe-in", "probe-out"}, "rev": {"probe-out", "probe-in"}}, truths, grid)
+	// Round-trip times at each probe, against its own capture.
+	for probe, pcap := range map[string]string{"probe-in": pin, "probe-out": pout} {
+		truth := exactRTT(ft, pcap)
+		rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+		got, err := probeRTT(rctx, q2, probe, truth)
+		rcancel()
+		if err != nil {
+			ft.Errorf("GetRTTDistribution of %s: %v", probe, err)
+			continue
+		}
+		checkRTT(ft, probe, got, truth, wiresharkRTT(ft, pcap))
+	}
 }
 
 // failures is a test that keeps what its checks failed on, to say it
