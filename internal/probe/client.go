@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -275,6 +276,22 @@ func (c *client) rejected(rj *owlv1.Reject) error {
 	return nil
 }
 
+// sendFailed is the error of a send that failed. A send on a stream the
+// collector ended fails with io.EOF, which says nothing: the collector's
+// status comes to the receiving side, which is waited for a moment.
+func sendFailed(what string, err error, errc <-chan error) error {
+	if errors.Is(err, io.EOF) {
+		select {
+		case rerr := <-errc:
+			if rerr != nil {
+				return fmt.Errorf("%s: the collector ended the stream: %w", what, rerr)
+			}
+		case <-time.After(time.Second):
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // sendSpooled sends every spooled message routed here, as it comes, and
 // the clock status every clockEvery, until the session ends.
 func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error) error {
@@ -286,7 +303,7 @@ func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error)
 		for _, m := range c.spool.after(sent) {
 			if c.routes == nil || c.routes.keep(m) {
 				if err := st.send(m); err != nil {
-					return fmt.Errorf("sending report %d: %w", seqOf(m), err)
+					return sendFailed(fmt.Sprintf("sending report %d", seqOf(m)), err, errc)
 				}
 			}
 			sent = seqOf(m)
@@ -301,7 +318,7 @@ func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error)
 		case <-changed:
 		case <-clockTick.C:
 			if err := st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Clock{Clock: c.h.clockStatus()}}); err != nil {
-				return fmt.Errorf("sending clock status: %w", err)
+				return sendFailed("sending clock status", err, errc)
 			}
 		}
 	}
