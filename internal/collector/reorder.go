@@ -215,7 +215,13 @@ func (s queryService) ListReorderedPrefixes(ctx context.Context, req *owlv1.List
 	for _, ps := range sums.byPrefix {
 		total.Add(ps.Stats)
 	}
-	out.Other, out.Total = reorderedPrefix("", sums.other, 0), reorderedPrefix("", total, 0)
+	// An empty sum has no rate: other and total are left out.
+	if sums.other.Packets > 0 {
+		out.Other = reorderedPrefix("", sums.other, 0)
+	}
+	if total.Packets > 0 {
+		out.Total = reorderedPrefix("", total, 0)
+	}
 	for _, p := range ranked[:min(limit, len(ranked))] {
 		out.Prefixes = append(out.Prefixes, reorderedPrefix(p.Prefix.String(), p.Stats, sums.byPrefix[p.Prefix].epochs))
 	}

@@ -221,3 +221,18 @@ func TestReorderConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestReorderEmptyOther: a range whose reports fold nothing into other
+// leaves other out (an empty sum has no rate).
+func TestReorderEmptyOther(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	r := reorderEpoch(1)
+	r.Other, r.PrefixesFolded = nil, 0
+	if err := c.takeReorder("a", r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := queryService{c: c}.ListReorderedPrefixes(context.Background(), &owlv1.ListReorderedPrefixesRequest{Probe: "a"})
+	if err != nil || got.GetOther() != nil || got.GetTotal().GetPackets() != 2460 {
+		t.Errorf("other %v, total %v (%v); want none and 2460 packets", got.GetOther(), got.GetTotal(), err)
+	}
+}

@@ -5142,7 +5142,7 @@ type ListReorderedPrefixesResponse struct {
 	Matched  uint32             `protobuf:"varint,3,opt,name=matched,proto3" json:"matched,omitempty"`
 	// other sums the prefixes the probe left out of its reports (and any
 	// past the collector's bound on one answer); total every packet
-	// measured in the range.
+	// measured in the range. Each is unset when it has no packet.
 	Other         *ReorderedPrefix `protobuf:"bytes,4,opt,name=other,proto3" json:"other,omitempty"`
 	Total         *ReorderedPrefix `protobuf:"bytes,5,opt,name=total,proto3" json:"total,omitempty"`
 	Counters      *ReorderCounters `protobuf:"bytes,6,opt,name=counters,proto3" json:"counters,omitempty"`
