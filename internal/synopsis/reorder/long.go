@@ -25,9 +25,12 @@ type longFlows struct {
 	counters int
 	epochs   uint64
 	index    map[uint64]int32 // flow hash → entry in flows
-	flows    []longFlow
-	free     []int32
-	keep     []bool // scratch for choose
+	// maybe counts the long flows by hash bits (saturating at 255): a
+	// segment whose count is 0 is not a long flow's, and skips the map.
+	maybe []uint8
+	flows []longFlow
+	free  []int32
+	keep  []bool // scratch for choose
 	// minPackets is the RAP count a flow needs to be promoted: more than
 	// a window's segments.
 	minPackets    uint64
@@ -36,13 +39,28 @@ type longFlows struct {
 
 func newLongFlows(n, counters int, cfg Config) *longFlows {
 	l := &longFlows{rap: rap.New[struct{}](counters, cfg.Seed), counters: counters, index: make(map[uint64]int32, n),
-		flows: make([]longFlow, n), free: make([]int32, n), keep: make([]bool, n),
+		maybe: make([]uint8, maybeSlots(n)), flows: make([]longFlow, n), free: make([]int32, n), keep: make([]bool, n),
 		minPackets: uint64(cfg.WindowPackets), refresh: cfg.RefreshPackets}
 	for i := range l.free {
 		l.free[i] = int32(n - 1 - i)
 	}
 	return l
 }
+
+// maybeSlots is the size of the membership filter for n long flows: a
+// power of two of at least 8n, so that about one segment in 8 of other
+// flows looks the map up.
+func maybeSlots(n int) int {
+	s := 1
+	for s < 8*n {
+		s <<= 1
+	}
+	return s
+}
+
+// maybeSlot is h's slot in the filter, from bits the window buckets do
+// not use (they use the high half; the lowest bit is always 1).
+func (l *longFlows) maybeSlot(h uint64) int { return int(h>>1) & (len(l.maybe) - 1) }
 
 // add counts a segment of the flow h in the RAP table, chooses the long
 // flows when it is time, and counts the segment in h's state if h is a
@@ -52,6 +70,9 @@ func (l *longFlows) add(t *Tracker, h uint64, p *capture.Packet, g segment) bool
 	if l.seen++; l.seen >= l.refresh {
 		l.seen = 0
 		l.choose(t)
+	}
+	if l.maybe[l.maybeSlot(h)] == 0 {
+		return false
 	}
 	i, ok := l.index[h]
 	if !ok {
@@ -124,6 +145,9 @@ func (l *longFlows) promote(t *Tracker, h uint64) {
 		t.keys[s] = 0 // the window's hold on its prefix passes to the long flow
 	}
 	l.index[h] = i
+	if m := &l.maybe[l.maybeSlot(h)]; *m < 255 {
+		*m++
+	}
 	t.counters.Promoted++
 }
 
@@ -135,6 +159,9 @@ func (l *longFlows) demote(t *Tracker, i int) {
 		t.prefixes.entries[f.prefix].open--
 	}
 	delete(l.index, f.key)
+	if m := &l.maybe[l.maybeSlot(f.key)]; *m < 255 {
+		*m-- // a slot that reached 255 stays there: its flows always look the map up
+	}
 	f.key = 0
 	l.free = append(l.free, int32(i))
 	t.counters.Demoted++

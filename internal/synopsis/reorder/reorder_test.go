@@ -295,6 +295,56 @@ func TestFloodKeepsMemory(t *testing.T) {
 	}
 }
 
+// TestFloodAcrossEpochs floods a default tracker with a million SYNs of
+// distinct flows from 4,096 /24s, ending an epoch every 100,000 packets
+// as a probe would: the live heap after the flood is within a few
+// kilobytes of what it was before (the reports are garbage once read),
+// and no table outgrows its size.
+func TestFloodAcrossEpochs(t *testing.T) {
+	tr, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sz := tr.Sizes()
+	entries, index := cap(tr.prefixes.entries), len(tr.prefixes.index)
+	p := capture.Packet{Flow: capture.FlowKey{Dst: netip.MustParseAddr("198.51.100.1"), DstPort: 443, Proto: protoTCP},
+		L4: capture.Transport{TCPFlags: capture.TCPSyn}}
+	flood := func(from, to int) {
+		for i := from; i < to; i++ {
+			p.Flow.Src = netip.AddrFrom4([4]byte{10, byte(i >> 8 & 0x0f), byte(i), byte(i >> 12)})
+			p.Flow.SrcPort = uint16(i >> 20)
+			p.L4.Seq = uint32(i) * 2654435761
+			p.TimeNS = int64(i) * 1000
+			tr.Add(&p)
+			if i%100_000 == 99_999 {
+				if r := tr.Report(); len(r.Prefixes) > tr.cfg.Prefixes.Max {
+					t.Fatalf("report of %d prefixes", len(r.Prefixes))
+				}
+			}
+		}
+	}
+	flood(0, 100_000) // the map and the RAP table reach their working size
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	flood(100_000, 1_000_000)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("live heap %d → %d bytes; tracker %d bytes", before.HeapAlloc, after.HeapAlloc, sz.Bytes)
+	if grown > 64<<10 {
+		t.Errorf("live heap grew by %d bytes under the flood (tracker of %d bytes)", grown, sz.Bytes)
+	}
+	if cap(tr.prefixes.entries) != entries || len(tr.prefixes.index) != index || len(tr.keys) != sz.Windows || len(tr.wins) != sz.Windows {
+		t.Errorf("tables resized: prefixes %d → %d, index %d → %d, windows %d, %d of %d",
+			entries, cap(tr.prefixes.entries), index, len(tr.prefixes.index), len(tr.keys), len(tr.wins), sz.Windows)
+	}
+	if n := len(tr.long.index); n > sz.LongFlows || tr.long.rap.Len() > sz.Counters {
+		t.Errorf("%d long flows, %d counters: %d and %d allowed", n, tr.long.rap.Len(), sz.LongFlows, sz.Counters)
+	}
+	runtime.KeepAlive(tr)
+}
+
 func TestRateSE(t *testing.T) {
 	flows := func(fs ...[2]uint64) Stats {
 		var s Stats
@@ -418,6 +468,25 @@ func BenchmarkAdd(b *testing.B) { benchmarkAdd(b, DefaultConfig().LongShare) }
 
 // BenchmarkAddWindowsOnly is the same without long flows.
 func BenchmarkAddWindowsOnly(b *testing.B) { benchmarkAdd(b, 0) }
+
+// BenchmarkAddFlood is the cost of a SYN of a new flow, every packet,
+// from 4,096 /24s: the tracker's worst case, the one that must not grow.
+func BenchmarkAddFlood(b *testing.B) {
+	tr, err := New(DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := capture.Packet{Flow: capture.FlowKey{Dst: netip.MustParseAddr("198.51.100.1"), DstPort: 443, Proto: protoTCP},
+		L4: capture.Transport{TCPFlags: capture.TCPSyn}}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		p.Flow.Src = netip.AddrFrom4([4]byte{10, byte(i >> 8 & 0x0f), byte(i), byte(i >> 12)})
+		p.Flow.SrcPort = uint16(i >> 20)
+		p.L4.Seq = uint32(i) * 2654435761
+		p.TimeNS = int64(i) * 1000
+		tr.Add(&p)
+	}
+}
 
 // BenchmarkExactAdd is the ground truth's cost on the same packets.
 func BenchmarkExactAdd(b *testing.B) {
