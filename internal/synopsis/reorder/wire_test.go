@@ -2,6 +2,7 @@ package reorder
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -132,4 +133,16 @@ func statsOf(r *Report) []Stats {
 		out[i] = p.Stats
 	}
 	return out
+}
+
+// TestWireCarriesEveryField: a field added to Stats or Counters must be
+// added to the wire form (Proto, FromProto and owl.proto) too; this counts
+// them.
+func TestWireCarriesEveryField(t *testing.T) {
+	if n := reflect.TypeFor[Stats]().NumField(); n != 7 {
+		t.Errorf("Stats has %d fields, the wire form carries 7", n)
+	}
+	if n := reflect.TypeFor[Counters]().NumField(); n != 8 {
+		t.Errorf("Counters has %d fields, the wire form carries 8", n)
+	}
 }
