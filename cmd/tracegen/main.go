@@ -6,6 +6,10 @@
 //
 //	tracegen -in testdata/trace.pcap -out /tmp/run -loss 0.01 \
 //	  -delay weibull:shape=0.65,scale=50us,base=20us
+//
+// -reorder-prefix reorders some senders' packets more than others', e.g.
+// -reorder-prefix 10.99.0.2/32=0.05 holds back 5% of the packets whose
+// source is 10.99.0.2 (the ground truth of per-prefix reordering).
 package main
 
 import (
@@ -29,6 +33,8 @@ func main() {
 	fs.Float64Var(&m.Loss, "loss", 0, "probability that a packet is lost")
 	fs.Float64Var(&m.Reorder, "reorder", 0, "probability that a packet is held back by an extra delay")
 	fs.DurationVar(&m.ReorderExtra, "reorder-extra", time.Millisecond, "largest extra delay of a held-back packet")
+	fs.Var(sim.PrefixReorders{P: &m.PrefixReorder}, "reorder-prefix",
+		"PREFIX=P: packets from PREFIX (source address) are held back with probability P instead of -reorder; repeatable, longest prefix wins")
 	fs.Float64Var(&m.Duplicate, "duplicate", 0, "probability that a packet arrives twice")
 	fs.DurationVar(&m.DuplicateGap, "duplicate-gap", 50*time.Microsecond, "largest gap between a packet and its copy")
 	fs.DurationVar(&m.DownClockOffset, "down-clock-offset", 0, "error of the downstream clock, added to its timestamps only")
@@ -54,6 +60,10 @@ func main() {
 	var err error
 	if m.Delay, err = sim.ParseDelay(*delay); err != nil {
 		log.Error("bad -delay", "err", err)
+		os.Exit(2)
+	}
+	if err := m.Validate(); err != nil {
+		log.Error("bad impairment", "err", err)
 		os.Exit(2)
 	}
 	outs := sim.OutputsFor(*out)

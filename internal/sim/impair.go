@@ -32,6 +32,10 @@ type Impairment struct {
 	// delay, uniform in (0, ReorderExtra], so that later packets overtake it.
 	Reorder      float64
 	ReorderExtra time.Duration
+	// PrefixReorder, for the packets whose source address is in one of its
+	// prefixes (the longest that holds it), takes the place of Reorder: a
+	// path that reorders some senders' traffic more than others'.
+	PrefixReorder []PrefixReorder
 	// Duplicate is the probability that a delivered packet arrives twice;
 	// the copy comes up to DuplicateGap later.
 	Duplicate    float64
@@ -60,13 +64,29 @@ func (m Impairment) Validate() error {
 			return fmt.Errorf("impairment %s probability %g out of [0, 1]", p.name, p.v)
 		}
 	}
-	if m.Reorder > 0 && m.ReorderExtra <= 0 {
+	if err := validatePrefixReorders(m.PrefixReorder); err != nil {
+		return err
+	}
+	if m.reorders() && m.ReorderExtra <= 0 {
 		return errors.New("impairment reorder needs a positive reorder extra delay")
 	}
 	if m.ReorderExtra < 0 || m.DuplicateGap < 0 {
 		return errors.New("impairment delays must not be negative")
 	}
 	return nil
+}
+
+// reorders says whether any packet may be held back.
+func (m Impairment) reorders() bool {
+	if m.Reorder > 0 {
+		return true
+	}
+	for _, p := range m.PrefixReorder {
+		if p.Reorder > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Record is the ground truth of one IP packet of the input.
@@ -148,7 +168,11 @@ func Impair(link layers.LinkType, in []Frame, id capture.IdentityConfig, m Impai
 			}
 			d += x
 		}
-		if m.Reorder > 0 && r.Float64() < m.Reorder {
+		reorder := m.Reorder
+		if len(m.PrefixReorder) > 0 {
+			reorder = reorderOf(m.PrefixReorder, p.Flow.Src, m.Reorder)
+		}
+		if reorder > 0 && r.Float64() < reorder {
 			d += 1 + r.Int64N(int64(m.ReorderExtra))
 		}
 		rec.DownNS = f.TimeNS + d
