@@ -513,3 +513,38 @@ func TestOfferTakesRetransmissionsOut(t *testing.T) {
 		t.Errorf("%d insertions counted, want 3", s.Insertions())
 	}
 }
+
+// TestTakeIsResponse: Take finds what Response finds, with the same delay
+// and insertions, in a Set of several fridges where most requests are
+// evicted; PooledCorr reads the same values from its table as it computes
+// past it.
+func TestTakeIsResponse(t *testing.T) {
+	evs, _ := trace(5, 20_000, 1000, 0.5, 1e3, 1e7, false)
+	a, b := must(NewSized(DefaultSizing(), 1e6)), must(NewSized(DefaultSizing(), 1e6))
+	matched, responses := 0, 0
+	for i, ev := range evs {
+		if !ev.resp {
+			if a.Offer(ev.key, ev.tNS) != b.Offer(ev.key, ev.tNS) {
+				t.Fatalf("event %d: the sets' offers differ", i)
+			}
+			continue
+		}
+		responses++
+		s, ok := a.Response(ev.key, ev.tNS)
+		d, x, ok2 := b.Take(ev.key, ev.tNS)
+		if ok != ok2 || ok && (d != s.DelayNS || x != s.Insertions) {
+			t.Fatalf("event %d: Response %+v %v, Take %d %d %v", i, s, ok, d, x, ok2)
+		}
+		if ok {
+			matched++
+		}
+	}
+	if matched < 1000 || matched == responses {
+		t.Errorf("%d of %d responses matched: the trace does not test evictions", matched, responses)
+	}
+	for x := range uint64(2 * pooledSmall) {
+		if got, want := a.PooledCorr(x), a.pooledCorr(x); got != want {
+			t.Errorf("PooledCorr(%d) = %v, computed %v", x, got, want)
+		}
+	}
+}

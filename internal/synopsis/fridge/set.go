@@ -52,11 +52,19 @@ func (c SetConfig) Validate() error {
 // offered counts as an insertion for all of them, so fridge k's samples are
 // corrected by p_k^-1·(1 − p_k/M_k)^-x with the Set's x (§2.3.2).
 type Set struct {
-	cfg     SetConfig
-	tabs    []table
-	upper   []uint64 // fridge k takes lower hash bits in [upper[k-1], upper[k])
+	cfg  SetConfig
+	tabs []table
+	// fridge k takes lower hash bits in [upper[k-1], upper[k])
+	upper   [MaxFridges]uint64
 	counter uint64
+	// pooled is PooledCorr(x) for x below pooledSmall, computed once:
+	// most pairs are answered within a few requests.
+	pooled [pooledSmall]float64
 }
+
+// pooledSmall is the number of insertions below which PooledCorr reads
+// its value from a table instead of computing one exponential per fridge.
+const pooledSmall = 256
 
 // NewSet returns an empty Set.
 func NewSet(cfg SetConfig) (*Set, error) {
@@ -73,11 +81,14 @@ func NewSet(cfg SetConfig) (*Set, error) {
 				ErrConfig, k, p.EntryProb)
 		}
 		s.tabs = append(s.tabs, newTable(p.Entries, float64(u-prev)/(1<<32)))
-		s.upper = append(s.upper, u)
+		s.upper[k] = u
 		prev = u
 	}
 	cfg.Parts = append([]Part(nil), cfg.Parts...)
 	s.cfg = cfg
+	for x := range s.pooled {
+		s.pooled[x] = s.pooledCorr(uint64(x))
+	}
 	return s, nil
 }
 
@@ -112,15 +123,22 @@ func (s *Set) MemoryBytes() int {
 // Insertions is the number of requests offered so far.
 func (s *Set) Insertions() uint64 { return s.counter }
 
-// route is the fridge a hash goes to, or −1.
+// route is the fridge a hash goes to, or −1: the number of fridges whose
+// range ends at or below the hash's lower bits, counted without branches
+// (which fridge a random hash picks is what a branch predictor cannot
+// guess).
 func (s *Set) route(h uint64) int {
 	u := h & 0xffffffff
-	for k, up := range s.upper {
-		if u < up {
-			return k
+	k := 0
+	for _, up := range s.upper[:len(s.tabs)] {
+		if u >= up {
+			k++
 		}
 	}
-	return -1
+	if k == len(s.tabs) {
+		return -1
+	}
+	return k
 }
 
 // Request offers a request with its key at time tNS: the counter counts
@@ -172,6 +190,28 @@ func (s *Set) Response(key uint64, tNS int64) (Sample, bool) {
 	smp, ok := t.take(t.index(h), key, tNS, s.counter)
 	smp.Fridge = k
 	return smp, ok
+}
+
+// Take is Response for a caller that weighs its samples with
+// PooledCorr: it returns the delay and the insertions x only, and spends
+// no exponential on the sample's own correction.
+func (s *Set) Take(key uint64, tNS int64) (delayNS int64, x uint64, ok bool) {
+	h := hash(key, s.cfg.Seed)
+	k := s.route(h)
+	if k < 0 {
+		return 0, 0, false
+	}
+	t := &s.tabs[k]
+	sl := &t.slots[t.index(h)]
+	if sl.stamp == 0 || sl.key != key {
+		return 0, 0, false
+	}
+	stamp, reqNS := sl.stamp, sl.tNS
+	*sl = slot{}
+	if tNS < reqNS {
+		return 0, 0, false // as take: no delay to report
+	}
+	return tNS - reqNS, s.counter - stamp, true
 }
 
 // Reset empties the fridges and restarts the counter.
@@ -327,6 +367,14 @@ func geometric(lo, hi float64, n int) []float64 {
 // inverse-variance combination with exact variances, with no weights to
 // estimate; PooledCorr is never above the sample's own Corr.
 func (s *Set) PooledCorr(x uint64) float64 {
+	if x < pooledSmall {
+		return s.pooled[x]
+	}
+	return s.pooledCorr(x)
+}
+
+// pooledCorr computes PooledCorr(x).
+func (s *Set) pooledCorr(x uint64) float64 {
 	q := 0.0
 	for i := range s.tabs {
 		t := &s.tabs[i]
