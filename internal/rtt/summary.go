@@ -52,13 +52,32 @@ type group struct {
 	pairs   float64
 }
 
-func (g *group) add(delayNS int64, weight float64) {
-	if g.sketch == nil {
-		g.sketch = delays.New()
+// mapping is the delay sketches' index mapping, and the delays it
+// indexes: the others go through DDSketch.AddWithCount.
+var (
+	mapping                    = delays.New().IndexMapping
+	minIndexable, maxIndexable = mapping.MinIndexableValue(), mapping.MaxIndexableValue()
+)
+
+// addPair adds a delay of weight pairs to two groups (its kind's and its
+// prefix's), the sketch index computed once for both.
+func addPair(a, b *group, delayNS int64, weight float64) {
+	for _, g := range [2]*group{a, b} {
+		if g.sketch == nil {
+			g.sketch = delays.New()
+		}
+		g.samples++
+		g.pairs += weight
 	}
-	_ = g.sketch.AddWithCount(float64(delayNS), weight) // weights are finite and positive
-	g.samples++
-	g.pairs += weight
+	v := float64(delayNS)
+	if v > minIndexable && v <= maxIndexable {
+		i := mapping.Index(v)
+		a.sketch.GetPositiveValueStore().AddWithCount(i, weight)
+		b.sketch.GetPositiveValueStore().AddWithCount(i, weight)
+		return
+	}
+	_ = a.sketch.AddWithCount(v, weight) // weights are finite and positive
+	_ = b.sketch.AddWithCount(v, weight)
 }
 
 func (g *group) merge(o *group) {
@@ -86,20 +105,35 @@ type Counters struct {
 }
 
 // Summary is one epoch's round-trip times: a weighted sketch per kind and
-// per responder prefix. Not safe for concurrent use; capture workers'
-// summaries merge.
+// per responder prefix. Its memory is bounded whatever the traffic: at
+// most trackFactor·Max prefixes, the distinct prefixes folded into other
+// estimated in a kilobyte (exact to a prefix or two while fewer than a
+// few hundred). Not safe for concurrent use; capture workers' summaries
+// merge.
 type Summary struct {
 	cfg      PrefixConfig
 	kinds    [Kinds]group
 	prefixes map[netip.Prefix]*group
 	other    group
-	folded   map[netip.Prefix]bool // prefixes that went to other at once
+	folded   distinct // prefixes that went to other
+	// recent caches the groups of recent responders, which answer
+	// again and again: a look-up in prefixes hashes a prefix.
+	recent   [recentResponders]responderGroup
 	Counters Counters
+}
+
+// recentResponders is the size of Summary's cache of responders' groups.
+const recentResponders = 16
+
+// responderGroup is a responder and the group its pairs go to.
+type responderGroup struct {
+	addr netip.Addr
+	g    *group
 }
 
 // NewSummary returns an empty summary.
 func NewSummary(cfg PrefixConfig) *Summary {
-	return &Summary{cfg: cfg, prefixes: map[netip.Prefix]*group{}, folded: map[netip.Prefix]bool{}}
+	return &Summary{cfg: cfg, prefixes: map[netip.Prefix]*group{}}
 }
 
 // PrefixOf is the responder prefix an address belongs to.
@@ -118,8 +152,27 @@ func (s *Summary) Add(sm Sample) {
 	if sm.Kind >= Kinds || !(sm.Weight > 0) {
 		return
 	}
-	s.kinds[sm.Kind].add(sm.DelayNS, sm.Weight)
-	s.prefix(s.cfg.PrefixOf(sm.Responder)).add(sm.DelayNS, sm.Weight)
+	addPair(&s.kinds[sm.Kind], s.responder(sm.Responder), sm.DelayNS, sm.Weight)
+}
+
+// responder is the group of a responder's prefix. A prefix's group stays
+// the same for the epoch (a prefix folded into other stays there), so a
+// responder's group is cached.
+func (s *Summary) responder(a netip.Addr) *group {
+	r := &s.recent[recentSlot(a)]
+	if r.g != nil && r.addr == a {
+		return r.g
+	}
+	g := s.prefix(s.cfg.PrefixOf(a))
+	*r = responderGroup{addr: a, g: g}
+	return g
+}
+
+// recentSlot is a responder's slot in the cache: the low bits of its
+// address.
+func recentSlot(a netip.Addr) int {
+	b := a.As16()
+	return int(b[15]^b[14]^b[11]) % recentResponders
 }
 
 // prefix is p's group, or other when too many prefixes are tracked.
@@ -128,7 +181,7 @@ func (s *Summary) prefix(p netip.Prefix) *group {
 		return g
 	}
 	if len(s.prefixes) >= trackFactor*max(s.cfg.Max, 1) {
-		s.folded[p] = true
+		s.folded.add(p)
 		return &s.other
 	}
 	g := &group{}
@@ -144,9 +197,7 @@ func (s *Summary) Merge(o *Summary) {
 	for p, g := range o.prefixes {
 		s.prefix(p).merge(g)
 	}
-	for p := range o.folded {
-		s.folded[p] = true
-	}
+	s.folded.merge(&o.folded)
 	s.other.merge(&o.other)
 	s.Counters.Requests += o.Counters.Requests
 	s.Counters.Responses += o.Counters.Responses
@@ -184,9 +235,9 @@ func (s *Summary) Report(epoch int64) *owlv1.RTTReport {
 			continue
 		}
 		other.merge(s.prefixes[p])
-		s.folded[p] = true
+		s.folded.add(p)
 	}
 	out.Other = other.proto()
-	out.Counters.PrefixesFolded = uint64(len(s.folded))
+	out.Counters.PrefixesFolded = s.folded.count()
 	return out
 }
