@@ -93,10 +93,7 @@ func (m *rttMatcher) packet(p *capture.Packet, sum *rtt.Summary) {
 	ev := rtt.Classify(p, m.seed)
 	if ev.Response {
 		sum.Counters.Responses++
-		if s, set, ok := m.take(ev.ResponseKey, p.TimeNS); ok {
-			sum.Counters.Matched++
-			sum.Add(rtt.Sample{DelayNS: s.DelayNS, Kind: ev.ResponseKind, Responder: ev.Responder, Weight: set.PooledCorr(s.Insertions)})
-		}
+		m.respond(&ev, p.TimeNS, sum)
 	}
 	if ev.Request {
 		sum.Counters.Requests++
@@ -109,18 +106,21 @@ func (m *rttMatcher) packet(p *capture.Packet, sum *rtt.Summary) {
 	}
 }
 
-// take finds the request of key in the current set, then the previous,
-// and returns the set that held it.
-func (m *rttMatcher) take(key uint64, tNS int64) (fridge.Sample, *fridge.Set, bool) {
-	if s, ok := m.cur.Response(key, tNS); ok {
-		return s, m.cur, true
+// respond finds the request a response answers in the current set, then
+// the previous, and adds the pair to sum weighted by the pooled
+// correction of the set that held it.
+func (m *rttMatcher) respond(ev *rtt.Event, tNS int64, sum *rtt.Summary) {
+	set := m.cur
+	delayNS, x, ok := set.Take(ev.ResponseKey, tNS)
+	if !ok && m.old != nil {
+		set = m.old
+		delayNS, x, ok = set.Take(ev.ResponseKey, tNS)
 	}
-	if m.old != nil {
-		if s, ok := m.old.Response(key, tNS); ok {
-			return s, m.old, true
-		}
+	if !ok {
+		return
 	}
-	return fridge.Sample{}, nil, false
+	sum.Counters.Matched++
+	sum.Add(rtt.Sample{DelayNS: delayNS, Kind: ev.ResponseKind, Responder: ev.Responder, Weight: set.PooledCorr(x)})
 }
 
 // rttReport is an epoch's RTT report (nil when nothing was seen).

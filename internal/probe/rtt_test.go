@@ -146,3 +146,45 @@ func TestRTTOnTheBundledTrace(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkRTTMatcher measures round-trip matching alone per packet, on
+// the bundled trace's packets decoded beforehand and replayed as on a
+// 5 M packets/s link, a new epoch every 5 M packets as in the pipeline.
+func BenchmarkRTTMatcher(b *testing.B) {
+	src, err := capture.OpenFile("../../testdata/trace.pcap")
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, _ := capture.NewDecoder(layers.LinkTypeEthernet, params.Default().Identity)
+	var pkts []capture.Packet
+	for {
+		f, err := src.Next()
+		if err != nil {
+			break
+		}
+		var p capture.Packet
+		if d.Decode(f.Data, f.TimeNS, &p) == nil {
+			pkts = append(pkts, p)
+		}
+	}
+	src.Close()
+	cfg := DefaultRTTConfig()
+	m, err := newRTTMatcher(cfg, cfg.Fridges.Seed, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := m.newEpoch()
+	base := pkts[0].TimeNS
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%5_000_000 == 0 {
+			sum = m.newEpoch()
+		}
+		p := pkts[i%len(pkts)]
+		p.TimeNS = base + int64(i)*200
+		m.packet(&p, sum)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(sum.Counters.Matched)/float64(max(sum.Counters.Responses, 1)), "matched/response")
+}
