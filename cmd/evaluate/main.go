@@ -9,7 +9,10 @@
 // -rda-sweep it reproduces the RDA paper's sweep of the set difference
 // instead (RDA against an LDA of the same memory). With -fridge it
 // compares RTT fridges with the simple array on the fridge dissertation's
-// synthetic traces.
+// synthetic traces. With -reorder it measures the per-prefix reordering
+// tracker against the exact tracker, on a synthetic trace of many flows
+// and on a capture (by default the bundled trace) with per-prefix
+// reordering injected.
 package main
 
 import (
@@ -27,6 +30,7 @@ import (
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/evaluate"
 	"github.com/owl-latency/owl/internal/reconcile"
+	"github.com/owl-latency/owl/internal/sim"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
@@ -49,6 +53,11 @@ type options struct {
 	rdaCfg   evaluate.RDAConfig
 	fridge   bool
 	frCfg    evaluate.FridgeConfig
+	reorder  bool
+	roCfg    evaluate.ReorderConfig
+	rocCfg   evaluate.ReorderCaptureConfig
+	// roInject replaces rocCfg's injected reordering when given.
+	roInject []sim.PrefixReorder
 }
 
 func main() {
@@ -72,6 +81,7 @@ func parseFlags(args []string) *options {
 		LDA: lda.DefaultConfig(), Estimate: lda.DefaultOptions()}, sweepCfg: evaluate.DefaultSweepConfig(),
 		ldsCfg: evaluate.LDSRunConfig{Flows: 146_000, Shape: 0.9, LDS: lds.Config{Rows: 4, Cols: 17_500, K: 1, Seed: 1}, Opts: lds.DefaultOptions(), Seed: 1},
 		colCfg: evaluate.DefaultColateConfig(), frCfg: evaluate.DefaultFridgeConfig(),
+		roCfg: evaluate.DefaultReorderConfig(), rocCfg: evaluate.DefaultReorderCaptureConfig(),
 		rdaCfg: evaluate.RDAConfig{RDA: rda.DefaultConfig(), Limits: reconcile.Limits{MinBuckets: 256, MaxBuckets: 1 << 20, MaxRebuilds: 4}}}
 	cfg := &o.files
 	fs.StringVar(&cfg.Up, "up", "", "upstream capture")
@@ -94,6 +104,7 @@ func parseFlags(args []string) *options {
 	bindLDS(fs, o)
 	bindColate(fs, o)
 	bindFridge(fs, o)
+	bindReorder(fs, o)
 	cfg.Identity.BindFlags(fs)
 	_ = fs.Parse(args)
 	return o
@@ -130,6 +141,46 @@ func bindFridge(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&c.NoCorrection, "fridge-no-correction", false, "count every fridge sample once (-fridge)")
 }
 
+func bindReorder(fs *flag.FlagSet, o *options) {
+	c, cc := &o.roCfg, &o.rocCfg
+	fs.BoolVar(&o.reorder, "reorder", false, "instead: the per-prefix reordering tracker against the exact tracker, on a synthetic trace and on -reorder-capture, as tables")
+	fs.IntVar(&c.Seeds, "reorder-seeds", c.Seeds, "synthetic traces (-reorder)")
+	fs.IntVar(&c.Flows, "reorder-flows", c.Flows, "flows per synthetic trace (-reorder)")
+	fs.IntVar(&c.Prefixes, "reorder-prefixes", c.Prefixes, "prefixes per synthetic trace (-reorder)")
+	fs.Var(cli.ByteSizes{P: &c.Budgets}, "reorder-budgets", "tracker memory budgets on the synthetic trace, e.g. 64k,256k,1m (-reorder)")
+	fs.Float64Var(&c.Threshold, "reorder-threshold", c.Threshold, "reordering rate above which a prefix is flagged (-reorder)")
+	fs.StringVar(&cc.Path, "reorder-capture", cc.Path, "capture to inject per-prefix reordering into; empty to skip (-reorder)")
+	fs.IntVar(&cc.Seeds, "reorder-capture-seeds", cc.Seeds, "impairment draws of the capture (-reorder)")
+	fs.Var(cli.ByteSizes{P: &cc.Budgets}, "reorder-capture-budgets", "tracker memory budgets on the capture (-reorder)")
+	fs.Var(sim.PrefixReorders{P: &o.roInject}, "reorder-prefix",
+		"PREFIX=P: hold back packets from PREFIX with probability P on the capture, instead of the default injection; repeatable (-reorder)")
+}
+
+// runReorder runs -reorder.
+func runReorder(o *options) error {
+	res, err := evaluate.RunReorder(o.roCfg)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if err := evaluate.WriteReorderTable(os.Stdout, o.roCfg, res); err != nil {
+		return err
+	}
+	cc := o.rocCfg
+	if cc.Path == "" {
+		return nil
+	}
+	cc.Threshold = o.roCfg.Threshold
+	if len(o.roInject) > 0 {
+		cc.Impairment.PrefixReorder = o.roInject
+	}
+	cres, err := evaluate.RunReorderCapture(cc)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	return evaluate.WriteReorderCaptureTable(os.Stdout, cc, cres)
+}
+
 // run does what the flags ask.
 func run(o *options) error {
 	switch {
@@ -149,6 +200,8 @@ func run(o *options) error {
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
 		return evaluate.WriteFridgeTable(os.Stdout, o.frCfg, rows)
+	case o.reorder:
+		return runReorder(o)
 	}
 	cfg := o.files
 	if o.prefix != "" {

@@ -148,3 +148,47 @@ func (l IntPairs) Set(s string) error {
 	*l.P = out
 	return nil
 }
+
+// ByteSizes is a flag holding comma-separated sizes in bytes, each with
+// an optional binary suffix k (KiB) or m (MiB): "16k,256k,1m".
+type ByteSizes struct{ P *[]int }
+
+func (l ByteSizes) String() string {
+	if l.P == nil {
+		return ""
+	}
+	s := make([]string, len(*l.P))
+	for i, v := range *l.P {
+		switch {
+		case v > 0 && v%(1<<20) == 0:
+			s[i] = fmt.Sprintf("%dm", v>>20)
+		case v > 0 && v%(1<<10) == 0:
+			s[i] = fmt.Sprintf("%dk", v>>10)
+		default:
+			s[i] = strconv.Itoa(v)
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+// Set parses a comma-separated list of sizes.
+func (l ByteSizes) Set(s string) error {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		shift := 0
+		switch {
+		case strings.HasSuffix(f, "k"):
+			f, shift = f[:len(f)-1], 10
+		case strings.HasSuffix(f, "m"):
+			f, shift = f[:len(f)-1], 20
+		}
+		v, err := strconv.ParseUint(f, 10, 31-shift)
+		if err != nil {
+			return fmt.Errorf("%q is not a list of sizes in bytes (e.g. 16k,256k,1m; at most 2 GiB each)", s)
+		}
+		out = append(out, int(v)<<shift)
+	}
+	*l.P = out
+	return nil
+}

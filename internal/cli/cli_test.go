@@ -87,3 +87,35 @@ func TestNoteFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestByteSizes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		str  string
+	}{
+		{"1024", []int{1024}, "1k"},
+		{"16k, 256K,1m,1000", []int{16 << 10, 256 << 10, 1 << 20, 1000}, "16k,256k,1m,1000"},
+		{"2048m", nil, ""},
+		{"16kb", nil, ""},
+		{"-1k", nil, ""},
+		{"", nil, ""},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			var got []int
+			err := ByteSizes{P: &got}.Set(tc.in)
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("%q parsed as %v", tc.in, got)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("%q: %v, %v; want %v", tc.in, got, err, tc.want)
+			}
+			if s := (ByteSizes{P: &got}).String(); s != tc.str {
+				t.Errorf("String() = %q, want %q", s, tc.str)
+			}
+		})
+	}
+}
