@@ -81,34 +81,35 @@ type Event struct {
 // are a handshake pair; the SYN/ACK and the ACK that answers it count as
 // data (the ACK cannot tell what it answers, and a key per kind keeps the
 // matcher to one look-up).
-func Classify(p *capture.Packet, seed uint64) Event {
+//
+// Classify is on every packet's path: it returns at once for a packet
+// that can be neither, hashes the flow once for both keys, and writes
+// its result in place.
+func Classify(p *capture.Packet, seed uint64) (ev Event) {
 	l4 := &p.L4
 	if !l4.DNS && (p.Flow.Proto != 6 || l4.TCPFlags&capture.TCPRst != 0) {
-		return Event{}
+		return ev
 	}
-	f := flowOf(p.Flow, seed)
+	f := flowOf(&p.Flow, seed)
 	if l4.DNS {
 		if l4.DNSAnswer {
-			return Event{Response: true, ResponseKey: f.key(uint32(l4.DNSID), DNS, true), ResponseKind: DNS, Responder: p.Flow.Src}
+			ev.Response, ev.ResponseKey, ev.ResponseKind, ev.Responder = true, f.key(uint32(l4.DNSID), DNS, true), DNS, p.Flow.Src
+		} else {
+			ev.Request, ev.RequestKey, ev.Kind, ev.Responder = true, f.key(uint32(l4.DNSID), DNS, false), DNS, p.Flow.Dst
 		}
-		return Event{Request: true, RequestKey: f.key(uint32(l4.DNSID), DNS, false), Kind: DNS, Responder: p.Flow.Dst}
+		return ev
 	}
-	ev := Event{Responder: p.Flow.Src}
-	if l4.TCPFlags&capture.TCPAck != 0 {
-		if l4.TCPFlags&capture.TCPSyn != 0 {
+	flags := l4.TCPFlags
+	ev.Responder = p.Flow.Src
+	if flags&capture.TCPAck != 0 {
+		if flags&capture.TCPSyn != 0 {
 			ev.ResponseKind = TCPHandshake
 		}
 		ev.Response, ev.ResponseKey = true, f.key(l4.Ack, ev.ResponseKind, true)
 	}
-	span := uint32(l4.PayloadLen)
-	if l4.TCPFlags&capture.TCPSyn != 0 {
-		span++
-	}
-	if l4.TCPFlags&capture.TCPFin != 0 {
-		span++
-	}
+	span := uint32(l4.PayloadLen) + uint32(flags&capture.TCPSyn)>>1 + uint32(flags&capture.TCPFin)
 	if span > 0 {
-		if l4.TCPFlags&(capture.TCPSyn|capture.TCPAck) == capture.TCPSyn {
+		if flags&(capture.TCPSyn|capture.TCPAck) == capture.TCPSyn {
 			ev.Kind = TCPHandshake
 		}
 		ev.Request, ev.RequestKey = true, f.key(l4.Seq+span, ev.Kind, false)
@@ -127,13 +128,20 @@ type flow struct {
 // each end (address and port) is mixed on its own and the two are added,
 // then mixed with the protocol, tag and seed. A few multiplications, where
 // hashing the flow's bytes cost a third of the matcher's time.
-func flowOf(f capture.FlowKey, seed uint64) flow {
-	a, b := end(f.Src, f.SrcPort), end(f.Dst, f.DstPort)
+func flowOf(f *capture.FlowKey, seed uint64) flow {
+	var a, b uint64
+	if f.Src.Is4() && f.Dst.Is4() {
+		src, dst := f.Src.As4(), f.Dst.As4()
+		a = mix(uint64(binary.BigEndian.Uint32(src[:]))<<16 | uint64(f.SrcPort) | 1<<62)
+		b = mix(uint64(binary.BigEndian.Uint32(dst[:]))<<16 | uint64(f.DstPort) | 1<<62)
+	} else {
+		a, b = end(f.Src, f.SrcPort), end(f.Dst, f.DstPort)
+	}
 	h := mix(a + b ^ seed ^ uint64(f.Proto)<<32 ^ uint64(f.Tag))
 	return flow{hash: h, forward: a <= b}
 }
 
-// end mixes one end of a flow.
+// end mixes one end of a flow (flowOf mixes IPv4 ends itself, alike).
 func end(a netip.Addr, port uint16) uint64 {
 	if a.Is4() {
 		b := a.As4()

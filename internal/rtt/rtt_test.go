@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/gopacket/gopacket/layers"
+
 	"github.com/owl-latency/owl/internal/capture"
 )
 
@@ -75,5 +77,37 @@ func TestExactPairs(t *testing.T) {
 	}
 	if x.Pending() != 1 { // the first data segment, its ACK covered by the next one's
 		t.Errorf("%d requests pending, want 1", x.Pending())
+	}
+}
+
+// BenchmarkClassify classifies the bundled trace's packets (decoded
+// beforehand), summing the keys.
+func BenchmarkClassify(b *testing.B) {
+	src, err := capture.OpenFile("../../testdata/trace.pcap")
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, _ := capture.NewDecoder(layers.LinkTypeEthernet, capture.DefaultIdentityConfig())
+	var pkts []capture.Packet
+	for {
+		f, err := src.Next()
+		if err != nil {
+			break
+		}
+		var p capture.Packet
+		if d.Decode(f.Data, f.TimeNS, &p) == nil {
+			pkts = append(pkts, p)
+		}
+	}
+	src.Close()
+	var sum uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ev := Classify(&pkts[i%len(pkts)], 1)
+		sum += ev.RequestKey ^ ev.ResponseKey
+	}
+	if sum == 1 {
+		b.Log(sum)
 	}
 }
