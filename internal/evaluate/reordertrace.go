@@ -102,11 +102,9 @@ func reorderFlowKey(p netip.Prefix, r *rand.Rand) capture.FlowKey {
 // packets (their contents, not their times) to reorder a share rate of
 // the data.
 func reorderFlow(c ReorderConfig, r *rand.Rand, out []reorderPkt, flow uint32, rate float64) []reorderPkt {
-	n := c.MinFlowPackets
+	n := c.MaxFlowPackets
 	if x := float64(c.MinFlowPackets) / math.Pow(1-r.Float64(), 1/c.ParetoShape); x < float64(c.MaxFlowPackets) {
 		n = int(x)
-	} else {
-		n = c.MaxFlowPackets
 	}
 	isn := r.Uint32()
 	out = append(out, reorderPkt{seq: isn, flow: flow, flags: capture.TCPSyn})
