@@ -108,54 +108,84 @@ type Sample struct {
 	Fridge int
 }
 
-// slot is one entry. stamp 0 marks an empty slot: the counter stamps the
+// when is the rest of an entry beside its key: the request's time and
+// the counter's stamp. stamp 0 marks an empty slot: the counter stamps the
 // first request 1.
-type slot struct {
-	key   uint64
+type when struct {
 	tNS   int64
 	stamp uint64
 }
 
-// table is the array of one fridge and what its corrections need.
+// table is the array of one fridge and what its corrections need. The
+// keys are an array of their own, a third of the entries' memory: a
+// look-up that finds another key (most do) reads nothing else, and the
+// keys stay in the processor's caches where the whole entries would not.
 type table struct {
-	slots []slot
-	n     uint64  // len(slots)
+	keys  []uint64
+	whens []when
+	n     uint64  // len(keys)
 	invP  float64 // 1/p of the realised entry probability
 	// logStay is −ln(1 − p/M): a sample's correction is invP·exp(x·logStay).
 	logStay float64
 }
 
 func newTable(entries int, p float64) table {
-	return table{slots: make([]slot, entries), n: uint64(entries), invP: 1 / p,
+	return table{keys: make([]uint64, entries), whens: make([]when, entries), n: uint64(entries), invP: 1 / p,
 		logStay: -math.Log1p(-p / float64(entries))}
 }
 
 // index maps the upper 32 bits of a hash onto the slots.
 func (t *table) index(h uint64) uint64 { return ((h >> 32) * t.n) >> 32 }
 
-// take removes the request for key from slot i if it is there and returns
-// its sample; now is the counter's value at the response.
-func (t *table) take(i uint64, key uint64, tNS int64, now uint64) (Sample, bool) {
-	s := &t.slots[i]
-	if s.stamp == 0 || s.key != key {
-		return Sample{}, false
+// put overwrites slot i with a request.
+func (t *table) put(i, key uint64, tNS int64, stamp uint64) {
+	t.keys[i] = key
+	t.whens[i] = when{tNS: tNS, stamp: stamp}
+}
+
+// holds says whether slot i holds the request for key.
+func (t *table) holds(i, key uint64) bool { return t.keys[i] == key && t.whens[i].stamp != 0 }
+
+// remove empties slot i and returns what it held.
+func (t *table) remove(i uint64) when {
+	w := t.whens[i]
+	t.keys[i], t.whens[i] = 0, when{}
+	return w
+}
+
+// delay removes the request for key from slot i if it is there and
+// returns its delay and the insertions since; now is the counter's value
+// at the response.
+func (t *table) delay(i uint64, key uint64, tNS int64, now uint64) (delayNS int64, x uint64, ok bool) {
+	if !t.holds(i, key) {
+		return 0, 0, false
 	}
-	stamp, reqNS := s.stamp, s.tNS
-	*s = slot{}
-	if tNS < reqNS {
+	w := t.remove(i)
+	if tNS < w.tNS {
 		// A response before its request: clocks that went back, or a key
 		// reused. No delay to report.
+		return 0, 0, false
+	}
+	return tNS - w.tNS, now - w.stamp, true
+}
+
+// take is delay with the sample's correction.
+func (t *table) take(i uint64, key uint64, tNS int64, now uint64) (Sample, bool) {
+	d, x, ok := t.delay(i, key, tNS, now)
+	if !ok {
 		return Sample{}, false
 	}
-	x := now - stamp
 	corr := t.invP * math.Exp(float64(x)*t.logStay)
 	if !(corr <= maxCorrection) {
 		corr = maxCorrection
 	}
-	return Sample{DelayNS: tNS - reqNS, Insertions: x, Corr: corr, Corr2: corr * corr}, true
+	return Sample{DelayNS: d, Insertions: x, Corr: corr, Corr2: corr * corr}, true
 }
 
-func (t *table) reset() { clear(t.slots) }
+func (t *table) reset() {
+	clear(t.keys)
+	clear(t.whens)
+}
 
 // hash mixes a key with a seed (the splitmix64 finalizer). Its lower 32
 // bits decide entry, its upper 32 bits the slot, independently.
@@ -199,7 +229,7 @@ func (f *Fridge) Config() Config { return f.cfg }
 func (f *Fridge) EntryProb() float64 { return float64(f.thresh) / (1 << 32) }
 
 // MemoryBytes is the memory of the entries (EntryBytes each).
-func (f *Fridge) MemoryBytes() int { return len(f.tab.slots) * EntryBytes }
+func (f *Fridge) MemoryBytes() int { return len(f.tab.keys) * EntryBytes }
 
 // Insertions is the number of requests offered so far.
 func (f *Fridge) Insertions() uint64 { return f.counter }
@@ -212,7 +242,7 @@ func (f *Fridge) Request(key uint64, tNS int64) {
 	if h&0xffffffff >= f.thresh {
 		return
 	}
-	f.tab.slots[f.tab.index(h)] = slot{key: key, tNS: tNS, stamp: f.counter}
+	f.tab.put(f.tab.index(h), key, tNS, f.counter)
 }
 
 // Response looks for the request with the same key; if it is still there

@@ -115,7 +115,7 @@ func (s *Set) EntryProb(k int) float64 {
 func (s *Set) MemoryBytes() int {
 	n := 0
 	for i := range s.tabs {
-		n += len(s.tabs[i].slots)
+		n += len(s.tabs[i].keys)
 	}
 	return n * EntryBytes
 }
@@ -151,7 +151,7 @@ func (s *Set) Request(key uint64, tNS int64) {
 		return
 	}
 	t := &s.tabs[k]
-	t.slots[t.index(h)] = slot{key: key, tNS: tNS, stamp: s.counter}
+	t.put(t.index(h), key, tNS, s.counter)
 }
 
 // Offer is Request for traffic whose requests may be sent again (a TCP
@@ -168,12 +168,12 @@ func (s *Set) Offer(key uint64, tNS int64) (again bool) {
 		return false
 	}
 	t := &s.tabs[k]
-	sl := &t.slots[t.index(h)]
-	if sl.stamp != 0 && sl.key == key {
-		*sl = slot{}
+	i := t.index(h)
+	if t.holds(i, key) {
+		t.remove(i)
 		return true
 	}
-	*sl = slot{key: key, tNS: tNS, stamp: s.counter}
+	t.put(i, key, tNS, s.counter)
 	return false
 }
 
@@ -202,16 +202,7 @@ func (s *Set) Take(key uint64, tNS int64) (delayNS int64, x uint64, ok bool) {
 		return 0, 0, false
 	}
 	t := &s.tabs[k]
-	sl := &t.slots[t.index(h)]
-	if sl.stamp == 0 || sl.key != key {
-		return 0, 0, false
-	}
-	stamp, reqNS := sl.stamp, sl.tNS
-	*sl = slot{}
-	if tNS < reqNS {
-		return 0, 0, false // as take: no delay to report
-	}
-	return tNS - reqNS, s.counter - stamp, true
+	return t.delay(t.index(h), key, tNS, s.counter)
 }
 
 // Reset empties the fridges and restarts the counter.
