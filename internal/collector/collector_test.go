@@ -708,3 +708,73 @@ func TestRepairWaitsForProbe(t *testing.T) {
 		t.Errorf("estimator %s decoded %t lost %v mean %v: want the exact RDA result (6 lost, %d ns)", r.GetEstimator(), r.GetDecoded(), r.GetLost(), r.GetMeanNs(), delay)
 	}
 }
+
+// TestRepairAskedAgainOnNewStream: a probe's stream ends while the
+// collector waits for its answer to a fetch (the probe reconnects, as it
+// does when its cluster's routes change); the fetch is asked again on the
+// stream it opens next, and the epoch comes out exact.
+func TestRepairAskedAgainOnNewStream(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.PairTimeout = 10 * time.Second
+	c := newTest(t, cfg)
+	conn := serve(t, c)
+	const delay = 25_000
+	rng := rand.New(rand.NewPCG(7, 8))
+	u, _ := rda.New(cfg.Params.RDA)
+	d, _ := rda.New(cfg.Params.RDA)
+	upCopies, downCopies := map[uint64][]int64{}, map[uint64][]int64{}
+	for i := range 300 {
+		id, at := rng.Uint64(), int64(i)*3_000_000
+		u.Insert(id, at)
+		upCopies[id] = []int64{at}
+		if i%50 == 7 {
+			continue // lost: only the upstream cache knows its timestamp
+		}
+		d.Insert(id, at+delay)
+		downCopies[id] = []int64{at + delay}
+	}
+	rep := func(role owlv1.Role, r *rda.RDA) *owlv1.EpochReport {
+		l, _ := lda.New(cfg.Params.LDA)
+		lb, _ := l.MarshalBinary()
+		out := report("p", 1, role, lb)
+		out.Rda, _ = r.MarshalBinary()
+		return out
+	}
+	if err := c.report("a", rep(owlv1.Role_ROLE_UPSTREAM, u)); err != nil {
+		t.Fatal(err)
+	}
+	// a's first stream ends at the first request it gets, unanswered;
+	// the stream a opens then answers.
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := owlv1.NewProbeServiceClient(conn).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: &owlv1.Hello{ProbeId: "a", Params: cfg.Params.ToProto(), Replay: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	cut := make(chan struct{})
+	go func() {
+		defer close(cut)
+		for {
+			m, err := first.Recv()
+			if err != nil || m.GetFetch() != nil || m.GetRebuild() != nil {
+				cancel()
+				return
+			}
+		}
+	}()
+	b := probeStream(t, conn, "b", cfg.Params)
+	go answerCaches(b, downCopies, make(chan *owlv1.Ack, 16))
+	if err := b.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: rep(owlv1.Role_ROLE_DOWNSTREAM, d)}}); err != nil {
+		t.Fatal(err)
+	}
+	<-cut
+	a := probeStream(t, conn, "a", cfg.Params)
+	go answerCaches(a, upCopies, make(chan *owlv1.Ack, 16))
+	r := waitResult(t, c, "p", 1, anyResult)
+	if r.GetEstimator() != "rda" || !r.GetDecoded() || r.GetUnusableBuckets() != 0 || r.GetLost() != 6 || r.GetMeanNs() != delay {
+		t.Errorf("estimator %s decoded %t, %d buckets left out, lost %v, mean %v: want the exact RDA result (6 lost, %d ns)",
+			r.GetEstimator(), r.GetDecoded(), r.GetUnusableBuckets(), r.GetLost(), r.GetMeanNs(), delay)
+	}
+}

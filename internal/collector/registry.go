@@ -207,17 +207,19 @@ func (r *registry) session(probe string) *session {
 	return nil
 }
 
-// waitSession returns a probe's newest open session, waiting up to timeout
-// for the probe to connect: after a restart of the collector, reports
-// stored before it and a report of the other probe pair as soon as that
-// one is back, before the first has reconnected.
-func (r *registry) waitSession(ctx context.Context, probe string, timeout time.Duration) *session {
+// waitSession returns a probe's newest open session other than not (nil:
+// any), waiting up to timeout for the probe to connect: after a restart
+// of the collector, reports stored before it and a report of the other
+// probe pair as soon as that one is back, before the first has
+// reconnected; and a request whose stream ended is asked again on the
+// stream the probe opens next.
+func (r *registry) waitSession(ctx context.Context, probe string, timeout time.Duration, not *session) *session {
 	var expired <-chan time.Time
 	for {
 		r.probesMu.Lock()
 		ss, joined := r.sessions[probe], r.joined
 		r.probesMu.Unlock()
-		if len(ss) > 0 {
+		if len(ss) > 0 && ss[len(ss)-1] != not {
 			return ss[len(ss)-1]
 		}
 		if expired == nil {

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -38,13 +39,28 @@ func (r *sessionRepairs) probe(s reconcile.Side) string {
 	return r.ps.path.Upstream
 }
 
-func (r *sessionRepairs) session(ctx context.Context, s reconcile.Side) (*session, error) {
+// askTries bounds the streams a request to a probe is asked on: a probe
+// reconnects when its cluster's routes change, ending the stream a
+// request was on.
+const askTries = 3
+
+// ask runs call on the newest stream of side s's probe; when that stream
+// ends before the probe answers, it asks again on the stream the probe
+// opens next (a fetch or a rebuild can be asked twice).
+func (r *sessionRepairs) ask(ctx context.Context, s reconcile.Side, call func(*session) error) error {
 	probe := r.probe(s)
-	sess := r.wk.probes.waitSession(ctx, probe, r.wk.cfg.PairTimeout)
-	if sess == nil {
-		return nil, fmt.Errorf("%s is not connected", probe)
+	var prev *session
+	for try := 1; ; try++ {
+		sess := r.wk.probes.waitSession(ctx, probe, r.wk.cfg.PairTimeout, prev)
+		if sess == nil {
+			return fmt.Errorf("%s is not connected", probe)
+		}
+		err := call(sess)
+		if !errors.Is(err, ErrProbeGone) || try == askTries {
+			return err
+		}
+		prev = sess
 	}
-	return sess, nil
 }
 
 func (r *sessionRepairs) count(n int) {
@@ -57,15 +73,15 @@ func (r *sessionRepairs) Rebuild(ctx context.Context, s reconcile.Side, buckets 
 	if r.listed(s) {
 		return r.lists.local.Rebuild(ctx, s, buckets)
 	}
-	sess, err := r.session(ctx, s)
+	var rep *owlv1.RebuildReply
+	err := r.ask(ctx, s, func(sess *session) (err error) {
+		rep, err = sess.rebuild(ctx, r.ps.path.Name, r.epoch, buckets)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	rep, err := sess.rebuild(ctx, r.ps.path.Name, r.epoch, buckets)
-	if err != nil {
-		return nil, err
-	}
-	out, n, err := rebuiltRDA(sess.probe, r.wk.cfg.Params.RDA, rep)
+	out, n, err := rebuiltRDA(r.probe(s), r.wk.cfg.Params.RDA, rep)
 	r.count(n)
 	return out, err
 }
@@ -107,12 +123,13 @@ func (r *sessionRepairs) Repeated(ctx context.Context, s reconcile.Side) (map[ui
 }
 
 func (r *sessionRepairs) fetch(ctx context.Context, s reconcile.Side, req *owlv1.FetchRequest) (map[uint64][]reconcile.Entry, error) {
-	sess, err := r.session(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	out, size, err := sess.fetch(ctx, req)
-	r.count(size)
+	var out map[uint64][]reconcile.Entry
+	err := r.ask(ctx, s, func(sess *session) error {
+		got, size, err := sess.fetch(ctx, req)
+		r.count(size)
+		out = got
+		return err
+	})
 	return out, err
 }
 
