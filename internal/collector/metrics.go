@@ -82,16 +82,7 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
-	m.colateVectors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_vectors_total", Help: "COLATE vectors stored, by probe."}, []string{"probe"})
-	m.colatePackets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_packets_total", Help: "Packets recorded in the stored COLATE vectors, by probe."}, []string{"probe"})
-	m.colateBytesIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_vector_bytes_total", Help: "Bytes of COLATE vectors received, by probe (divide by packets for the storage cost per packet)."}, []string{"probe"})
-	m.colateOverflow = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_overflowed_vectors_total", Help: "COLATE vectors with a counter that outgrew its bits, by probe."}, []string{"probe"})
-	m.colateFullTables = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_full_flow_tables_total", Help: "COLATE vectors whose flow table was full (flows past the bound have no count), by probe."}, []string{"probe"})
-	m.colatePruned = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_colate_pruned_vectors_total", Help: "COLATE vectors deleted by the storage budget or retention."})
-	m.colateStored = prometheus.NewGauge(prometheus.GaugeOpts{Name: "owl_collector_colate_stored_bytes", Help: "Size of the stored COLATE vectors of all probes."})
-	for _, x := range []prometheus.Collector{m.colateVectors, m.colatePackets, m.colateBytesIn, m.colateOverflow, m.colateFullTables, m.colatePruned, m.colateStored} {
-		f(x)
-	}
+	m.addColate()
 	m.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_total", Help: "Epoch reports received, by probe."}, []string{"probe"})
 	m.reportBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_report_synopsis_bytes_total", Help: "Synopsis bytes received, by path."}, []string{"path"})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_rejected_total", Help: "Epoch reports that cannot be used, by reason."}, []string{"reason"})
@@ -159,6 +150,18 @@ func newMetrics() *metrics {
 		f(c)
 	}
 	return m
+}
+
+// addColate makes and registers the COLATE store's metrics.
+func (m *metrics) addColate() {
+	m.colateVectors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_vectors_total", Help: "COLATE vectors stored, by probe."}, []string{"probe"})
+	m.colatePackets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_packets_total", Help: "Packets recorded in the stored COLATE vectors, by probe."}, []string{"probe"})
+	m.colateBytesIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_vector_bytes_total", Help: "Bytes of COLATE vectors received, by probe (divide by packets for the storage cost per packet)."}, []string{"probe"})
+	m.colateOverflow = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_overflowed_vectors_total", Help: "COLATE vectors with a counter that outgrew its bits, by probe."}, []string{"probe"})
+	m.colateFullTables = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_colate_full_flow_tables_total", Help: "COLATE vectors whose flow table was full (flows past the bound have no count), by probe."}, []string{"probe"})
+	m.colatePruned = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_colate_pruned_vectors_total", Help: "COLATE vectors deleted by the storage budget or retention."})
+	m.colateStored = prometheus.NewGauge(prometheus.GaugeOpts{Name: "owl_collector_colate_stored_bytes", Help: "Size of the stored COLATE vectors of all probes."})
+	m.reg.MustRegister(m.colateVectors, m.colatePackets, m.colateBytesIn, m.colateOverflow, m.colateFullTables, m.colatePruned, m.colateStored)
 }
 
 // observe records a new result. The loss of a reconciled RDA epoch is
