@@ -1,6 +1,8 @@
 package probe
 
 import (
+	"net/netip"
+
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/rtt"
@@ -90,10 +92,11 @@ func (m *rttMatcher) newEpoch() *rtt.Summary {
 // packet matches one packet; its pair goes to sum, the summary of the
 // response's epoch.
 func (m *rttMatcher) packet(p *capture.Packet, sum *rtt.Summary) {
-	ev := rtt.Classify(p, m.seed)
+	var ev rtt.Event
+	rtt.ClassifyInto(&ev, p, m.seed)
 	if ev.Response {
 		sum.Counters.Responses++
-		m.respond(&ev, p.TimeNS, sum)
+		m.respond(ev.ResponseKey, ev.ResponseKind, ev.Responder, p.TimeNS, sum)
 	}
 	if ev.Request {
 		sum.Counters.Requests++
@@ -108,19 +111,21 @@ func (m *rttMatcher) packet(p *capture.Packet, sum *rtt.Summary) {
 
 // respond finds the request a response answers in the current set, then
 // the previous, and adds the pair to sum weighted by the pooled
-// correction of the set that held it.
-func (m *rttMatcher) respond(ev *rtt.Event, tNS int64, sum *rtt.Summary) {
+// correction of the set that held it. It takes the event's fields, not a
+// pointer to it: the event would have to be copied to memory, and read
+// back wider than written, which stalls.
+func (m *rttMatcher) respond(key uint64, kind rtt.Kind, responder netip.Addr, tNS int64, sum *rtt.Summary) {
 	set := m.cur
-	delayNS, x, ok := set.Take(ev.ResponseKey, tNS)
+	delayNS, x, ok := set.Take(key, tNS)
 	if !ok && m.old != nil {
 		set = m.old
-		delayNS, x, ok = set.Take(ev.ResponseKey, tNS)
+		delayNS, x, ok = set.Take(key, tNS)
 	}
 	if !ok {
 		return
 	}
 	sum.Counters.Matched++
-	sum.Add(rtt.Sample{DelayNS: delayNS, Kind: ev.ResponseKind, Responder: ev.Responder, Weight: set.PooledCorr(x)})
+	sum.Add(rtt.Sample{DelayNS: delayNS, Kind: kind, Responder: responder, Weight: set.PooledCorr(x)})
 }
 
 // rttReport is an epoch's RTT report (nil when nothing was seen).

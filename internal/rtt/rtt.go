@@ -81,14 +81,20 @@ type Event struct {
 // are a handshake pair; the SYN/ACK and the ACK that answers it count as
 // data (the ACK cannot tell what it answers, and a key per kind keeps the
 // matcher to one look-up).
-//
-// Classify is on every packet's path: it returns at once for a packet
-// that can be neither, hashes the flow once for both keys, and writes
-// its result in place.
-func Classify(p *capture.Packet, seed uint64) (ev Event) {
+func Classify(p *capture.Packet, seed uint64) Event {
+	var ev Event
+	ClassifyInto(&ev, p, seed)
+	return ev
+}
+
+// ClassifyInto is Classify into *ev, which must be zero: for the probe's
+// hot path, where a returned Event, nine registers, is spilled to memory
+// and copied. It returns at once for a packet that can be neither a
+// request nor a response, and hashes the flow once for both keys.
+func ClassifyInto(ev *Event, p *capture.Packet, seed uint64) {
 	l4 := &p.L4
 	if !l4.DNS && (p.Flow.Proto != 6 || l4.TCPFlags&capture.TCPRst != 0) {
-		return ev
+		return
 	}
 	f := flowOf(&p.Flow, seed)
 	if l4.DNS {
@@ -97,7 +103,7 @@ func Classify(p *capture.Packet, seed uint64) (ev Event) {
 		} else {
 			ev.Request, ev.RequestKey, ev.Kind, ev.Responder = true, f.key(uint32(l4.DNSID), DNS, false), DNS, p.Flow.Dst
 		}
-		return ev
+		return
 	}
 	flags := l4.TCPFlags
 	ev.Responder = p.Flow.Src
@@ -114,7 +120,6 @@ func Classify(p *capture.Packet, seed uint64) (ev Event) {
 		}
 		ev.Request, ev.RequestKey = true, f.key(l4.Seq+span, ev.Kind, false)
 	}
-	return ev
 }
 
 // flow is a packet's flow hashed once for both of its keys: the hash of
