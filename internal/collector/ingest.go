@@ -245,11 +245,14 @@ func (c *Collector) sendPaths(sess *session) error {
 	return sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Paths{Paths: c.pathConfig(sess.probe)}})
 }
 
+// accepts are the kinds of probe messages this collector takes.
+var accepts = []owlv1.Reject_Kind{owlv1.Reject_KIND_REPORT, owlv1.Reject_KIND_COLATE, owlv1.Reject_KIND_RTT, owlv1.Reject_KIND_REORDER}
+
 // pathConfig is the configuration of a probe's paths: its role on each,
 // the RDA size to start with, and in a cluster which collector takes the
 // reports (the size comes from the owner only, whose late binding sets it).
 func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
-	pc := &owlv1.PathConfig{Params: c.cfg.Params.ToProto()}
+	pc := &owlv1.PathConfig{Params: c.cfg.Params.ToProto(), Accepts: accepts}
 	if c.cl != nil {
 		pc.ColateCollector = c.cl.Owner(colateKey).GRPC
 	}

@@ -75,6 +75,50 @@ type client struct {
 
 	connected atomic.Bool
 	sessions  atomic.Uint64
+	// accepts is the kinds of messages the collector takes, from its
+	// latest path configuration.
+	accepts     atomic.Pointer[map[owlv1.Reject_Kind]bool]
+	warnedKinds sync.Map // kinds dropped by notTaken, warned of
+}
+
+// legacyAccepts is what a collector that does not say takes.
+var legacyAccepts = map[owlv1.Reject_Kind]bool{owlv1.Reject_KIND_REPORT: true, owlv1.Reject_KIND_COLATE: true}
+
+// noteAccepts keeps what a path configuration says the collector takes.
+func (c *client) noteAccepts(pc *owlv1.PathConfig) {
+	acc := legacyAccepts
+	if ks := pc.GetAccepts(); len(ks) > 0 {
+		acc = map[owlv1.Reject_Kind]bool{}
+		for _, k := range ks {
+			acc[k] = true
+		}
+	}
+	c.accepts.Store(&acc)
+}
+
+// takes says whether the collector takes m (before its path configuration
+// came: as a collector that does not say).
+func (c *client) takes(m *owlv1.ProbeMessage) bool {
+	acc := legacyAccepts
+	if p := c.accepts.Load(); p != nil {
+		acc = *p
+	}
+	return acc[kindOf(m)]
+}
+
+// kindOf is the kind of a spooled message.
+func kindOf(m *owlv1.ProbeMessage) owlv1.Reject_Kind {
+	switch m.Msg.(type) {
+	case *owlv1.ProbeMessage_Report:
+		return owlv1.Reject_KIND_REPORT
+	case *owlv1.ProbeMessage_Colate:
+		return owlv1.Reject_KIND_COLATE
+	case *owlv1.ProbeMessage_Rtt:
+		return owlv1.Reject_KIND_RTT
+	case *owlv1.ProbeMessage_Reorder:
+		return owlv1.Reject_KIND_REORDER
+	}
+	return owlv1.Reject_KIND_UNSPECIFIED
 }
 
 // run keeps sessions going until ctx ends or an error ends the probe (see
@@ -203,6 +247,7 @@ func (c *client) open(ctx context.Context) (*stream, error) {
 	case *owlv1.CollectorMessage_Reject:
 		return nil, &RejectedError{Reason: m.Reject.GetReason()}
 	case *owlv1.CollectorMessage_Paths:
+		c.noteAccepts(m.Paths)
 		err := c.h.setPaths(m.Paths)
 		if errors.Is(err, ErrParamsChanged) {
 			return nil, err
@@ -224,6 +269,7 @@ func (c *client) dispatch(st *stream, m *owlv1.CollectorMessage, wg *sync.WaitGr
 	case *owlv1.CollectorMessage_Ack:
 		c.spool.ack(m.Ack.GetSeq())
 	case *owlv1.CollectorMessage_Paths:
+		c.noteAccepts(m.Paths)
 		err := c.h.setPaths(m.Paths)
 		if errors.Is(err, ErrParamsChanged) {
 			return err
@@ -276,6 +322,18 @@ func (c *client) rejected(rj *owlv1.Reject) error {
 	return nil
 }
 
+// notTaken drops a message the collector would not take (it is older
+// than the message's kind: its stream would end on it), with a warning
+// at the first of each kind.
+func (c *client) notTaken(m *owlv1.ProbeMessage) {
+	k := kindOf(m)
+	if _, warned := c.warnedKinds.LoadOrStore(k, true); !warned {
+		c.log.Warn("the collector does not take this kind of message (it is older than the probe): dropping them; upgrade the collector, or turn the measurement off at the probe",
+			"collector", c.addr, "kind", k)
+	}
+	c.spool.drop(seqOf(m))
+}
+
 // sendFailed is the error of a send that failed. A send on a stream the
 // collector ended fails with io.EOF, which says nothing: the collector's
 // status comes to the receiving side, which is waited for a moment.
@@ -301,7 +359,11 @@ func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error)
 	for {
 		changed := c.spool.wait()
 		for _, m := range c.spool.after(sent) {
-			if c.routes == nil || c.routes.keep(m) {
+			switch {
+			case c.routes != nil && !c.routes.keep(m):
+			case !c.takes(m):
+				c.notTaken(m)
+			default:
 				if err := st.send(m); err != nil {
 					return sendFailed(fmt.Sprintf("sending report %d", seqOf(m)), err, errc)
 				}

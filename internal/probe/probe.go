@@ -478,6 +478,7 @@ func (p *Probe) metrics() *prometheus.Registry {
 	counter("owl_probe_late_packets_total", "Packets whose epoch had closed when they came.", func() float64 { return float64(p.stats.late.Load()) })
 	counter("owl_probe_outside_paths_packets_total", "Decoded packets that matched no path.", func() float64 { return float64(p.stats.outside.Load()) })
 	counter("owl_probe_spool_dropped_reports_total", "Epoch reports and COLATE vectors dropped because the spool was full.", func() float64 { return float64(p.spool.droppedTotal()) })
+	counter("owl_probe_not_taken_messages_total", "Spooled messages dropped because the collector they go to is older than their kind (RTT or reordering reports) and does not take them.", func() float64 { return float64(p.spool.notTakenTotal()) })
 	counter("owl_probe_colate_vectors_total", "COLATE vectors recorded (one per epoch with -colate).", func() float64 { return float64(p.stats.colateVectors.Load()) })
 	counter("owl_probe_colate_vector_bytes_total", "Bytes of the COLATE vectors sent.", func() float64 { return float64(p.stats.colateBytes.Load()) })
 	for _, r := range capture.Reasons {

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
@@ -32,6 +34,11 @@ type fakeCollector struct {
 	stored  map[string][]int64 // path → epochs acknowledged
 	refused int
 	dups    int // sent again (after a session restart), acknowledged, not stored again
+	// strict ends a stream on a message of a kind the configuration does
+	// not list in accepts, as a collector older than that kind does;
+	// others counts those it took (acknowledged, not stored).
+	strict bool
+	others int
 }
 
 func startFake(t *testing.T) *fakeCollector {
@@ -70,6 +77,9 @@ func (f *fakeCollector) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		}
 		r := m.GetReport()
 		if r == nil {
+			if err := f.other(stream, m); err != nil {
+				return err
+			}
 			continue
 		}
 		f.mu.Lock()
@@ -97,6 +107,25 @@ func (f *fakeCollector) Connect(stream owlv1.ProbeService_ConnectServer) error {
 			return err
 		}
 	}
+}
+
+// other takes a message other than a report: RTT and reordering reports
+// are acknowledged when the configuration accepts them; when strict, one
+// of a kind not accepted ends the stream.
+func (f *fakeCollector) other(stream owlv1.ProbeService_ConnectServer, m *owlv1.ProbeMessage) error {
+	if kindOf(m) == owlv1.Reject_KIND_UNSPECIFIED {
+		return nil // clock status
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Contains(f.config.GetAccepts(), kindOf(m)) {
+		if f.strict {
+			return status.Errorf(codes.InvalidArgument, "unexpected %T after Hello", m.GetMsg())
+		}
+		return nil
+	}
+	f.others++
+	return stream.Send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Ack{Ack: &owlv1.Ack{Seq: seqOf(m)}}})
 }
 
 // setConfig changes the owners and pushes them to the open streams.
@@ -275,5 +304,59 @@ func TestRouterStartsKnownOwners(t *testing.T) {
 	}
 	if got := b.epochs("p2"); len(got) != 1 {
 		t.Errorf("B has p2 %v, want [1]", got)
+	}
+}
+
+// TestOldCollectorGetsNoNewKinds: a collector whose path configuration
+// does not list what it accepts (older than the field) ends a stream on
+// an RTT report; the probe does not send it one, drops it, counted, and
+// its epoch reports go on the one stream. A collector that accepts RTT
+// reports gets them.
+func TestOldCollectorGetsNoNewKinds(t *testing.T) {
+	a := startFake(t)
+	a.strict = true
+	a.setConfig(owners(a.addr, a.addr), false)
+	sp := newSpool(100, 1<<30)
+	var r *router
+	r = newRouter(a.addr, nil, quiet, func() *client {
+		return &client{log: quiet, spool: sp, reconnectMax: 100 * time.Millisecond, h: routingOnly{r}}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitEmpty := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); sp.len() > 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d messages still spooled", what, sp.len())
+			}
+		}
+	}
+	sp.add(&owlv1.EpochReport{Path: "p1", Epoch: 1})
+	sp.addRTT(&owlv1.RTTReport{Epoch: 1})
+	sp.add(&owlv1.EpochReport{Path: "p1", Epoch: 2})
+	waitEmpty("to the old collector")
+	a.mu.Lock()
+	streams := len(a.streams)
+	a.mu.Unlock()
+	if got := a.epochs("p1"); !slices.Equal(got, []int64{1, 2}) || streams != 1 || sp.notTakenTotal() != 1 {
+		t.Errorf("old collector: stored %v on %d streams, %d dropped as not taken; want [1 2] on 1 stream, 1 dropped", got, streams, sp.notTakenTotal())
+	}
+
+	newer := owners(a.addr, a.addr)
+	newer.Accepts = []owlv1.Reject_Kind{owlv1.Reject_KIND_REPORT, owlv1.Reject_KIND_COLATE, owlv1.Reject_KIND_RTT}
+	a.setConfig(newer, true)
+	time.Sleep(100 * time.Millisecond) // the pushed configuration arrives
+	sp.addRTT(&owlv1.RTTReport{Epoch: 2})
+	waitEmpty("to the newer collector")
+	a.mu.Lock()
+	others := a.others
+	a.mu.Unlock()
+	if others != 1 || sp.notTakenTotal() != 1 {
+		t.Errorf("newer collector took %d RTT reports, %d dropped in all; want 1 taken, 1 dropped", others, sp.notTakenTotal())
 	}
 }

@@ -28,6 +28,9 @@ type spool struct {
 	bytes    int64         // of the held messages
 	nextSeq  uint64
 	dropped  uint64
+	// notTaken counts messages dropped because the collector they were
+	// routed to does not take their kind.
+	notTaken uint64
 	changed  chan struct{} // closed (and replaced) on every add and ack
 	disk     *disk         // nil: memory only
 	log      *slog.Logger  // nil: drops are counted, not logged
@@ -276,6 +279,22 @@ func (s *spool) size() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.bytes
+}
+
+// drop forgets the message with this seq, which no collector will take.
+func (s *spool) drop(seq uint64) {
+	s.ack(seq)
+	s.mu.Lock()
+	s.notTaken++
+	s.mu.Unlock()
+}
+
+// notTakenTotal is the number of messages dropped because their collector
+// does not take their kind.
+func (s *spool) notTakenTotal() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.notTaken
 }
 
 // droppedTotal is the number of messages dropped for lack of room.

@@ -3699,7 +3699,12 @@ type PathConfig struct {
 	ColateCollector string `protobuf:"bytes,2,opt,name=colate_collector,json=colateCollector,proto3" json:"colate_collector,omitempty"`
 	// params are the deployment's synopsis parameters: a probe that was not
 	// given its own uses these.
-	Params        *SynopsisParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	Params *SynopsisParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	// accepts lists the kinds of probe messages the collector takes, besides
+	// the Hello and clock status. Empty: a collector older than this field,
+	// which takes epoch reports and COLATE vectors only. A probe does not
+	// send a collector what it would not take (it would end the stream).
+	Accepts       []Reject_Kind `protobuf:"varint,4,rep,packed,name=accepts,proto3,enum=owl.v1.Reject_Kind" json:"accepts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3751,6 +3756,13 @@ func (x *PathConfig) GetColateCollector() string {
 func (x *PathConfig) GetParams() *SynopsisParams {
 	if x != nil {
 		return x.Params
+	}
+	return nil
+}
+
+func (x *PathConfig) GetAccepts() []Reject_Kind {
+	if x != nil {
+		return x.Accepts
 	}
 	return nil
 }
@@ -7467,12 +7479,13 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
 	"SampleRate\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05shift\x18\x02 \x01(\rR\x05shift\"\x95\x01\n" +
+	"\x05shift\x18\x02 \x01(\rR\x05shift\"\xc4\x01\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
 	"\x10colate_collector\x18\x02 \x01(\tR\x0fcolateCollector\x12.\n" +
-	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\"\xb6\x01\n" +
+	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12-\n" +
+	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\"\xb6\x01\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
@@ -7990,103 +8003,104 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	40,  // 54: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
 	48,  // 55: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
 	23,  // 56: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	51,  // 57: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 58: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 59: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	52,  // 60: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	55,  // 61: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	88,  // 62: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	37,  // 63: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	51,  // 64: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	88,  // 65: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 66: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	88,  // 67: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 68: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	72,  // 69: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	69,  // 70: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	88,  // 71: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 72: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	72,  // 73: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	69,  // 74: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	88,  // 75: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 76: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 77: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	68,  // 78: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	88,  // 79: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 80: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	67,  // 81: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	67,  // 82: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	67,  // 83: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	18,  // 84: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	73,  // 85: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	88,  // 86: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	89,  // 87: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 88: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	37,  // 89: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 90: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	36,  // 91: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	36,  // 92: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	88,  // 93: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	72,  // 94: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	34,  // 95: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	88,  // 96: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 97: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	76,  // 98: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	88,  // 99: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	34,  // 100: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	88,  // 101: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 102: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 103: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	76,  // 104: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	34,  // 105: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	88,  // 106: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 107: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	88,  // 108: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	88,  // 109: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	88,  // 110: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 111: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	83,  // 112: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	88,  // 113: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	86,  // 114: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 115: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	53,  // 116: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	56,  // 117: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	58,  // 118: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	59,  // 119: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	61,  // 120: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	63,  // 121: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	65,  // 122: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	71,  // 123: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	74,  // 124: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	77,  // 125: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	79,  // 126: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	81,  // 127: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	84,  // 128: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 129: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 130: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 131: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	38,  // 132: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	54,  // 133: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	57,  // 134: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	70,  // 135: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	60,  // 136: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	62,  // 137: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	64,  // 138: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	66,  // 139: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	73,  // 140: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	75,  // 141: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	78,  // 142: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	80,  // 143: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	82,  // 144: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	85,  // 145: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 146: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 147: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 148: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	132, // [132:149] is the sub-list for method output_type
-	115, // [115:132] is the sub-list for method input_type
-	115, // [115:115] is the sub-list for extension type_name
-	115, // [115:115] is the sub-list for extension extendee
-	0,   // [0:115] is the sub-list for field type_name
+	3,   // 57: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	51,  // 58: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 59: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 60: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	52,  // 61: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	55,  // 62: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	88,  // 63: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	37,  // 64: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	51,  // 65: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	88,  // 66: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 67: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	88,  // 68: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 69: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	72,  // 70: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	69,  // 71: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	88,  // 72: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 73: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	72,  // 74: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	69,  // 75: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	88,  // 76: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 77: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 78: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	68,  // 79: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	88,  // 80: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 81: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	67,  // 82: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	67,  // 83: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	67,  // 84: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	18,  // 85: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	73,  // 86: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	88,  // 87: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	89,  // 88: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 89: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	37,  // 90: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 91: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	36,  // 92: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	36,  // 93: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	88,  // 94: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	72,  // 95: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	34,  // 96: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	88,  // 97: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 98: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	76,  // 99: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	88,  // 100: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	34,  // 101: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	88,  // 102: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 103: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 104: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	76,  // 105: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	34,  // 106: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	88,  // 107: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 108: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	88,  // 109: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	88,  // 110: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	88,  // 111: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	88,  // 112: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	83,  // 113: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	88,  // 114: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	86,  // 115: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 116: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	53,  // 117: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	56,  // 118: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	58,  // 119: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	59,  // 120: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	61,  // 121: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	63,  // 122: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	65,  // 123: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	71,  // 124: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	74,  // 125: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	77,  // 126: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	79,  // 127: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	81,  // 128: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	84,  // 129: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 130: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 131: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 132: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	38,  // 133: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	54,  // 134: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	57,  // 135: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	70,  // 136: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	60,  // 137: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	62,  // 138: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	64,  // 139: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	66,  // 140: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	73,  // 141: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	75,  // 142: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	78,  // 143: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	80,  // 144: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	82,  // 145: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	85,  // 146: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 147: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 148: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 149: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	133, // [133:150] is the sub-list for method output_type
+	116, // [116:133] is the sub-list for method input_type
+	116, // [116:116] is the sub-list for extension type_name
+	116, // [116:116] is the sub-list for extension extendee
+	0,   // [0:116] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
