@@ -168,11 +168,11 @@ func (s *Summary) responder(a netip.Addr) *group {
 	return g
 }
 
-// recentSlot is a responder's slot in the cache: the low bits of its
-// address.
+// recentSlot is a responder's slot in the cache: bits of its address's
+// last bytes, read one by one (a copy of the whole array is stored in two
+// halves and read back in one, which stalls).
 func recentSlot(a netip.Addr) int {
-	b := a.As16()
-	return int(b[15]^b[14]^b[11]) % recentResponders
+	return int(a.As16()[15]^a.As16()[13]<<2) % recentResponders
 }
 
 // prefix is p's group, or other when too many prefixes are tracked.

@@ -126,14 +126,13 @@ func (s *Set) Insertions() uint64 { return s.counter }
 // route is the fridge a hash goes to, or −1: the number of fridges whose
 // range ends at or below the hash's lower bits, counted without branches
 // (which fridge a random hash picks is what a branch predictor cannot
-// guess).
+// guess): up−u−1 wraps around, its top bit set, when u ≥ up (both are
+// below 2^33).
 func (s *Set) route(h uint64) int {
 	u := h & 0xffffffff
 	k := 0
 	for _, up := range s.upper[:len(s.tabs)] {
-		if u >= up {
-			k++
-		}
+		k += int((up - u - 1) >> 63)
 	}
 	if k == len(s.tabs) {
 		return -1
