@@ -548,3 +548,31 @@ func TestTakeIsResponse(t *testing.T) {
 		}
 	}
 }
+
+// TestExchangeIsTakeThenOffer: Exchange does what Take then Offer do, in
+// a small Set where keys often share a slot, come again (retransmissions)
+// or go to no fridge.
+func TestExchangeIsTakeThenOffer(t *testing.T) {
+	cfg := SetConfig{Parts: []Part{{Entries: 8, EntryProb: 0.3}, {Entries: 4, EntryProb: 0.5}}, Seed: 9}
+	a, b := must(NewSet(cfg)), must(NewSet(cfg))
+	r := rand.New(rand.NewPCG(3, 4))
+	matched, again := 0, 0
+	for i := range 100_000 {
+		resp, req, tNS := r.Uint64N(40), r.Uint64N(40), int64(i)
+		d1, x1, ok1 := a.Take(resp, tNS)
+		again1 := a.Offer(req, tNS)
+		d2, x2, ok2, again2 := b.Exchange(resp, req, tNS)
+		if d1 != d2 || x1 != x2 || ok1 != ok2 || again1 != again2 {
+			t.Fatalf("step %d: Take, Offer gave %d %d %v %v; Exchange %d %d %v %v", i, d1, x1, ok1, again1, d2, x2, ok2, again2)
+		}
+		if ok1 {
+			matched++
+		}
+		if again1 {
+			again++
+		}
+	}
+	if matched < 1000 || again < 1000 || a.Insertions() != b.Insertions() {
+		t.Errorf("%d matched, %d again, insertions %d and %d", matched, again, a.Insertions(), b.Insertions())
+	}
+}

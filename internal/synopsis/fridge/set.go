@@ -204,6 +204,34 @@ func (s *Set) Take(key uint64, tNS int64) (delayNS int64, x uint64, ok bool) {
 	return t.delay(t.index(h), key, tNS, s.counter)
 }
 
+// Exchange is Take(respKey, tNS) then Offer(reqKey, tNS), for a packet
+// that answers one request and is another (a TCP segment that carries
+// data and an ACK): when both keys go to a fridge, both of their slots
+// are read before either is decided on, so that the two reads from
+// memory overlap.
+func (s *Set) Exchange(respKey, reqKey uint64, tNS int64) (delayNS int64, x uint64, ok, again bool) {
+	h1, h2 := hash(respKey, s.cfg.Seed), hash(reqKey, s.cfg.Seed)
+	k1, k2 := s.route(h1), s.route(h2)
+	if k1 < 0 || k2 < 0 {
+		delayNS, x, ok = s.Take(respKey, tNS)
+		return delayNS, x, ok, s.Offer(reqKey, tNS)
+	}
+	t1, t2 := &s.tabs[k1], &s.tabs[k2]
+	i1, i2 := t1.index(h1), t2.index(h2)
+	key1, key2 := t1.keys[i1], t2.keys[i2]
+	if key1 == respKey {
+		delayNS, x, ok = t1.delay(i1, respKey, tNS, s.counter)
+		key2 = t2.keys[i2] // the same slot, if both keys share it, was emptied
+	}
+	s.counter++
+	if key2 == reqKey && t2.holds(i2, reqKey) {
+		t2.remove(i2)
+		return delayNS, x, ok, true
+	}
+	t2.put(i2, reqKey, tNS, s.counter)
+	return delayNS, x, ok, false
+}
+
 // Reset empties the fridges and restarts the counter.
 func (s *Set) Reset() {
 	for i := range s.tabs {
