@@ -188,3 +188,84 @@ func BenchmarkRTTMatcher(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(sum.Counters.Matched)/float64(max(sum.Counters.Responses, 1)), "matched/response")
 }
+
+// refPacket is the matcher's rules in their plainest form (a look-up in
+// the current set, then in the previous one, then the request offered),
+// for TestMatcherShortcutsChangeNothing.
+func refPacket(m *rttMatcher, p *capture.Packet, sum *rtt.Summary) {
+	ev := rtt.Classify(p, m.seed)
+	if ev.Response {
+		sum.Counters.Responses++
+		set := m.cur
+		d, x, ok := set.Take(ev.ResponseKey, p.TimeNS)
+		if !ok && m.old != nil {
+			set = m.old
+			d, x, ok = set.Take(ev.ResponseKey, p.TimeNS)
+		}
+		if ok {
+			sum.Counters.Matched++
+			sum.Add(rtt.Sample{DelayNS: d, Kind: ev.ResponseKind, Responder: ev.Responder, Weight: set.PooledCorr(x)})
+		}
+	}
+	if ev.Request {
+		sum.Counters.Requests++
+		m.requests++
+		if m.cur.Offer(ev.RequestKey, p.TimeNS) {
+			sum.Counters.Ambiguous++
+		}
+	}
+}
+
+// TestMatcherShortcutsChangeNothing: the matcher's shortcuts (a response
+// and a request looked up at once, responses known to find nothing not
+// looked up) give the reports of the plain rules, byte for byte, over
+// epochs where the fridges are resized and the replayed trace's segments
+// come again as retransmissions.
+func TestMatcherShortcutsChangeNothing(t *testing.T) {
+	_, _, frames := traceRTT(t, DefaultRTTConfig())
+	d, _ := capture.NewDecoder(layers.LinkTypeEthernet, params.Default().Identity)
+	var pkts []capture.Packet
+	for _, f := range frames {
+		var p capture.Packet
+		if d.Decode(f.Data, f.TimeNS, &p) == nil {
+			pkts = append(pkts, p)
+		}
+	}
+	for _, memBytes := range []int{64 * 24, 4096 * 24} {
+		cfg := DefaultRTTConfig()
+		cfg.Fridges.MemoryBytes = memBytes
+		m, _ := newRTTMatcher(cfg, cfg.Fridges.Seed, 0.01)
+		ref, _ := newRTTMatcher(cfg, cfg.Fridges.Seed, 0.01)
+		sum, refSum := m.newEpoch(), ref.newEpoch()
+		// Epochs of changing lengths in packets make the request rate
+		// change, and the fridges resized.
+		resizes, epochs, next, lengths := 0, 0, 0, []int{20_000, 3000, 30_000, 1000, 40_000}
+		var total rtt.Counters
+		for i := range 8 * len(pkts) {
+			if i == next {
+				next += lengths[epochs%len(lengths)]
+				epochs++
+				total.Matched += sum.Counters.Matched
+				total.Ambiguous += sum.Counters.Ambiguous
+				a, b := sum.Report(int64(i)), refSum.Report(int64(i))
+				if !proto.Equal(a, b) {
+					t.Fatalf("%d bytes, packet %d: reports differ:\n%v\n%v", memBytes, i, a, b)
+				}
+				cur := m.cur
+				sum, refSum = m.newEpoch(), ref.newEpoch()
+				if m.cur != cur {
+					resizes++
+				}
+			}
+			p := pkts[i%len(pkts)]
+			p.TimeNS = int64(i) * 500
+			m.packet(&p, sum)
+			refPacket(ref, &p, refSum)
+		}
+		if resizes < 3 || total.Matched < 1000 || total.Ambiguous == 0 {
+			t.Errorf("%d bytes: %d resizes, %d matched, %d ambiguous: the replay does not test what it should",
+				memBytes, resizes, total.Matched, total.Ambiguous)
+		}
+		t.Logf("%d bytes: %d epochs, %d resizes, %d matched, %d ambiguous", memBytes, epochs, resizes, total.Matched, total.Ambiguous)
+	}
+}
