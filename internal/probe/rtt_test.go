@@ -2,6 +2,8 @@ package probe
 
 import (
 	"math"
+	"net/netip"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -267,5 +269,63 @@ func TestMatcherShortcutsChangeNothing(t *testing.T) {
 				memBytes, resizes, total.Matched, total.Ambiguous)
 		}
 		t.Logf("%d bytes: %d epochs, %d resizes, %d matched, %d ambiguous", memBytes, epochs, resizes, total.Matched, total.Ambiguous)
+	}
+}
+
+// TestRTTMemoryBoundedUnderFlood: a flood of SYNs from a million spoofed
+// sources, none answered, and a scan of a million responders, each in a
+// /24 of its own and each answering its SYN, leave the matcher's and the
+// epoch summary's memory bounded: the fridges are fixed arrays, the
+// summary tracks at most 4 × rtt.prefixes.max prefixes and counts the
+// ones it folds into "other" in a fixed kilobyte, and the report stays
+// small. (A set of the folded prefixes took about 100 MB here.)
+func TestRTTMemoryBoundedUnderFlood(t *testing.T) {
+	const flows = 1_000_000
+	cfg := DefaultRTTConfig()
+	m, err := newRTTMatcher(cfg, cfg.Fridges.Seed, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	sum := m.newEpoch()
+	before := heap()
+	server, scanner := netip.MustParseAddr("192.0.2.80"), netip.MustParseAddr("198.51.100.7")
+	syn := func(tNS int64, src, dst netip.Addr, sport uint16, seq uint32) capture.Packet {
+		return capture.Packet{TimeNS: tNS, Flow: capture.FlowKey{Src: src, Dst: dst, SrcPort: sport, DstPort: 443, Proto: 6},
+			L4: capture.Transport{Seq: seq, TCPFlags: capture.TCPSyn}}
+	}
+	for i := range flows {
+		// The flood: a spoofed source each, never answered.
+		src := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		p := syn(int64(4*i), src, server, uint16(i), uint32(i))
+		m.packet(&p, sum)
+		// The scan: a responder in a /24 of its own answers in 1 µs.
+		dst := netip.AddrFrom4([4]byte{byte(1 + i>>16), byte(i >> 8), byte(i), 1})
+		p = syn(int64(4*i+1), scanner, dst, 40000, uint32(i))
+		m.packet(&p, sum)
+		p = capture.Packet{TimeNS: int64(4*i) + 1001, Flow: capture.FlowKey{Src: dst, Dst: scanner, SrcPort: 443, DstPort: 40000, Proto: 6},
+			L4: capture.Transport{Seq: 7, Ack: uint32(i) + 1, TCPFlags: capture.TCPSyn | capture.TCPAck}}
+		m.packet(&p, sum)
+	}
+	grew := int64(heap()) - int64(before)
+	r := sum.Report(0)
+	t.Logf("heap grew %d KiB; %d requests, %d matched; %d prefixes reported, %d folded; report %d bytes",
+		grew>>10, sum.Counters.Requests, sum.Counters.Matched, len(r.GetPrefixes()), r.GetCounters().GetPrefixesFolded(), proto.Size(r))
+	if grew > 4<<20 {
+		t.Errorf("the matcher's memory grew by %d KiB under the flood", grew>>10)
+	}
+	if sum.Counters.Requests != 3*flows || sum.Counters.Matched < flows/2 {
+		t.Errorf("counters %+v", sum.Counters)
+	}
+	if f := float64(r.GetCounters().GetPrefixesFolded()); math.Abs(f-flows) > 0.1*flows {
+		t.Errorf("%v prefixes folded, want about %d", f, flows)
+	}
+	if n := proto.Size(r); n > 200<<10 {
+		t.Errorf("report of %d bytes", n)
 	}
 }
