@@ -33,7 +33,9 @@ var long = flag.Bool("long", false, "run the real-link test for minutes (soak) i
 // captures the router's ingress interface, another its egress interface
 // (both directions: two paths). tcpdump records both interfaces; tshark's
 // header fields give the ground truth. The collector is killed and started
-// again mid-run.
+// again mid-run. Bulk downloads served from the client side, from a second
+// prefix that the relay reorders more than the rest, check the probes'
+// reordering by prefix (reallink_reorder_test.go).
 func TestRealLink(t *testing.T) {
 	needRoot(t, "ip", "tc", "tcpdump", "tshark")
 	if os.Getenv("OWL_E2E_RACE") == "1" {
@@ -79,6 +81,7 @@ func TestRealLink(t *testing.T) {
 			exec.Command("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf."+d+".disable_ipv6=1").Run()
 		}
 	}
+	addReorderedPrefix(t, cl, sv)
 	in(rt, "sysctl", "-q", "-w", "net.ipv4.ip_forward=0")
 	// Real queueing and tail drops on the way to the server.
 	in(rt, "tc", "qdisc", "add", "dev", "rout", "root", "tbf", "rate", "30mbit", "burst", "16kb", "latency", "15ms")
@@ -102,8 +105,9 @@ func TestRealLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := env.StartIn(rt, "relay", "relay", "-a", "rin", "-b", "rout",
-		"-delay", "weibull:shape=0.65,scale=100us,base=50us", "-loss", "0.005", "-reorder", "0.005", "-reorder-extra", "3ms", "-duplicate", "0.001")
+	relay, err := env.StartIn(rt, "relay", "relay", append([]string{"-a", "rin", "-b", "rout",
+		"-delay", "weibull:shape=0.65,scale=100us,base=50us", "-loss", "0.005", "-reorder", "0.005", "-reorder-extra", "3ms", "-duplicate", "0.001"},
+		reorderRelayArgs()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +154,7 @@ func TestRealLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serverCl := startReorderServer(t, env, cl)
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
 	client, err := env.StartIn(cl, "trafficgen-client", "trafficgen", "-mode", "client", "-server", "10.77.0.2", "-duration", dur.String(),
@@ -157,6 +162,7 @@ func TestRealLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reorderClients := startReorderClients(t, env, sv, dur)
 	// The collector crashes half way and comes back on the same data.
 	time.Sleep(dur / 2)
 	coll.Kill()
@@ -170,13 +176,15 @@ func TestRealLink(t *testing.T) {
 			t.Logf("warnings and errors of the restarted collector:\n%s", warnings(coll2.Log()))
 		}
 	})
-	if err := client.Wait(dur + 30*time.Second); err != nil {
-		t.Fatalf("traffic client: %v\n%s", err, client.Log())
+	for _, c := range append([]*harness.Proc{client}, reorderClients...) {
+		if err := c.Wait(dur + 30*time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s", c.Name, err, c.Log())
+		}
 	}
 	end := time.Now()
 	t.Logf("traffic done after %v", end.Sub(start))
 	time.Sleep(3 * time.Second) // the last epochs close (1 s + grace) and are reconciled
-	for _, p := range append([]*harness.Proc{server}, dumps...) {
+	for _, p := range append([]*harness.Proc{server, serverCl}, dumps...) {
 		p.Signal(os.Interrupt, 5*time.Second)
 	}
 	first, _ := epoch.DefaultConfig().Of(start.UnixNano())
@@ -272,6 +280,9 @@ func TestRealLink(t *testing.T) {
 		}
 		checkRTT(ft, probe, got, truth, wiresharkRTT(ft, pcap))
 	}
+	// Reordering by prefix: the relay's doing, seen downstream of it only.
+	checkRealLinkReordering(ft, q2, "probe-out", pout, true)
+	checkRealLinkReordering(ft, q2, "probe-in", pin, false)
 }
 
 // failures is a test that keeps what its checks failed on, to say it

@@ -9,6 +9,20 @@
 // times, so that a packet drawn a shorter delay overtakes one drawn a
 // longer one); frames from b go out of a at once. Run it with nothing else
 // forwarding between the interfaces (no bridge, IP forwarding off).
+//
+// Reordering can differ by prefix, matched on a frame's source address as
+// owl's reordering tracker groups flows by their senders' prefixes:
+//
+//	relay -a r-in -b r-out -reorder 0.005 -reorder-prefix 10.78.0.0/24=0.05 -flow-order
+//
+// holds back 5% of the frames from 10.78.0.0/24 and 0.5% of the others
+// (the longest prefix that holds the source wins; frames that are not IP
+// take -reorder). The delay model's jitter reorders too: two frames of a
+// flow that arrive closer together than the jitter often swap, so that a
+// bulk transfer sees far more reordering than -reorder asks for.
+// -flow-order keeps each flow's frames in order but for those held back
+// (a frame leaves no earlier than the one before it in its flow), so that
+// the reordering of each prefix is what the flags say.
 package main
 
 import (
@@ -18,7 +32,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"sync"
@@ -33,26 +46,24 @@ import (
 )
 
 func main() {
-	a := flag.String("a", "", "interface whose frames are impaired")
-	b := flag.String("b", "", "interface the impaired frames leave by")
-	delay := flag.String("delay", "const:100us", "delay model (weibull:shape=,scale=,base= | const:D | bimodal:p=,low=,high=)")
-	loss := flag.Float64("loss", 0, "probability that a frame a→b is dropped")
-	reorder := flag.Float64("reorder", 0, "probability that a frame a→b is held back by up to -reorder-extra")
-	reorderExtra := flag.Duration("reorder-extra", 5*time.Millisecond, "largest extra hold of a reordered frame")
-	dup := flag.Float64("duplicate", 0, "probability that a frame a→b is sent twice")
-	seed := flag.Uint64("seed", 1, "random seed")
-	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	m, err := sim.ParseDelay(*delay)
-	if err != nil || *a == "" || *b == "" {
-		log.Error("relay needs -a, -b and a valid -delay", "err", err)
+	cfg, err := parseConfig(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		log.Error("bad flags", "err", err)
 		os.Exit(2)
+	}
+	p, err := newPlanner(cfg)
+	if err != nil {
+		log.Error("relay failed", "err", err)
+		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r := &relay{model: m, loss: *loss, reorder: *reorder, reorderExtra: *reorderExtra, dup: *dup,
-		rnd: rand.New(rand.NewPCG(*seed, 0x72656c6179)), log: log}
-	if err := r.run(ctx, *a, *b); err != nil && !errors.Is(err, context.Canceled) {
+	r := &relay{cfg: cfg, plan: p, log: log}
+	if err := r.run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("relay failed", "err", err)
 		os.Exit(1)
 	}
@@ -60,13 +71,9 @@ func main() {
 }
 
 type relay struct {
-	model        sim.DelayModel
-	loss         float64
-	reorder      float64
-	reorderExtra time.Duration
-	dup          float64
-	rnd          *rand.Rand
-	log          *slog.Logger
+	cfg  config
+	plan *planner // only impair uses it
+	log  *slog.Logger
 
 	forwarded, dropped, duplicated, returned atomic.Uint64
 }
@@ -90,7 +97,8 @@ func open(ifname string) (*capture.LiveSource, *afpacket.TPacket, error) {
 }
 
 // run relays frames between interfaces a and b until ctx ends or a socket fails.
-func (r *relay) run(ctx context.Context, a, b string) error {
+func (r *relay) run(ctx context.Context) error {
+	a, b := r.cfg.a, r.cfg.b
 	inA, outA, err := open(a)
 	if err != nil {
 		return err
@@ -103,7 +111,10 @@ func (r *relay) run(ctx context.Context, a, b string) error {
 	}
 	defer inB.Close()
 	defer outB.Close()
-	r.log.Info("relaying", "a", a, "b", b, "delay", r.model, "loss", r.loss, "reorder", r.reorder, "duplicate", r.dup)
+	imp := r.cfg.imp
+	r.log.Info("relaying", "a", a, "b", b, "delay", imp.Delay, "loss", imp.Loss, "reorder", imp.Reorder,
+		"reorder_prefix", sim.PrefixReorders{P: &imp.PrefixReorder}, "reorder_extra", imp.ReorderExtra,
+		"flow_order", r.cfg.flowOrder, "duplicate", imp.Duplicate)
 
 	q := &queue{wake: make(chan struct{}, 1)}
 	var wg sync.WaitGroup
@@ -119,23 +130,21 @@ func (r *relay) run(ctx context.Context, a, b string) error {
 	return err
 }
 
-// impair reads frames a → b from in and queues them with the model's delay,
-// loss, reordering and duplication, until ctx ends or in fails (sent on errc).
+// impair reads frames a → b from in and queues them as the planner says,
+// until ctx ends or in fails (sent on errc).
 func (r *relay) impair(ctx context.Context, in *capture.LiveSource, q *queue, errc chan<- error) {
+	var due [2]time.Time
 	eachFrame(ctx, in, errc, func(f capture.Frame) {
-		if r.rnd.Float64() < r.loss {
+		n := r.plan.plan(f.Data, time.Now(), &due)
+		if n == 0 {
 			r.dropped.Add(1)
 			return
 		}
-		d := time.Duration(r.model.SampleNS(r.rnd))
-		if r.reorder > 0 && r.rnd.Float64() < r.reorder {
-			d += time.Duration(1 + r.rnd.Int64N(int64(r.reorderExtra)))
-		}
 		data := append([]byte(nil), f.Data...)
-		now := time.Now()
-		q.push(now.Add(d), data)
-		if r.dup > 0 && r.rnd.Float64() < r.dup {
-			q.push(now.Add(d+time.Duration(1+r.rnd.Int64N(int64(20*time.Microsecond)))), data)
+		for _, at := range due[:n] {
+			q.push(at, data)
+		}
+		if n == 2 {
 			r.duplicated.Add(1)
 		}
 	})
