@@ -52,12 +52,13 @@ const resizeFactor = 2
 // the chance that the set reports a pair whose request was followed by x
 // others) and goes into its epoch's summary: nothing per pair is kept.
 type rttMatcher struct {
-	cfg      RTTConfig
-	seed     uint64
-	epochSec float64
-	cur, old *fridge.Set
-	oldLeft  int     // epochs old still answers
-	sizedFor float64 // requests/s
+	cfg        RTTConfig
+	seed       uint64
+	classifier *rtt.Classifier
+	epochSec   float64
+	cur, old   *fridge.Set
+	oldLeft    int     // epochs old still answers
+	sizedFor   float64 // requests/s
 	// requests offered during the current epoch, for the next sizing
 	requests uint64
 	// absent holds response keys that found no request, each in a slot
@@ -78,7 +79,7 @@ func newRTTMatcher(cfg RTTConfig, seed uint64, epochSec float64) (*rttMatcher, e
 	if err != nil {
 		return nil, err
 	}
-	return &rttMatcher{cfg: cfg, seed: seed, epochSec: epochSec, cur: set}, nil
+	return &rttMatcher{cfg: cfg, seed: seed, classifier: rtt.NewClassifier(seed), epochSec: epochSec, cur: set}, nil
 }
 
 // newEpoch sizes the fridges for the rate of the epoch just past, when it
@@ -102,7 +103,7 @@ func (m *rttMatcher) newEpoch() *rtt.Summary {
 // response's epoch.
 func (m *rttMatcher) packet(p *capture.Packet, sum *rtt.Summary) {
 	var ev rtt.Event
-	rtt.ClassifyInto(&ev, p, m.seed)
+	m.classifier.Classify(&ev, p)
 	if ev.Response {
 		sum.Counters.Responses++
 		ev.Response = !m.isAbsent(ev.ResponseKey) // else no look-up can find it

@@ -80,13 +80,14 @@ func TestExactPairs(t *testing.T) {
 	}
 }
 
-// BenchmarkClassify classifies the bundled trace's packets (decoded
-// beforehand), summing the keys.
-func BenchmarkClassify(b *testing.B) {
+// traceBundled is the bundled trace's packets, decoded.
+func traceBundled(tb testing.TB) []capture.Packet {
+	tb.Helper()
 	src, err := capture.OpenFile("../../testdata/trace.pcap")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
+	defer src.Close()
 	d, _ := capture.NewDecoder(layers.LinkTypeEthernet, capture.DefaultIdentityConfig())
 	var pkts []capture.Packet
 	for {
@@ -99,12 +100,62 @@ func BenchmarkClassify(b *testing.B) {
 			pkts = append(pkts, p)
 		}
 	}
-	src.Close()
+	return pkts
+}
+
+// TestClassifierIsClassify: the Classifier, which reuses the last flow's
+// hash, gives every packet of the bundled trace the Event Classify gives
+// it, and so do packets made to defeat its cache: the same flow reversed,
+// another tag, protocol, port or address family.
+func TestClassifierIsClassify(t *testing.T) {
+	pkts := traceBundled(t)
+	if len(pkts) < 1000 {
+		t.Fatalf("%d packets in the bundled trace", len(pkts))
+	}
+	six := netip.MustParseAddr("2001:db8::1")
+	for _, p := range []*capture.Packet{seg(0, true, capture.TCPSyn, 1, 0, 0), seg(1, false, capture.TCPSyn|capture.TCPAck, 9, 2, 0)} {
+		for _, change := range []func(*capture.Packet){
+			func(*capture.Packet) {},
+			func(q *capture.Packet) { q.Flow.Tag = 7 },
+			func(q *capture.Packet) { q.Flow.SrcPort++ },
+			func(q *capture.Packet) { q.Flow.Src, q.Flow.Dst = q.Flow.Dst, q.Flow.Src },
+			func(q *capture.Packet) { q.Flow.Src = six },
+			func(q *capture.Packet) { q.Flow.Proto = 17; q.L4.DNS = true; q.L4.DNSAnswer = true },
+		} {
+			q := *p
+			change(&q)
+			pkts = append(pkts, *p, q, *p)
+		}
+	}
+	c := NewClassifier(3)
+	var hits int
+	for i := range pkts {
+		var got Event
+		c.Classify(&got, &pkts[i])
+		want := Classify(&pkts[i], 3)
+		if got != want {
+			t.Fatalf("packet %d %+v: Classifier %+v, Classify %+v", i, pkts[i].Flow, got, want)
+		}
+		if want.Request || want.Response {
+			hits++
+		}
+	}
+	if hits < len(pkts)/2 {
+		t.Errorf("%d of %d packets are requests or responses: the comparison says little", hits, len(pkts))
+	}
+}
+
+// BenchmarkClassify classifies the bundled trace's packets (decoded
+// beforehand) with a Classifier, summing the keys.
+func BenchmarkClassify(b *testing.B) {
+	pkts := traceBundled(b)
 	var sum uint64
+	c := NewClassifier(1)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		ev := Classify(&pkts[i%len(pkts)], 1)
+		var ev Event
+		c.Classify(&ev, &pkts[i%len(pkts)])
 		sum += ev.RequestKey ^ ev.ResponseKey
 	}
 	if sum == 1 {
