@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -577,24 +578,30 @@ func (s *Store) Result(path string, epoch int64) (*owlv1.PathStats, error) {
 }
 
 // Results returns a path's results for epochs in [from, to], oldest first,
-// at most limit of them (the newest when there are more).
+// at most limit of them (the newest when there are more). It reads from
+// the newest end, so that asking for the latest few costs no more than
+// those few however long the path's history.
 func (s *Store) Results(path string, from, to int64, limit int) ([]*owlv1.PathStats, error) {
 	var out []*owlv1.PathStats
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketResults).Cursor()
-		end := epochKey(path, to)
-		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+		start, end := epochKey(path, from), epochKey(path, to)
+		k, v := c.Seek(end)
+		if k == nil {
+			k, v = c.Last()
+		} else if bytes.Compare(k, end) > 0 {
+			k, v = c.Prev()
+		}
+		for ; k != nil && bytes.Compare(k, start) >= 0 && len(out) < limit; k, v = c.Prev() {
 			r := &owlv1.PathStats{}
 			if err := proto.Unmarshal(v, r); err != nil {
 				return fmt.Errorf("result %x: %w", k, err)
 			}
 			out = append(out, r)
-			if len(out) > limit {
-				out = out[1:]
-			}
 		}
 		return nil
 	})
+	slices.Reverse(out)
 	return out, err
 }
 

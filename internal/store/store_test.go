@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +38,32 @@ func TestResultsRangeAndOrder(t *testing.T) {
 	}
 	if got, _ := s.Results("p", -10, 10, 2); len(got) != 2 || got[1].GetEpoch() != 5 {
 		t.Errorf("limit keeps the newest: %v", got)
+	}
+	// Read from the newest end: to between, past and before the keys
+	// of the path, next to other paths' keys.
+	for _, tc := range []struct {
+		from, to int64
+		limit    int
+		want     []int64
+	}{
+		{-10, 4, 1, []int64{3}},
+		{-10, 3, 2, []int64{0, 3}},
+		{math.MinInt64 / 2, math.MaxInt64 / 2, 1, []int64{5}},
+		{math.MinInt64 / 2, math.MaxInt64 / 2, 10, []int64{-2, -1, 0, 3, 5}},
+		{-10, -3, 5, nil},
+		{6, 10, 5, nil},
+		{1, 2, 5, nil},
+		{0, 0, 5, []int64{0}},
+		{-10, 10, 0, nil},
+	} {
+		got, err := s.Results("p", tc.from, tc.to, tc.limit)
+		var es []int64
+		for _, r := range got {
+			es = append(es, r.GetEpoch())
+		}
+		if err != nil || !slices.Equal(es, tc.want) {
+			t.Errorf("Results(p, %d, %d, %d) = %v, %v; want %v", tc.from, tc.to, tc.limit, es, err, tc.want)
+		}
 	}
 	s.Close()
 
