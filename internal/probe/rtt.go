@@ -62,7 +62,7 @@ type rttMatcher struct {
 	// requests offered during the current epoch, for the next sizing
 	requests uint64
 	// absent holds response keys that found no request, each in a slot
-	// by its low bits. A key stays absent until a request with it is
+	// by absentSlot. A key stays absent until a request with it is
 	// offered: requests enter no other way (a resize's new set is empty,
 	// the old one takes no more). So a response with an absent key needs
 	// no look-up: the ACK that every data segment of a one-way transfer
@@ -72,7 +72,7 @@ type rttMatcher struct {
 }
 
 // absentKeys is the size of rttMatcher's cache of absent response keys.
-const absentKeys = 256
+const absentKeys = 1 << 8 // absentSlot takes the top 8 bits
 
 func newRTTMatcher(cfg RTTConfig, seed uint64, epochSec float64) (*rttMatcher, error) {
 	set, err := fridge.NewSized(cfg.Fridges, 0)
@@ -148,7 +148,7 @@ func (m *rttMatcher) respond(ev *rtt.Event, delayNS int64, x uint64, ok bool, tN
 		delayNS, x, ok = set.Take(ev.ResponseKey, tNS)
 	}
 	if !ok {
-		m.absent[ev.ResponseKey%absentKeys] = ev.ResponseKey
+		m.absent[absentSlot(ev.ResponseKey)] = ev.ResponseKey
 		return
 	}
 	sum.Counters.Matched++
@@ -156,11 +156,15 @@ func (m *rttMatcher) respond(ev *rtt.Event, delayNS int64, x uint64, ok bool, tN
 }
 
 // isAbsent says whether key is known to wait in neither set.
-func (m *rttMatcher) isAbsent(key uint64) bool { return key != 0 && m.absent[key%absentKeys] == key }
+func (m *rttMatcher) isAbsent(key uint64) bool { return key != 0 && m.absent[absentSlot(key)] == key }
+
+// absentSlot is key's slot in rttMatcher.absent, from its high bits
+// multiplied: a flow's keys differ in their low bits only.
+func absentSlot(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 >> 56 }
 
 // present forgets that key was absent: a request with it was offered.
 func (m *rttMatcher) present(key uint64) {
-	if a := &m.absent[key%absentKeys]; *a == key {
+	if a := &m.absent[absentSlot(key)]; *a == key {
 		*a = 0
 	}
 }

@@ -94,18 +94,7 @@ func TestRTTOnTheBundledTrace(t *testing.T) {
 				cfg.Fridges.MemoryBytes, cfg.Fridges.Fridges = tc.bytes, 2
 			}
 			kinds, samples, frames := traceRTT(t, cfg)
-			d, _ := capture.NewDecoder(layers.LinkTypeEthernet, params.Default().Identity)
-			x := rtt.NewExact(cfg.Fridges.Seed)
-			truth := map[string][]int64{}
-			for _, f := range frames {
-				var p capture.Packet
-				if d.Decode(f.Data, f.TimeNS, &p) != nil {
-					continue
-				}
-				if s, ok := x.Add(&p); ok {
-					truth[s.Kind.String()] = append(truth[s.Kind.String()], s.DelayNS)
-				}
-			}
+			truth := exactRTT(frames, cfg.Fridges.Seed)
 			for kind, ds := range truth {
 				slices.Sort(ds)
 				got := kinds[kind]
@@ -126,8 +115,9 @@ func TestRTTOnTheBundledTrace(t *testing.T) {
 				}
 				// Where evictions lose many pairs, the corrected count must be
 				// nearer the truth than the pairs matched (where they lose few,
-				// the corrections' variance is the larger error).
-				if lost := n - float64(samples[kind]); lost > 0.05*n && math.Abs(got.GetCount()-n) >= lost {
+				// the corrections' variance is the larger error; over a few
+				// tens of pairs one run is a coin toss: TestRTTCorrectionOverSeeds).
+				if lost := n - float64(samples[kind]); n >= 500 && lost > 0.05*n && math.Abs(got.GetCount()-n) >= lost {
 					t.Errorf("%s: weighted count %.1f no nearer the truth %d than the %d matched", kind, got.GetCount(), len(ds), samples[kind])
 				}
 				if len(ds) < 50 {
@@ -146,6 +136,57 @@ func TestRTTOnTheBundledTrace(t *testing.T) {
 				t.Errorf("the trace gave pairs of %d kinds", len(truth))
 			}
 		})
+	}
+}
+
+// exactRTT is the exact matcher's delays of frames by kind.
+func exactRTT(frames []capture.Frame, seed uint64) map[string][]int64 {
+	d, _ := capture.NewDecoder(layers.LinkTypeEthernet, params.Default().Identity)
+	x := rtt.NewExact(seed)
+	truth := map[string][]int64{}
+	for _, f := range frames {
+		var p capture.Packet
+		if d.Decode(f.Data, f.TimeNS, &p) != nil {
+			continue
+		}
+		if s, ok := x.Add(&p); ok {
+			truth[s.Kind.String()] = append(truth[s.Kind.String()], s.DelayNS)
+		}
+	}
+	return truth
+}
+
+// TestRTTCorrectionOverSeeds: with 64 fridge entries, far too few for
+// the bundled trace, most pairs are lost to evictions; over 12 seeds the
+// corrected counts average nearer the truth than the pairs matched, for
+// the 22 handshakes as for the 4,271 data pairs. (One seed's handshake
+// count, over 8–10 matched pairs each weighed up about twofold, misses
+// by more than the pairs lost in one run in four or so.)
+func TestRTTCorrectionOverSeeds(t *testing.T) {
+	const seeds = 12
+	weighted, matched := map[string]float64{}, map[string]float64{}
+	var truth map[string][]int64
+	for seed := uint64(1); seed <= seeds; seed++ {
+		cfg := DefaultRTTConfig()
+		cfg.Fridges.MemoryBytes, cfg.Fridges.Fridges, cfg.Fridges.Seed = 64*24, 2, seed
+		kinds, samples, frames := traceRTT(t, cfg)
+		if truth == nil {
+			truth = exactRTT(frames, seed)
+		}
+		for kind, sk := range kinds {
+			weighted[kind] += sk.GetCount() / seeds
+			matched[kind] += float64(samples[kind]) / seeds
+		}
+	}
+	if len(truth) < 2 {
+		t.Fatalf("the trace gave pairs of %d kinds", len(truth))
+	}
+	for kind, ds := range truth {
+		n := float64(len(ds))
+		t.Logf("%s: %d true pairs; over %d seeds %.1f matched, standing for %.1f", kind, len(ds), seeds, matched[kind], weighted[kind])
+		if math.Abs(weighted[kind]-n) >= n-matched[kind] {
+			t.Errorf("%s: corrected count %.1f on average no nearer the truth %d than the %.1f matched", kind, weighted[kind], len(ds), matched[kind])
+		}
 	}
 }
 

@@ -215,12 +215,13 @@ func mix(z uint64) uint64 {
 
 // key pairs a request with its response: the flow, the direction of the
 // request (a response's is the other), the number that pairs them (a TCP
-// segment's end in sequence space or a DNS ID) and the pair's kind, mixed
-// (the splitmix64 finalizer).
+// segment's end in sequence space or a DNS ID) and the pair's kind. The
+// flow's hash is mixed already, and the fridges mix keys again, so the
+// key is not: equal keys are the same either way.
 func (f flow) key(n uint32, k Kind, reverse bool) uint64 {
 	dir := uint64(0)
 	if f.forward != reverse {
 		dir = 1
 	}
-	return mix(f.hash ^ (uint64(n)<<16 | uint64(k)<<1 | dir))
+	return f.hash ^ (uint64(n)<<16 | uint64(k)<<1 | dir)
 }
