@@ -5,6 +5,8 @@ go 1.26.0
 require (
 	github.com/DataDog/sketches-go v1.4.8
 	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/facebook/time v0.0.0-20260822211804-f81aedc1c1e3
 	github.com/gopacket/gopacket v1.7.7
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.2
@@ -33,6 +35,7 @@ require (
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/ebitengine/purego v0.10.0 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.4 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-ole/go-ole v1.2.6 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/google/btree v1.1.3 // indirect

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # deps.sh installs what owl's build and tests need on a fresh Debian machine
 # with Go: the Go modules, and (when run as root, for the end-to-end tests)
-# the Debian packages the tests use.
+# the Debian packages the tests use (chromium, headless, for the web page's
+# browser test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/retry.sh 300 3 go mod download
 need=()
-for tool in protoc:protobuf-compiler /usr/include/google/protobuf/timestamp.proto:libprotobuf-dev tcpdump:tcpdump tshark:tshark tcpreplay:tcpreplay ip:iproute2 ethtool:ethtool; do
+for tool in protoc:protobuf-compiler /usr/include/google/protobuf/timestamp.proto:libprotobuf-dev tcpdump:tcpdump tshark:tshark tcpreplay:tcpreplay ip:iproute2 ethtool:ethtool chromium:chromium; do
   t=${tool%%:*}
   if [[ $t == /* ]]; then [ -e "$t" ] && continue; else command -v "$t" >/dev/null 2>&1 && continue; fi
   need+=("${tool#*:}")
