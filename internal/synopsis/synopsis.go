@@ -193,6 +193,22 @@ func (r *Reader) Varint(field string) int64 {
 // Remaining is the number of unread bytes.
 func (r *Reader) Remaining() int { return len(r.b) - r.off }
 
+// Rest returns the unread bytes (nil after an error), for a decoder's
+// fast path over many fields; Skip then moves past what it read.
+func (r *Reader) Rest() []byte {
+	if r.err != nil {
+		return nil
+	}
+	return r.b[r.off:]
+}
+
+// Skip moves past n unread bytes (at most Remaining).
+func (r *Reader) Skip(n int) {
+	if r.err == nil {
+		r.off += min(max(n, 0), r.Remaining())
+	}
+}
+
 // Need fails unless at least n more bytes remain; decoders call it before
 // allocating for a count read from the input, so that a short hostile input
 // cannot make them allocate much.

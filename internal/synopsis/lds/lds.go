@@ -119,6 +119,51 @@ func New(cfg Config) (*LDS, error) {
 	return l, nil
 }
 
+// readCells reads up to total cells from b, into cells unless it is nil,
+// and returns how many it read and the bytes they took. It stops at the
+// first cell it cannot read; decode reads that one field by field, for
+// the error.
+func readCells(b []byte, cells []Cell, total int) (read, n int) {
+	for read < total {
+		sum, k := binary.Varint(b[n:])
+		if k <= 0 {
+			break
+		}
+		count, k2 := binary.Uvarint(b[n+k:])
+		if k2 <= 0 {
+			break
+		}
+		end := n + k + k2
+		var digest uint64
+		if count > 0 {
+			if len(b)-end < 8 {
+				break
+			}
+			digest = binary.LittleEndian.Uint64(b[end:])
+			end += 8
+		}
+		if cells != nil {
+			cells[read] = Cell{SumNS: sum, Count: count, Digest: digest}
+		}
+		read, n = read+1, end
+	}
+	return read, n
+}
+
+// emptyLike is New for a valid cfg, its cells taken from reuse when it
+// has the capacity (their content is left for the caller to overwrite).
+func emptyLike(cfg Config, reuse []Cell) *LDS {
+	n := cfg.Rows * cfg.Cols
+	if cap(reuse) < n {
+		l, _ := New(cfg)
+		return l
+	}
+	cfg.RowSampleLog2 = slices.Clone(cfg.RowSampleLog2)
+	l := &LDS{cfg: cfg, zeros: make([]uint8, cfg.Rows), cells: reuse[:n]}
+	copy(l.zeros, cfg.RowSampleLog2)
+	return l
+}
+
 // Config returns the sketch's parameters.
 func (l *LDS) Config() Config { return l.cfg }
 
@@ -416,6 +461,19 @@ func Decode(b []byte) (*LDS, error) {
 	return decode(b, true)
 }
 
+// UnmarshalBinary parses a wire form into l as Decode does, reusing l's
+// cells when they are enough: a collector decodes two sketches per epoch,
+// each ten times its wire form. On error l is left empty (no cells).
+func (l *LDS) UnmarshalBinary(b []byte) error {
+	d, err := decodeInto(l.cells, b, true)
+	if err != nil {
+		*l = LDS{cells: l.cells[:0]}
+		return err
+	}
+	*l = *d
+	return nil
+}
+
 // Check reads a wire form as Decode does, and returns its parameters
 // without keeping the cells: a report's sketch is checked when it comes
 // and decoded when it is used.
@@ -429,7 +487,11 @@ func Check(b []byte) (Config, error) {
 
 // decode parses a wire form; without keep, the cells are read and
 // checked but not kept (the result has none).
-func decode(b []byte, keep bool) (*LDS, error) {
+func decode(b []byte, keep bool) (*LDS, error) { return decodeInto(nil, b, keep) }
+
+// decodeInto is decode, taking the cells from reuse when it has the
+// capacity for them.
+func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
 	rd, err := synopsis.NewReader(b, synopsis.KindLDS, version)
 	if err != nil {
 		return nil, err
@@ -462,16 +524,19 @@ func decode(b []byte, keep bool) (*LDS, error) {
 	}
 	l := &LDS{cfg: cfg}
 	if keep {
-		l, _ = New(cfg)
+		l = emptyLike(cfg, reuse)
 	}
+	read, n := readCells(rd.Rest(), l.cells, cfg.Rows*cfg.Cols) // l.cells nil without keep
+	rd.Skip(n)
 	var scratch Cell
-	for i := range cfg.Rows * cfg.Cols {
+	for i := read; i < cfg.Rows*cfg.Cols; i++ { // from a cell readCells could not read, for the error
 		c := &scratch
 		if keep {
 			c = &l.cells[i]
 		}
 		c.SumNS = rd.Varint("cell sum")
 		c.Count = rd.Uvarint("cell count", math.MaxUint64)
+		c.Digest = 0
 		if c.Count > 0 {
 			c.Digest = rd.Uint64("cell digest")
 		}

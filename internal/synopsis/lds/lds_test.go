@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/owl-latency/owl/internal/synopsis"
@@ -207,5 +209,78 @@ func TestReset(t *testing.T) {
 	b, _ := empty.MarshalBinary()
 	if !bytes.Equal(a, b) {
 		t.Error("a reset sketch differs from a new one")
+	}
+}
+
+// TestUnmarshalReuses decodes sketches into one LDS, each over a fuller
+// one: the cells come out as Decode's (digests of emptied cells cleared),
+// the cells' memory is reused, and a failed decode leaves no cells.
+func TestUnmarshalReuses(t *testing.T) {
+	cfg := DefaultConfig()
+	full, _ := New(cfg)
+	sparse, _ := New(cfg)
+	r := rand.New(rand.NewPCG(5, 5))
+	for i := range 20_000 {
+		f, id, ts := r.Uint64N(100), r.Uint64(), r.Int64N(1e9)
+		full.Insert(f, id, ts, 1)
+		if i < 50 {
+			sparse.Insert(f, id, ts, 1)
+		}
+	}
+	fullB, _ := full.MarshalBinary()
+	sparseB, _ := sparse.MarshalBinary()
+	var l LDS
+	if err := l.UnmarshalBinary(fullB); err != nil || !slices.Equal(l.cells, full.cells) {
+		t.Fatalf("full sketch: %v", err)
+	}
+	first := &l.cells[0]
+	if err := l.UnmarshalBinary(sparseB); err != nil || !slices.Equal(l.cells, sparse.cells) {
+		t.Fatalf("sparse sketch over a full one: %v", err)
+	}
+	if &l.cells[0] != first {
+		t.Error("the cells were allocated again")
+	}
+	if l.Config().Compatible(cfg) != nil {
+		t.Errorf("config %+v", l.Config())
+	}
+	if err := l.UnmarshalBinary(fullB[:len(fullB)/2]); !errors.Is(err, synopsis.ErrFormat) || len(l.cells) != 0 {
+		t.Fatalf("truncated: %v, %d cells left", err, len(l.cells))
+	}
+	if err := l.UnmarshalBinary(fullB); err != nil || !slices.Equal(l.cells, full.cells) {
+		t.Fatalf("after a failure: %v", err)
+	}
+}
+
+// TestDecodeCellErrors cuts a sketch within its cells: the error names
+// the field and byte it stopped at, as field-by-field reading does, for
+// Decode and Check alike; a varint of more than 64 bits is refused.
+func TestDecodeCellErrors(t *testing.T) {
+	empty, _ := New(Config{Rows: 1, Cols: 4, K: 1, Seed: 2})
+	b, _ := empty.MarshalBinary()
+	head := len(b) - 4*2 // four empty cells of two bytes
+	b = binary.AppendVarint(b[:head], 1<<40)
+	sumLen := len(b) - head
+	b = binary.AppendUvarint(b, 1)
+	b = binary.LittleEndian.AppendUint64(b, 0xfeed)
+	b = append(b, 0, 0, 0, 0, 0, 0)
+	if l, err := Decode(b); err != nil || l.cells[0] != (Cell{SumNS: 1 << 40, Count: 1, Digest: 0xfeed}) {
+		t.Fatalf("whole: %v", err)
+	}
+	for cut := head + 8; cut < len(b); cut++ {
+		want := fmt.Sprintf("cell digest at byte %d: truncated", head+sumLen+1)
+		if at := head + sumLen + 9; cut >= at {
+			field := [2]string{"cell sum", "cell count"}[(cut-at)%2]
+			want = fmt.Sprintf("%s at byte %d: truncated", field, cut)
+		}
+		_, err := Decode(b[:cut])
+		_, cerr := Check(b[:cut])
+		if !errors.Is(err, synopsis.ErrFormat) || !strings.Contains(err.Error(), want) || cerr == nil || err.Error() != cerr.Error() {
+			t.Fatalf("cut at %d: Decode %v, Check %v; want %q", cut, err, cerr, want)
+		}
+	}
+	over := append(slices.Clone(b[:head+sumLen]), bytes.Repeat([]byte{0xff}, 10)...)
+	over = append(over, make([]byte, 16)...)
+	if _, err := Decode(over); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("cell count at byte %d: varint overflows", head+sumLen)) {
+		t.Errorf("overlong count: %v", err)
 	}
 }
