@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -43,13 +44,16 @@ func (wk *worker) topFlows(path string, epoch int64, up, down *side, ldss [2][]b
 	if up.ldsCfg == nil || down.ldsCfg == nil {
 		return nil
 	}
-	upL0, err1 := lds.Decode(ldss[0])
-	downL0, err2 := lds.Decode(ldss[1])
+	upL, downL := sketches.Get().(*lds.LDS), sketches.Get().(*lds.LDS)
+	defer sketches.Put(upL)
+	defer sketches.Put(downL)
+	err1 := upL.UnmarshalBinary(ldss[0])
+	err2 := downL.UnmarshalBinary(ldss[1])
 	if err := errors.Join(err1, err2); err != nil { // checked when they came
 		wk.log.Error("decoding the epoch's sketches", "path", path, "epoch", epoch, "err", err)
 		return nil
 	}
-	upL, downL := repairLDS(upL0, downL0, remove)
+	repaired := removeFromLDS(upL, downL, remove)
 	seen := map[uint64]bool{}
 	var out []*owlv1.FlowStats
 	for _, s := range []*side{up, down} {
@@ -76,9 +80,11 @@ func (wk *worker) topFlows(path string, epoch int64, up, down *side, ldss [2][]b
 	}
 	slices.SortFunc(out, func(a, b *owlv1.FlowStats) int { return cmp.Compare(b.GetPackets(), a.GetPackets()) })
 	ub, db := ldss[0], ldss[1]
-	if upL != upL0 {
-		ub, _ = upL.MarshalBinary()
-		db, _ = downL.MarshalBinary()
+	if repaired {
+		// About the size of the wire form taken in: a removal changes a
+		// few cells by a few bytes.
+		ub, _ = upL.AppendBinary(make([]byte, 0, len(ub)+len(ub)/8))
+		db, _ = downL.AppendBinary(make([]byte, 0, len(db)+len(db)/8))
 	}
 	w.LDS = append(w.LDS, store.LDSPair{EpochRef: store.EpochRef{Path: path, Epoch: epoch}, Up: ub, Down: db})
 	return out
@@ -221,20 +227,33 @@ func (c *Collector) loadFlowAges() error {
 	return nil
 }
 
+// sketches keeps the decoded sketches topFlows repairs and estimates
+// from (two per epoch, each ten times its wire form), for the next epoch.
+var sketches = sync.Pool{New: func() any { return new(lds.LDS) }}
+
 // repairLDS returns copies of the two sketches without the packets RDA
-// reconciliation took out of each side. Packets whose flow the probe did
-// not say are left in: their cells stay unusable, as the digest shows.
+// reconciliation took out of each side (the sketches themselves when it
+// took out none).
 func repairLDS(up, down *lds.LDS, remove [2][]reconcile.Packet) (*lds.LDS, *lds.LDS) {
 	if len(remove[0])+len(remove[1]) == 0 {
 		return up, down
 	}
-	out := [2]*lds.LDS{up.Clone(), down.Clone()}
-	for i, l := range out {
+	up, down = up.Clone(), down.Clone()
+	removeFromLDS(up, down, remove)
+	return up, down
+}
+
+// removeFromLDS takes the packets RDA reconciliation took out of each
+// side out of the two sketches, and says whether there were any. Packets
+// whose flow the probe did not say are left in: their cells stay
+// unusable, as the digest shows.
+func removeFromLDS(up, down *lds.LDS, remove [2][]reconcile.Packet) bool {
+	for i, l := range [2]*lds.LDS{up, down} {
 		for _, x := range remove[i] {
 			if x.Weight > 0 {
 				l.Remove(x.Flow, x.ID, x.OffsetNS, x.Weight)
 			}
 		}
 	}
-	return out[0], out[1]
+	return len(remove[0])+len(remove[1]) > 0
 }
