@@ -125,14 +125,21 @@ func Quantiles(s *ddsketch.DDSketch, qs []float64) []Quantile {
 	return out
 }
 
-// CDF is the share of the sketch's count at or below each of at.
+// CDF is the share of the sketch's count at or below each of at: 1 from
+// the largest value on, and never above 1 (the bins' counts, summed in
+// another order than the total, can add up to a little more).
 func CDF(s *ddsketch.DDSketch, at []float64) []float64 {
 	out := make([]float64, len(at))
 	total := s.GetCount()
 	if total == 0 {
 		return out
 	}
+	maxNS, _ := s.GetMaxValue() // not empty: no error
 	for i, x := range at {
+		if x >= maxNS {
+			out[i] = 1
+			continue
+		}
 		var below float64
 		s.ForEach(func(value, count float64) bool {
 			if value <= x {
@@ -140,7 +147,7 @@ func CDF(s *ddsketch.DDSketch, at []float64) []float64 {
 			}
 			return false
 		})
-		out[i] = below / total
+		out[i] = min(below/total, 1)
 	}
 	return out
 }
