@@ -20,7 +20,8 @@ import (
 
 func bind(fs *flag.FlagSet, c *collector.Config) {
 	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen, "gRPC listen address (probes and queries)")
-	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address for /metrics and /healthz (empty: off)")
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address for /metrics, /healthz and the web page (empty: off)")
+	fs.BoolVar(&c.WebPage, "web-page", c.WebPage, "serve the web page and its JSON query endpoint on the HTTP listener")
 	fs.StringVar(&c.WebConfigFile, "web-config-file", c.WebConfigFile, "TLS and basic auth for the HTTP listener: a Prometheus exporter-toolkit web configuration file")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "also serve Go's profiles under /debug/pprof/ on the HTTP listener")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the result database")

@@ -146,6 +146,7 @@ func startCollector(env *harness.Env, dir, paths string) (*harness.Proc, harness
 		return nil, addrs, err
 	}
 	fmt.Printf("collector on %s (gRPC) and %s (metrics); %d probes replaying ...\n", addrs.GRPC, addrs.HTTP, 2*len(losses))
+	fmt.Printf("web page: http://%s/ (live while the demo runs; -keep leaves it up)\n", addrs.HTTP)
 	return coll, addrs, nil
 }
 

@@ -29,8 +29,14 @@ import (
 type Config struct {
 	// GRPCListen is the address of the probe and query services.
 	GRPCListen string `yaml:"grpc_listen"`
-	// HTTPListen serves /metrics and /healthz.
+	// HTTPListen serves /metrics and /healthz, and with WebPage the web
+	// page and its JSON query endpoint.
 	HTTPListen string `yaml:"http_listen"`
+	// WebPage serves the web page (/) and the JSON form of the query
+	// service (/api/v1/) on HTTPListen (docs/web.md). They show every
+	// result, flows' addresses included, to whoever reaches the listener:
+	// secure it with WebConfigFile, or turn the page off.
+	WebPage bool `yaml:"web_page"`
 	// WebConfigFile secures HTTPListen with TLS and basic authentication:
 	// a Prometheus exporter-toolkit web configuration file
 	// (tls_server_config, basic_auth_users), read again at each
@@ -172,6 +178,7 @@ func DefaultConfig() Config {
 	return Config{
 		GRPCListen:      ":7700",
 		HTTPListen:      ":7701",
+		WebPage:         true,
 		DataDir:         "owl-data",
 		Params:          params.Default(),
 		PairTimeout:     30 * time.Second,

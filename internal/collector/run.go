@@ -25,6 +25,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/security"
+	"github.com/owl-latency/owl/internal/web"
 )
 
 // Addrs are the addresses the collector listens on.
@@ -134,7 +135,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	if c.cfg.Insecure {
 		c.log.Warn("INSECURE: " + insecureWarning)
 	} else if l.http != nil && c.cfg.WebConfigFile == "" {
-		c.log.Warn("the HTTP listener (/metrics, /healthz) is plain HTTP with no authentication: set web_config_file for TLS and basic auth", "http", l.addrs.HTTP)
+		c.log.Warn("the HTTP listener is plain HTTP with no authentication: set web_config_file for TLS and basic auth", "http", l.addrs.HTTP, "serves", c.httpServes())
 	}
 	c.log.Info("collector listening", "tls", !c.cfg.Insecure, "grpc", l.addrs.GRPC, "http", l.addrs.HTTP, "gossip", l.addrs.Gossip, "paths", len(c.pathList), "data_dir", c.cfg.DataDir)
 	c.writeReadyFile(l.addrs)
@@ -183,9 +184,16 @@ func faultsAsPanicsStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInf
 	return h(srv, ss)
 }
 
-// httpHandler serves /metrics and /healthz, and with Pprof the profiles.
+// httpHandler serves /metrics and /healthz, with WebPage the web page and
+// its JSON endpoint (from this collector's own query service, so they
+// answer what gRPC does), and with Pprof the profiles.
 func (c *Collector) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	if c.cfg.WebPage {
+		page := web.Handler(queryService{c: c}, c.log)
+		mux.Handle("/", page)
+		mux.Handle("/api/", page)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(c.m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := c.store.Ping(); err != nil {
@@ -202,6 +210,19 @@ func (c *Collector) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	}
 	return mux
+}
+
+// httpServes names what the HTTP listener serves, for the warning about
+// serving it without authentication.
+func (c *Collector) httpServes() string {
+	s := "/metrics, /healthz"
+	if c.cfg.WebPage {
+		s += ", the web page and every query result (web_page: false turns them off)"
+	}
+	if c.cfg.Pprof {
+		s += ", profiles"
+	}
+	return s
 }
 
 // sweepLoop sweeps the pairing tables and prunes per-flow data and old
