@@ -49,12 +49,22 @@ func newAPI(q owlv1.QueryServiceServer, log *slog.Logger) *api {
 	return a
 }
 
-// Errors of reading a request: not protojson of the method's request,
-// or over maxRequestBytes.
-var (
-	errBadRequest = errors.New("bad request")
-	errTooLarge   = errors.New("request too large")
-)
+// requestError is a request that could not be read: not protojson of
+// the method's request (400), or over maxRequestBytes (413).
+type requestError struct {
+	httpCode int
+	msg      string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{httpCode: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+func tooLarge(format string, args ...any) error {
+	return &requestError{httpCode: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(format, args...)}
+}
 
 // serve decodes the request (GET: the q parameter; POST: the body; both
 // protojson, empty meaning an empty request), calls the method and
@@ -96,17 +106,17 @@ func requestBytes(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		q := r.URL.Query().Get("q")
 		if len(q) > maxRequestBytes {
-			return nil, fmt.Errorf("%w: q of %d bytes, over the limit of %d", errTooLarge, len(q), maxRequestBytes)
+			return nil, tooLarge("q of %d bytes, over the limit of %d", len(q), maxRequestBytes)
 		}
 		return []byte(q), nil
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return nil, fmt.Errorf("%w: body over the limit of %d bytes", errTooLarge, maxRequestBytes)
+	var overLimit *http.MaxBytesError
+	if errors.As(err, &overLimit) {
+		return nil, tooLarge("body over the limit of %d bytes", maxRequestBytes)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading the body: %v", errBadRequest, err)
+		return nil, badRequest("reading the body: %v", err)
 	}
 	return b, nil
 }
@@ -128,7 +138,7 @@ func (a *api) call(ctx context.Context, name string, h grpc.MethodHandler, raw [
 			return nil
 		}
 		if err := protojson.Unmarshal(raw, m.(proto.Message)); err != nil {
-			decodeErr = fmt.Errorf("%w: %s request: %v", errBadRequest, name, err)
+			decodeErr = badRequest("%s request: %v", name, err)
 			return decodeErr
 		}
 		return nil
@@ -160,22 +170,16 @@ type apiError struct {
 }
 
 // writeError writes err as an apiError with the HTTP status of its gRPC
-// code; a request that could not be read is InvalidArgument (400), or
-// 413 when too large.
+// code; a request that could not be read is InvalidArgument, with its
+// own status (400, 413).
 func writeError(w http.ResponseWriter, err error) {
-	code, msg, httpCode := codes.Unknown, err.Error(), 0
-	switch st, ok := status.FromError(err); {
-	case errors.Is(err, errTooLarge):
-		code, httpCode = codes.InvalidArgument, http.StatusRequestEntityTooLarge
-	case errors.Is(err, errBadRequest):
-		code = codes.InvalidArgument
-	case ok:
-		code, msg = st.Code(), st.Message()
+	var re *requestError
+	if errors.As(err, &re) {
+		writeErrorStatus(w, re.httpCode, codes.InvalidArgument, re.msg)
+		return
 	}
-	if httpCode == 0 {
-		httpCode = httpStatus(code)
-	}
-	writeErrorStatus(w, httpCode, code, msg)
+	st, _ := status.FromError(err) // Unknown for an error without a status
+	writeErrorStatus(w, httpStatus(st.Code()), st.Code(), st.Message())
 }
 
 // writeErrorStatus writes an apiError of code and msg with HTTP status

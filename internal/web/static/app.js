@@ -18,6 +18,7 @@
   const CDF_POINTS = 200;
 
   let gen = 0; // counts routes: an answer for an older one is dropped
+  let routeNote = ''; // what the banner says about the route itself
   let cleanups = []; // what the current view started: timers, charts, listeners
 
   // ---- the JSON endpoint ----
@@ -176,15 +177,18 @@
   };
   function probeClock(c) {
     if (!c) return '<span class="muted">—</span>';
-    const [text, cls] = CLOCK_STATES[c.state || 'CLOCK_STATE_UNSPECIFIED'] || [c.state, 'muted'];
+    const st = c.state || 'CLOCK_STATE_UNSPECIFIED';
+    if (st === 'CLOCK_STATE_UNSPECIFIED') return esc(c.source || '?') + ' <span class="muted">' + esc(c.detail || 'no clock state') + '</span>';
+    const [text, cls] = CLOCK_STATES[st] || [st, 'muted'];
     const title = [c.reference, c.detail].filter(Boolean).join(': ');
     return esc(c.source || '?') + ' <span class="' + cls + '" title="' + esc(title) + '">' + esc(text) + '</span>' +
-      ' offset ' + us(c.offset_ns) + ' µs ±' + us(c.uncertainty_ns) + ' µs' + (c.corrected ? ' (corrected)' : '');
+      ' offset ' + us(c.offset_ns || 0) + ' µs ±' + us(c.uncertainty_ns || 0) + ' µs' + (c.corrected ? ' (corrected)' : '');
   }
 
   // ---- page frame ----
 
   function setBanner(msg, isError) {
+    msg = [routeNote, msg].filter(Boolean).join('; ');
     banner.hidden = !msg;
     banner.className = isError ? 'error' : '';
     banner.textContent = msg || '';
@@ -246,7 +250,8 @@
     view.innerHTML = '<p class="muted">loading…</p>';
     widthNow = 0;
     live.textContent = '';
-    setBanner(r.unknown ? 'no page #/' + r.unknown + ': showing the overview' : null);
+    routeNote = r.unknown ? 'no page #/' + r.unknown + ': showing the overview' : '';
+    setBanner(null);
     setCrumbs(r);
     VIEWS[r.view](r, g).catch((err) => {
       if (g !== gen) return;
@@ -275,19 +280,35 @@
     const u = new uPlot(Object.assign({ width: width(), height: 220 }, opts), data, el);
     const onResize = () => u.setSize({ width: width(), height: u.height });
     window.addEventListener('resize', onResize);
-    cleanups.push(() => {
+    const dispose = () => {
       window.removeEventListener('resize', onResize);
       u.destroy();
-    });
+      disposers.delete(u);
+    };
+    disposers.set(u, dispose);
+    cleanups.push(() => dropChart(u));
     return u;
+  }
+  const disposers = new Map(); // chart → what destroys it
+  // dropChart destroys a chart before its view ends (again: nothing).
+  function dropChart(u) {
+    const dispose = disposers.get(u);
+    if (dispose) dispose();
   }
   function line(label, color, fmt) {
     return { label, stroke: color, width: 1, value: (u, v) => (v === null || v === undefined ? '—' : fmt(v)) };
+  }
+  // timeSeries is a time chart's x series: the legend shows the time in
+  // UTC.
+  function timeSeries() {
+    return { label: 'UTC', value: (u, v) => (v === null || v === undefined ? '—' : new Date(v * 1000).toISOString().slice(0, 19).replace('T', ' ')) };
   }
   // timeAxis labels a time axis in UTC: dates, minutes or seconds, by the
   // spacing of its ticks.
   function timeAxis() {
     return {
+      // Ticks on whole seconds at least: epochs are a second or longer.
+      incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800],
       values: (u, ticks, i, space, incr) => ticks.map((v) => {
         const iso = new Date(v * 1000).toISOString();
         return incr >= 86400 ? iso.slice(0, 10) : incr >= 60 ? iso.slice(11, 16) : iso.slice(11, 19);
@@ -306,14 +327,15 @@
       '<h2>Paths <small>latest epoch of each; every ' + POLL_MS / 1000 + ' s</small></h2><div id="paths-box"></div>' +
       '<h2>Probes</h2><div id="probes-box"></div>' +
       '<h2>Collectors <small>the cluster\'s members and what each owns</small></h2><div id="members-box"></div>';
+    let timer;
+    cleanups.push(() => clearTimeout(timer));
     const load = async () => {
       const data = await overviewData();
       if (g !== gen) return;
       renderOverview(data);
       live.textContent = 'updated ' + new Date().toISOString().slice(11, 19) + 'Z';
       done(g);
-      const t = setTimeout(load, POLL_MS);
-      cleanups.push(() => clearTimeout(t));
+      timer = setTimeout(load, POLL_MS);
     };
     await load();
   }
@@ -366,10 +388,10 @@
   function pathsTable(paths, latest, byId) {
     if (!paths.length) return box('No path is configured on this collector (paths: in its configuration); it may serve COLATE queries only.');
     const rows = paths.map((p, i) => pathRow(p, latest[i], byId));
-    return '<table id="paths"><thead><tr><th>path</th><th>upstream → downstream</th><th class="num">epoch</th><th>start (UTC)</th>' +
+    return '<div class="wide"><table id="paths"><thead><tr><th>path</th><th>upstream → downstream</th><th class="num">epoch</th><th>time (UTC)</th>' +
       '<th>status</th><th class="num">mean µs</th><th class="num">p99 µs</th><th class="num">stddev µs</th><th class="num">lost</th>' +
-      '<th class="num">loss</th><th class="num">samples</th><th>estimator</th><th>clock</th><th></th><th>note</th></tr></thead><tbody>' +
-      rows.join('') + '</tbody></table>';
+      '<th class="num">loss</th><th class="num">samples</th><th>estimator</th><th>clock</th><th>note</th></tr></thead><tbody>' +
+      rows.join('') + '</tbody></table></div>';
   }
 
   // pathRow is a path's row: cells data-field/data-value hold the API's raw
@@ -380,23 +402,23 @@
       const raw = r ? rawField(r, f) : '';
       return '<td data-field="' + f + '" data-value="' + esc(raw) + '"' + (cls ? ' class="' + cls + '"' : '') + '>' + text + '</td>';
     };
-    const name = '<td>' + link('#/path/' + enc(p.name), p.name) + '</td><td>' + link('#/probe/' + enc(p.upstream), p.upstream) + ' → ' + link('#/probe/' + enc(p.downstream), p.downstream) + '</td>';
-    const flows = '<td>' + link('#/flows/' + enc(p.name), 'flows') + '</td>';
+    const name = '<td>' + link('#/path/' + enc(p.name), p.name) + ' <small>' + link('#/flows/' + enc(p.name), 'flows') + '</small></td><td class="wrap">' +
+      link('#/probe/' + enc(p.upstream), p.upstream) + ' → ' + link('#/probe/' + enc(p.downstream), p.downstream) + '</td>';
     if (!r) {
       const why = ans instanceof Error ? explain(ans, 'latest result') : whyNoResult(p, byId);
       const blank = PATH_FIELDS.map((f) => cell(f, '—', f === 'estimator' || f === 'status' ? '' : 'num'));
       return '<tr data-path="' + esc(p.name) + '">' + name + blank[0] + '<td>—</td>' + blank[1] + blank[2] + blank[3] + '<td class="num">—</td>' + blank[4] +
-        '<td class="num">—</td>' + blank[5] + blank[6] + '<td></td>' + flows + '<td class="wrap ' + (ans instanceof Error ? 'bad' : 'warn') + '">' + esc(why) + '</td></tr>';
+        '<td class="num">—</td>' + blank[5] + blank[6] + '<td></td><td class="wrap ' + (ans instanceof Error ? 'bad' : 'warn') + '">' + esc(why) + '</td></tr>';
     }
     const est = ESTIMATED.has(statusOf(r)), p99 = quantileOf(r, 0.99);
     const note = r.detail || r.sample_note || '';
     return '<tr data-path="' + esc(p.name) + '">' + name +
-      cell('epoch', esc(r.epoch || 0), 'num') + '<td>' + esc(utc(r.start)) + '</td>' + cell('status', statusCell(r)) +
+      cell('epoch', esc(r.epoch || 0), 'num') + '<td title="' + esc(utc(r.start)) + '">' + esc(utc(r.start).slice(11)) + '</td>' + cell('status', statusCell(r)) +
       cell('mean_ns', est ? us(r.mean_ns) : '—', 'num') + cell('p99_ns', p99 === null ? '—' : us(p99), 'num') +
       '<td class="num">' + (est ? us(r.stddev_ns) : '—') + '</td>' + cell('lost', count(r.lost || 0), 'num') +
       '<td class="num">' + pct(r.lost, r.upstream_packets) + '</td>' + cell('samples', count(r.samples || 0), 'num') +
-      cell('estimator', esc(r.estimator || '—')) + '<td>' + clockCell(r) + '</td>' + flows +
-      '<td class="muted wrap" title="' + esc(note) + '">' + esc(note.length > 80 ? note.slice(0, 77) + '…' : note) + '</td></tr>';
+      cell('estimator', esc(r.estimator || '—')) + '<td>' + clockCell(r) + '</td>' +
+      '<td class="muted note" title="' + esc(note) + '">' + esc(note) + '</td></tr>';
   }
 
   // rawField is the API's value of a field as protojson gives it (64-bit
@@ -534,13 +556,17 @@
     const toUS = (a) => a.map((v) => (v === null ? null : v / 1000));
     const fmtUS = (v) => us(v * 1000) + ' µs';
     const group = [];
-    let syncing = false, pending = 0;
+    let syncing = false, pending = 0, listedAll = true;
+    cleanups.push(() => cancelAnimationFrame(pending));
     const onScale = (u, key) => {
       if (key !== 'x' || syncing || group.length < 3) return;
       syncing = true;
       const { min, max } = u.scales.x;
       for (const o of group) if (o !== u) o.setScale('x', { min, max });
       syncing = false;
+      const all = min <= s.t[0] && max >= s.t[s.t.length - 1];
+      if (all && listedAll) return; // the table lists every epoch already
+      listedAll = all;
       cancelAnimationFrame(pending);
       pending = requestAnimationFrame(() => renderEpochs(stats, s.t, min, max));
     };
@@ -553,13 +579,13 @@
     });
     const ser = s.series;
     group.push(chart(document.getElementById('c-delay'), Object.assign(base('one-way delay (µs, UTC)'), {
-      series: [{}, line('mean', COLORS.blue, fmtUS), line('p50', COLORS.green, fmtUS), line('p99', COLORS.red, fmtUS)],
+      series: [timeSeries(), line('mean', COLORS.blue, fmtUS), line('p50', COLORS.green, fmtUS), line('p99', COLORS.red, fmtUS)],
     }), [s.t, toUS(ser.mean_ns), toUS(ser.p50_ns), toUS(ser.p99_ns)]));
     group.push(chart(document.getElementById('c-stddev'), Object.assign(base('standard deviation (µs)'), {
-      height: 160, series: [{}, line('stddev', COLORS.purple, fmtUS)],
+      height: 160, series: [timeSeries(), line('stddev', COLORS.purple, fmtUS)],
     }), [s.t, toUS(ser.stddev_ns)]));
     group.push(chart(document.getElementById('c-loss'), Object.assign(base('lost and reordered packets per epoch'), {
-      height: 160, series: [{}, line('lost', COLORS.red, count), line('reordered', COLORS.orange, count)],
+      height: 160, series: [timeSeries(), line('lost', COLORS.red, count), line('reordered', COLORS.orange, count)],
     }), [s.t, ser.lost, ser.reordered]));
   }
 
@@ -619,6 +645,12 @@
     return Array.from({ length: n }, (_, i) => a + ((b - a) * i) / (n - 1));
   }
 
+  // logScale says whether delays from lo to hi read better on a log axis:
+  // positive, over more than a decade and a half.
+  function logScale(lo, hi) {
+    return lo > 0 && hi / lo > 30;
+  }
+
   // distributionRequest asks for the delay distribution over the range,
   // its CDF at points spread between the smallest and largest sampled
   // delay of the results.
@@ -630,7 +662,7 @@
       hi = Math.max(hi, num(r.delay_max_ns) || 0);
     }
     const req = { path, from: rg.from, to: rg.to };
-    if (isFinite(lo)) req.cdf_at_ns = cdfGrid(lo, hi, CDF_POINTS, false);
+    if (isFinite(lo)) req.cdf_at_ns = cdfGrid(lo, hi, CDF_POINTS, logScale(lo, hi));
     return req;
   }
 
@@ -640,6 +672,7 @@
       return;
     }
     const pts = (d.cdf || []).map((p) => [num(p.at_ns) || 0, num(p.fraction) || 0]);
+    const log = pts.length > 1 && logScale(pts[0][0], pts[pts.length - 1][0]);
     window.owlCDF = pts;
     document.getElementById('quantiles').innerHTML = distributionSummary(d, count(d.sketched_epochs || 0) + ' of ' + count(d.epochs || 0) + ' epochs sketched');
     if (!pts.length) {
@@ -647,8 +680,8 @@
       return;
     }
     chart(document.getElementById('cdf'), {
-      title: 'CDF of the one-way delay (µs)', height: 260,
-      scales: { x: { time: false } }, cursor: { drag: { x: true, y: false } },
+      title: 'CDF of the one-way delay (µs' + (log ? ', log' : '') + ')', height: 260,
+      scales: { x: { time: false, distr: log ? 3 : 1 } }, cursor: { drag: { x: true, y: false } },
       series: [{ label: 'µs', value: (u, v) => (v === null ? '—' : us(v * 1000)) }, line('fraction', COLORS.blue, (v) => fixed(v, 4))],
     }, [pts.map((p) => p[0] / 1000), pts.map((p) => p[1])], 720);
   }
@@ -677,8 +710,9 @@
     const cfg = (paths.paths || []).find((p) => p.name === path) || { upstream: '', downstream: '' };
     const orders = Object.entries(ORDERS).map(([k, v]) => (k === order ? '<b>' + v + '</b>' : link(base + '?order=' + k, v))).join(' · ');
     view.innerHTML = '<h2>Top flows of ' + link('#/path/' + enc(path), path) + ' <small>TopFlows over ' + (rg.from || rg.to ? esc((rg.from || '…') + ' to ' + (rg.to || '…')) : 'every retained epoch') + '</small></h2>' +
-      '<p>order by ' + orders + '. Click a flow for its history.</p><div id="top"></div><div id="flow-history"></div>' +
-      '<h2>COLATE: any flow between any two probes <small>GetFlowLatencyHistoric</small></h2>' + colateForm(cfg, probes) + '<div id="colate-result"></div>';
+      '<p>order by ' + orders + '. Click a flow for its history.</p><div class="row"><div id="top" class="scroll"></div><div id="side">' +
+      '<div id="flow-history"></div><h2>COLATE: any flow between any two probes <small>GetFlowLatencyHistoric</small></h2>' + colateForm(cfg, probes) +
+      '<div id="colate-result"></div></div></div>';
     const list = top instanceof Error ? null : top.flows || [];
     document.getElementById('top').innerHTML = top instanceof Error ? box(explain(top, 'top flows'), true) : flowsTable(list);
     bindColateForm();
@@ -713,6 +747,7 @@
 
   async function flowHistory(path, flow, rg, g) {
     const el = document.getElementById('flow-history');
+    for (const u of flowCharts.splice(0)) dropChart(u);
     el.innerHTML = '<p class="muted">loading the history of ' + esc(flowText(flow)) + '…</p>';
     let ans;
     try {
@@ -731,13 +766,15 @@
     const t = stats.map((s) => Date.parse(s.start) / 1000);
     const mean = stats.map((s) => (s.estimated ? (num(s.mean_ns) || 0) / 1000 : null));
     const opts = (title, height) => ({ title, height, tzDate: utcDate, axes: [timeAxis(), {}], cursor: { drag: { x: true, y: false }, sync: { key: 'owl-flow' } } });
-    chart(document.getElementById('c-flow'), Object.assign(opts('mean one-way delay (µs)', 200), {
-      series: [{}, line('mean', COLORS.blue, (v) => us(v * 1000) + ' µs')],
-    }), [t, mean]);
-    chart(document.getElementById('c-flow-pk'), Object.assign(opts('packets and lost', 150), {
-      series: [{}, line('packets', COLORS.green, count), line('lost', COLORS.red, count)],
-    }), [t, stats.map((s) => num(s.packets) || 0), stats.map((s) => num(s.lost) || 0)]);
+    const w = el.clientWidth - 8;
+    flowCharts.push(chart(document.getElementById('c-flow'), Object.assign(opts('mean one-way delay (µs)', 200), {
+      series: [timeSeries(), line('mean', COLORS.blue, (v) => us(v * 1000) + ' µs')],
+    }), [t, mean], w));
+    flowCharts.push(chart(document.getElementById('c-flow-pk'), Object.assign(opts('packets and lost', 150), {
+      series: [timeSeries(), line('packets', COLORS.green, count), line('lost', COLORS.red, count)],
+    }), [t, stats.map((s) => num(s.packets) || 0), stats.map((s) => num(s.lost) || 0)], w));
   }
+  let flowCharts = []; // the charts of the flow shown
 
   function colateForm(cfg, probes) {
     const ids = probes instanceof Error ? [] : (probes.probes || []).map((p) => p.probe_id);
@@ -804,7 +841,7 @@
     const id = r.arg;
     const [probes, all, top, reo, vecs] = await Promise.all([
       settle(api('ListProbes', {})),
-      settle(api('GetRTTDistribution', { probe: id })),
+      settle(api('GetRTTDistribution', { probe: id, quantiles: RTT_QUANTILES })),
       settle(api('TopRTTPrefixes', { probe: id, limit: 20 })),
       settle(api('ListReorderedPrefixes', { probe: id, limit: 50 })),
       settle(api('ListColateVectors', { probe_id: id, limit: 1 })),
@@ -812,7 +849,7 @@
     if (g !== gen) return;
     const info = probes instanceof Error ? null : (probes.probes || []).find((p) => p.probe_id === id);
     view.innerHTML = '<h2>Probe ' + esc(id) + '</h2>' + probeInfo(info, probes) +
-      '<h2>Round-trip times <small>GetRTTDistribution by kind, all retained epochs</small></h2><div class="row"><div id="rtt-cdf"></div><div id="rtt-q"></div></div>' +
+      '<h2>Round-trip times <small>GetRTTDistribution by kind, all retained epochs</small></h2><div id="rtt-q"></div><div id="rtt-cdf"></div>' +
       '<h2>Worst responder prefixes <small>TopRTTPrefixes by p99</small></h2><div id="rtt-prefixes-box"></div>' +
       '<h2>Reordered prefixes <small>ListReorderedPrefixes, worst rate first</small></h2><div id="reordered-box"></div>' +
       '<h2>COLATE vectors</h2><div id="colate-box"></div>';
@@ -826,7 +863,7 @@
 
   function probeInfo(p, probes) {
     if (probes instanceof Error) return box(explain(probes, 'probes'), true);
-    if (!p) return box('This collector does not know the probe: it has never connected here (or to another member of the cluster).');
+    if (!p) return box('The probe has not connected to this collector (or its cluster) since the collector started; below is what is stored of it, if anything.');
     const state = p.error ? '<span class="bad">rejected: ' + esc(p.error) + '</span>' : p.connected ? '<span class="ok">connected</span>' : '<span class="warn">disconnected</span>';
     return '<dl class="kv"><dt>state</dt><dd>' + state + '</dd><dt>clock</dt><dd>' + probeClock(p.clock) + '</dd><dt>reports</dt><dd>' + count(p.reports || 0) +
       ' (refused ' + count(p.refused || 0) + ')</dd><dt>last seen</dt><dd>' + esc(utc(p.last_seen)) + '</dd><dt>address</dt><dd>' + esc(p.address || '—') +
@@ -843,36 +880,48 @@
       return;
     }
     if (!(num(all.pairs) > 0)) {
-      cdfEl.innerHTML = box((all.note ? all.note + ': ' : '') + 'a probe measures round-trip times with rtt.enabled (its default) from request/response traffic it sees (TCP data and its ACK, SYN and SYN/ACK, DNS); replayed one-way captures hold none.');
+      cdfEl.innerHTML = box((all.note ? all.note + ': ' : '') + 'a probe measures round-trip times with rtt.enabled (its default), from the request/response traffic it sees: TCP data and its ACK, SYN and SYN/ACK, DNS queries and answers.');
       return;
     }
     const grid = cdfGrid(num(all.min_ns) || 1, num(all.max_ns) || 1, CDF_POINTS, true);
-    const answers = await Promise.all(KINDS.map((kind) => settle(api('GetRTTDistribution', { probe: id, kind, cdf_at_ns: grid }))));
+    const answers = await Promise.all(KINDS.map((kind) => settle(api('GetRTTDistribution', { probe: id, kind, quantiles: RTT_QUANTILES, cdf_at_ns: grid }))));
     if (g !== gen) return;
     const series = [{ label: 'µs', value: (u, v) => (v === null ? '—' : us(v * 1000)) }], data = [grid.map((x) => x / 1000)];
     const colors = [COLORS.blue, COLORS.red, COLORS.green];
-    let summary = distributionSummary(all, 'all kinds: ' + count(all.epochs || 0) + ' reports');
+    const rows = [rttRow('all kinds', all)];
     KINDS.forEach((kind, i) => {
       const a = answers[i];
-      if (a instanceof Error) {
-        summary += box(explain(a, kind), true);
-        return;
-      }
-      if (!(num(a.pairs) > 0)) {
-        summary += '<p class="muted">' + esc(kind) + ': none in the range</p>';
-        return;
-      }
+      rows.push(rttRow(kind, a));
+      if (a instanceof Error || !(num(a.pairs) > 0)) return;
       const pts = (a.cdf || []).map((p) => [num(p.at_ns) || 0, num(p.fraction) || 0]);
       window.owlRTTCDF[kind] = pts;
       series.push(line(kind, colors[i], (v) => fixed(v, 4)));
       data.push(pts.map((p) => p[1]));
-      summary += '<h2>' + esc(kind) + '</h2>' + distributionSummary(a, count(a.samples || 0) + ' samples');
     });
+    const summary = '<table id="rtt-kinds"><thead><tr><th>kind</th><th class="num">samples</th><th class="num">pairs</th><th class="num">min µs</th>' +
+      RTT_QUANTILES.map((q) => '<th class="num">p' + q * 100 + ' µs</th>').join('') + '<th class="num">max µs</th></tr></thead><tbody>' + rows.join('') + '</tbody></table>' +
+      '<p class="muted">' + count(all.epochs || 0) + ' reports; quantiles within ' + fixed(100 * (all.relative_accuracy || 0), 1) + '% (the sketch\'s accuracy)</p>' + (all.note ? '<p class="warn">' + esc(all.note) + '</p>' : '');
     qEl.innerHTML = summary;
     chart(cdfEl, {
       title: 'CDF of round-trip times (µs, log)', height: 280,
       scales: { x: { time: false, distr: 3 } }, cursor: { drag: { x: true, y: false } }, series,
     }, data, 720);
+  }
+
+  const RTT_QUANTILES = [0.5, 0.9, 0.99, 0.999];
+
+  // rttRow is a kind's line of the RTT table: its counts and quantiles,
+  // or why it has none.
+  function rttRow(kind, a) {
+    const head = '<tr data-kind="' + esc(kind) + '"><td>' + esc(kind) + '</td>';
+    if (a instanceof Error) return head + '<td colspan="' + (RTT_QUANTILES.length + 4) + '" class="bad">' + esc(explain(a, kind)) + '</td></tr>';
+    if (!(num(a.pairs) > 0)) return head + '<td colspan="' + (RTT_QUANTILES.length + 4) + '" class="muted">none in the range</td></tr>';
+    const qs = RTT_QUANTILES.map((q) => {
+      const x = (a.quantiles || []).find((d) => Math.abs((d.q || 0) - q) < 1e-9);
+      return '<td class="num"' + (x ? ' title="' + us(x.lo_ns) + ' – ' + us(x.hi_ns) + ' µs"' : '') + '>' + (x ? us(x.value_ns) : '—') + '</td>';
+    });
+    return head + '<td class="num">' + count(a.samples || 0) + '</td><td class="num">' + count(a.pairs || 0) + '</td><td class="num">' + us(a.min_ns) + '</td>' + qs.join('') +
+      '<td class="num">' + us(a.max_ns) + '</td></tr>';
   }
 
   function rttPrefixes(a) {
