@@ -50,6 +50,7 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzRepairAnswers$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzHandover$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzDelaySketch$$' ./internal/collector/
+	$(FUZZ) -fuzz '^FuzzRequest$$' ./internal/web/
 
 # Development certificates for mTLS (docs/security.md) in $(CERTS): a CA,
 # the probes of the demo and of deployments/, a collector `collector`, a

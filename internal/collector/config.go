@@ -37,10 +37,11 @@ type Config struct {
 	// result, flows' addresses included, to whoever reaches the listener:
 	// secure it with WebConfigFile, or turn the page off.
 	WebPage bool `yaml:"web_page"`
-	// WebConfigFile secures HTTPListen with TLS and basic authentication:
-	// a Prometheus exporter-toolkit web configuration file
-	// (tls_server_config, basic_auth_users), read again at each
-	// connection. Empty: plain HTTP, warned about when gRPC has TLS.
+	// WebConfigFile secures HTTPListen (metrics and the web page) with
+	// TLS and basic authentication: a Prometheus exporter-toolkit web
+	// configuration file (tls_server_config, basic_auth_users), read
+	// again at each connection. Empty: plain HTTP, warned about when gRPC
+	// has TLS.
 	WebConfigFile string `yaml:"web_config_file"`
 	// Pprof also serves Go's profiles under /debug/pprof/ on HTTPListen
 	// (CPU, heap, goroutines): for finding where a collector's time and
