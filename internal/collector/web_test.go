@@ -2,19 +2,28 @@ package collector
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/security"
 )
 
 // TestWebPageAnswersAsGRPC: the HTTP listener serves the page, and its
@@ -104,4 +113,97 @@ func getHTTP(t *testing.T, h http.Handler, target string, want int) []byte {
 		t.Errorf("GET %s: %d %.200s, want %d", target, rec.Code, b, want)
 	}
 	return b
+}
+
+// TestWebPageBehindWebConfig: with a web configuration, the page and its
+// endpoint take TLS and the password /metrics takes, and nothing less.
+func TestWebPageBehindWebConfig(t *testing.T) {
+	dir := t.TempDir()
+	if err := security.MakeDevCerts(dir, security.DevSpec{Collectors: []string{"c"}}); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte("secret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key := security.CertFiles(dir, security.RoleCollector, "c")
+	cfg := testConfig(t)
+	cfg.HTTPListen = "127.0.0.1:0"
+	cfg.WebConfigFile = filepath.Join(dir, "web.yml")
+	cfg.ReadyFile = filepath.Join(dir, "ready")
+	web := fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\nbasic_auth_users:\n  ops: %s\n", cert, key, hash)
+	if err := os.WriteFile(cfg.WebConfigFile, []byte(web), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := runCollector(t, cfg).HTTP
+	ca, err := os.ReadFile(security.CAFile(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	status := func(target, user, pass string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "https://"+addr+target, nil)
+		if user != "" {
+			req.SetBasicAuth(user, pass)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, target := range []string{"/", "/app.js", "/api/v1/ListPaths", "/metrics"} {
+		if c := status(target, "ops", "secret"); c != http.StatusOK {
+			t.Errorf("%s with the password: %d", target, c)
+		}
+		if c := status(target, "ops", "wrong"); c != http.StatusUnauthorized {
+			t.Errorf("%s with a wrong password: %d", target, c)
+		}
+		if c := status(target, "", ""); c != http.StatusUnauthorized {
+			t.Errorf("%s without a password: %d", target, c)
+		}
+	}
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/api/v1/ListPaths"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain HTTP got through")
+		}
+	}
+}
+
+// runCollector runs a collector until the test ends and returns its
+// addresses once it listens (cfg.ReadyFile set).
+func runCollector(t *testing.T, cfg Config) Addrs {
+	t.Helper()
+	c, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if b, err := os.ReadFile(cfg.ReadyFile); err == nil {
+			var a Addrs
+			if err := json.Unmarshal(b, &a); err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the collector is not ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
