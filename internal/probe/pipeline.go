@@ -315,9 +315,9 @@ type reporter struct {
 	// emitRTT takes the epoch's RTT report (nil: not sent).
 	emitRTT func(*owlv1.RTTReport)
 	// emitReorder takes the epoch's reordering report (nil: not sent),
-	// of at most reorderMax prefixes.
+	// cut by reorderCut.
 	emitReorder func(*owlv1.ReorderReport)
-	reorderMax  int
+	reorderCut  *reorderCutter
 	dropped     func() uint64 // packets the capture lost since the previous call
 	// startedNS is when a live capture started (0 for files): an epoch
 	// that began before it is partial.
@@ -421,7 +421,7 @@ func (r *reporter) reportPoint(ed *epochData, epoch int64, clock *owlv1.ClockSta
 	if rep := rttReport(ed.rtt, epoch, clock); rep != nil && r.emitRTT != nil {
 		r.emitRTT(rep)
 	}
-	if rep := reorderReport(ed.reorder, epoch, clock, r.reorderMax); rep != nil && r.emitReorder != nil {
+	if rep := reorderReport(ed.reorder, epoch, clock, r.reorderCut); rep != nil && r.emitReorder != nil {
 		r.emitReorder(rep)
 	}
 	if v := ed.colate; v != nil {

@@ -81,7 +81,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	p.spool.log, p.caches.log = log, log
 	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
 	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, exactLists: cfg.ExactLists, clock: p.clockOver, emit: p.spool.add,
-		emitRTT: p.spool.addRTT, emitReorder: p.spool.addReorder, reorderMax: cfg.Reorder.Prefixes.Max,
+		emitRTT: p.spool.addRTT, emitReorder: p.spool.addReorder, reorderCut: newReorderCutter(cfg.Reorder.Prefixes.Max),
 		emitVector: func(v *owlv1.ColateVector) {
 			p.stats.colateVectors.Add(1)
 			p.stats.colateBytes.Add(uint64(len(v.GetVector())))

@@ -69,7 +69,7 @@ func reorderPipelines(t *testing.T, cfg ReorderConfig, workers int, frames []cap
 	var reports []*owlv1.ReorderReport
 	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
 	rep := &reporter{caches: newCacheStore(4, 1<<24), clock: clock, grid: p.Epoch, emit: func(*owlv1.EpochReport) {},
-		emitReorder: func(r *owlv1.ReorderReport) { reports = append(reports, r) }, reorderMax: cfg.Prefixes.Max}
+		emitReorder: func(r *owlv1.ReorderReport) { reports = append(reports, r) }, reorderCut: newReorderCutter(cfg.Prefixes.Max)}
 	m := newMerger(workers, p.Epoch, rep.report)
 	var stats counters
 	var pls []*pipeline
@@ -182,12 +182,40 @@ func TestReorderReportFolded(t *testing.T) {
 		st := reorder.Stats{Packets: uint64(i + 1), Flows: 1, SumSqPackets: float64((i + 1) * (i + 1))}
 		r.Prefixes = append(r.Prefixes, reorder.PrefixStats{Prefix: netip.MustParsePrefix(s), Stats: st})
 	}
-	m := reorderReport(r, 7, &owlv1.ClockStatus{}, 2)
+	m := reorderReport(r, 7, &owlv1.ClockStatus{}, newReorderCutter(2))
 	if len(m.GetPrefixes()) != 2 || m.GetPrefixes()[0].GetPrefix() != "203.0.113.0/24" || m.GetOther().GetPackets() != 1 || m.GetPrefixesFolded() != 1 || m.GetEpoch() != 7 {
 		t.Errorf("folded report %v", m)
 	}
-	if m := reorderReport(&reorder.Report{Counters: reorder.Counters{Packets: 5}}, 8, nil, 2); m != nil {
+	if m := reorderReport(&reorder.Report{Counters: reorder.Counters{Packets: 5}}, 8, nil, newReorderCutter(2)); m != nil {
 		t.Errorf("a report without segments is sent: %v", m)
+	}
+}
+
+// TestReorderReportWatched: the point's cutter remembers, from one
+// epoch's report to the next, the prefixes that reordered: a small
+// prefix that reordered in one epoch is sent in the next, though two
+// larger ones would fill the report, and the same prefixes are counted
+// in other when it is not.
+func TestReorderReportWatched(t *testing.T) {
+	cut := newReorderCutter(2)
+	small := "203.0.113.0/24"
+	for e, reordered := range []uint64{3, 0, 0} {
+		r := &reorder.Report{Counters: reorder.Counters{Packets: 1000, Segments: 1000}}
+		for i, s := range []string{"192.0.2.0/24", "198.51.100.0/24", small} {
+			var st reorder.Stats
+			if s == small {
+				st = reorder.Stats{Packets: 10, Reordered: reordered, Flows: 1, SumSqReordered: float64(reordered * reordered),
+					SumReorderedPackets: float64(10 * reordered), SumSqPackets: 100}
+			} else {
+				st = reorder.Stats{Packets: uint64(500 - i), Flows: 1, SumSqPackets: float64((500 - i) * (500 - i))}
+			}
+			r.Prefixes = append(r.Prefixes, reorder.PrefixStats{Prefix: netip.MustParsePrefix(s), Stats: st})
+		}
+		m := reorderReport(r, int64(e), &owlv1.ClockStatus{}, cut)
+		sent := slices.ContainsFunc(m.GetPrefixes(), func(p *owlv1.ReorderStats) bool { return p.GetPrefix() == small })
+		if want := e > 0; sent != want || len(m.GetPrefixes()) != 2 || m.GetPrefixesFolded() != 1 {
+			t.Errorf("epoch %d: %v sent %v (want %v), %d prefixes, %d folded", e, small, sent, want, len(m.GetPrefixes()), m.GetPrefixesFolded())
+		}
 	}
 }
 

@@ -10,8 +10,9 @@ import (
 
 // PrefixConfig says how flows are grouped: by the prefix of V4Bits (IPv4)
 // or V6Bits (IPv6) of their source address, or of their destination with
-// ByDestination; at most Max prefixes in a report (those with the most
-// packets measured; the others are summed in Other).
+// ByDestination; at most Max prefixes in a report, chosen by a Selector
+// (those that showed reordering in earlier epochs, then those with the
+// most packets measured; the others are summed in Other).
 //
 // The source is the default because a point sees the reordering that
 // happened upstream of it, on the path from the sender: grouping the data

@@ -199,6 +199,9 @@ type Tracker struct {
 	prefixes  prefixTable
 	long      *longFlows // nil without long flows
 	counters  Counters
+	// sel chooses the prefixes a report lists; nil when a report can
+	// list every prefix the table holds.
+	sel *Selector
 }
 
 // New returns an empty tracker.
@@ -212,6 +215,9 @@ func New(cfg Config) (*Tracker, error) {
 		prefixes: newPrefixTable(s.Prefixes)}
 	if s.LongFlows > 0 {
 		t.long = newLongFlows(s.LongFlows, s.Counters, cfg)
+	}
+	if cfg.Prefixes.Max < s.Prefixes {
+		t.sel = NewSelector(cfg.Prefixes.Max)
 	}
 	return t, nil
 }
@@ -363,10 +369,12 @@ func (t *Tracker) close(i int) {
 
 // Report ends the epoch: every window and long flow counts what it has
 // counted so far into its prefix (and goes on, with its sequence state,
-// into the next epoch), and the prefixes with the most packets are
-// returned, the rest summed in Other. The prefix table then keeps only the
-// prefixes that open windows and long flows point to, and the RAP counts
-// are halved, so that flows that were heavy long ago make way.
+// into the next epoch), and at most Prefixes.Max prefixes are returned,
+// most packets first, chosen by a Selector (those that showed reordering
+// in earlier epochs, then those with the most packets), the rest summed
+// in Other. The prefix table then keeps only the prefixes that open
+// windows and long flows point to, and the RAP counts are halved, so that
+// flows that were heavy long ago make way.
 func (t *Tracker) Report() *Report {
 	for i, k := range t.keys {
 		if k != 0 {
@@ -384,7 +392,11 @@ func (t *Tracker) Report() *Report {
 			r.Prefixes = append(r.Prefixes, PrefixStats{Prefix: es[i].prefix(), Stats: es[i].stats})
 		}
 	}
-	r.fold(t.cfg.Prefixes.Max)
+	if t.sel != nil {
+		t.sel.Cut(r)
+	} else {
+		r.fold(t.cfg.Prefixes.Max)
+	}
 	remap := t.prefixes.compact()
 	for i, k := range t.keys {
 		if k != 0 {

@@ -1,10 +1,8 @@
 package reorder
 
 import (
-	"cmp"
 	"math"
 	"net/netip"
-	"slices"
 )
 
 // Stats are the reordering counts of the flows measured in one prefix
@@ -125,8 +123,9 @@ func (c *Counters) add(o Counters) {
 	c.Demoted += o.Demoted
 }
 
-// Report is one epoch's reordering by prefix: the prefixes with the most
-// packets measured, most first, and the rest summed in Other.
+// Report is one epoch's reordering by prefix: the prefixes listed (by a
+// Selector, or by Merge), most packets first, and the rest summed in
+// Other.
 type Report struct {
 	Prefixes []PrefixStats
 	// Other sums the prefixes not listed and the flows whose prefix found
@@ -178,9 +177,7 @@ func Merge(maxPrefixes int, reports ...*Report) *Report {
 // fold sorts the prefixes by packets, most first, and sums those past
 // maxPrefixes into Other.
 func (r *Report) fold(maxPrefixes int) {
-	slices.SortFunc(r.Prefixes, func(a, b PrefixStats) int {
-		return cmp.Or(cmp.Compare(b.Packets, a.Packets), a.Prefix.Addr().Compare(b.Prefix.Addr()), cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()))
-	})
+	sortByPackets(r.Prefixes)
 	if len(r.Prefixes) <= maxPrefixes {
 		return
 	}
