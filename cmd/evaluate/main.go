@@ -149,6 +149,8 @@ func bindReorder(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&c.Prefixes, "reorder-prefixes", c.Prefixes, "prefixes per synthetic trace (-reorder)")
 	fs.Var(cli.ByteSizes{P: &c.Budgets}, "reorder-budgets", "tracker memory budgets on the synthetic trace, e.g. 64k,256k,1m (-reorder)")
 	fs.Float64Var(&c.Threshold, "reorder-threshold", c.Threshold, "reordering rate above which a prefix is flagged (-reorder)")
+	fs.DurationVar(&c.Duration, "reorder-duration", c.Duration, "the synthetic flows start within this time (-reorder)")
+	fs.IntVar(&c.ReportMax, "reorder-report-max", c.ReportMax, "prefixes a report lists on its way to the collector, as reorder.prefixes.max (-reorder)")
 	fs.StringVar(&cc.Path, "reorder-capture", cc.Path, "capture to inject per-prefix reordering into; empty to skip (-reorder)")
 	fs.IntVar(&cc.Seeds, "reorder-capture-seeds", cc.Seeds, "impairment draws of the capture (-reorder)")
 	fs.Var(cli.ByteSizes{P: &cc.Budgets}, "reorder-capture-budgets", "tracker memory budgets on the capture (-reorder)")
@@ -169,7 +171,7 @@ func runReorder(o *options) error {
 	if cc.Path == "" {
 		return nil
 	}
-	cc.Threshold = o.roCfg.Threshold
+	cc.Threshold, cc.ReportMax = o.roCfg.Threshold, o.roCfg.ReportMax
 	if len(o.roInject) > 0 {
 		cc.Impairment.PrefixReorder = o.roInject
 	}

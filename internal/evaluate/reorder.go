@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -57,12 +58,25 @@ type ReorderConfig struct {
 	Threshold  float64
 	MinPackets int
 	// Tracker is the tracker's configuration; MemoryBytes takes each of
-	// Budgets in turn. Variants are run at every budget too.
+	// Budgets in turn. Variants are run at every budget too. The tracker
+	// reports every prefix it holds (Tracker.Prefixes.Max); the reports
+	// are then cut as a probe cuts them on their way to the collector.
 	Tracker  reorder.Config
 	Budgets  []int
 	Variants []ReorderVariant
-	Seeds    int
-	Seed     uint64
+	// ReportMax is the prefixes a report lists on its way to the
+	// collector (the probe's reorder.prefixes.max): every row is also
+	// scored on the reports cut to it by the watch list, summed over the
+	// run as the collector sums them.
+	ReportMax int
+	// CutBudget is the budget at which the configuration as given is
+	// also scored on reports cut to each of ReportSizes by each of Rules
+	// (none when Budgets leaves it out).
+	CutBudget   int
+	ReportSizes []int
+	Rules       []ReorderRule
+	Seeds       int
+	Seed        uint64
 }
 
 // ReorderVariant is a change to the tracker's configuration, evaluated
@@ -80,8 +94,9 @@ type ReorderVariant struct {
 // go on for minutes); epochs of 1 s; threshold 0.5% on prefixes of at
 // least 500 packets; budgets 16 KiB to 1 MiB; 4 seeds. The variants:
 // windows only, no prefix quota, the shares the tracker had before they
-// were measured (25% prefixes, 25% long flows), and reports of the
-// default 64 prefixes an epoch (what a collector would see).
+// were measured (25% prefixes, 25% long flows). Reports are cut to the
+// default 64 prefixes on their way to the collector; at the default
+// budget also to 16, 32, 64, 128 and 256, by each rule.
 func DefaultReorderConfig() ReorderConfig {
 	return ReorderConfig{Flows: 100_000, Prefixes: 1000, IPv6Share: 0.1, PrefixSkew: 0.8,
 		ReorderingShare: 0.05, RateMin: 0.01, RateMax: 0.05, BackgroundRate: 0.0001, MaxDisplacement: 3, RetransRate: 0.01,
@@ -92,8 +107,9 @@ func DefaultReorderConfig() ReorderConfig {
 			{Name: "windows only", Edit: func(c *reorder.Config) { c.LongShare = 0 }},
 			{Name: "no prefix quota", Edit: func(c *reorder.Config) { c.PrefixPackets = 0 }},
 			{Name: "shares 25/25", Edit: func(c *reorder.Config) { c.PrefixShare, c.LongShare = 0.25, 0.25 }},
-			{Name: "reports of 64", Edit: func(c *reorder.Config) { c.Prefixes.Max = reorder.DefaultPrefixConfig().Max }},
 		},
+		ReportMax: reorder.DefaultPrefixConfig().Max, CutBudget: reorder.DefaultConfig().MemoryBytes,
+		ReportSizes: []int{16, 32, 64, 128, 256}, Rules: []ReorderRule{RuleWatch, RulePackets, RuleEpoch},
 		Seeds: 4, Seed: 1}
 }
 
@@ -120,6 +136,8 @@ func (c ReorderConfig) Validate() error {
 		return fmt.Errorf("reorder evaluation: displacement %d, Pareto shape %v, flow sizes [%d, %d]", c.MaxDisplacement, c.ParetoShape, c.MinFlowPackets, c.MaxFlowPackets)
 	case c.Duration <= 0 || c.EpochLength <= 0 || !(c.MinPPS > 0 && c.MinPPS <= c.MaxPPS) || c.PrefixSkew < 0:
 		return fmt.Errorf("reorder evaluation: duration %v, epochs of %v, rates [%v, %v] packets/s, skew %v", c.Duration, c.EpochLength, c.MinPPS, c.MaxPPS, c.PrefixSkew)
+	case c.ReportMax < 1 || slices.ContainsFunc(c.ReportSizes, func(n int) bool { return n < 1 }):
+		return fmt.Errorf("reorder evaluation: reports of %d prefixes, sizes %v: want at least 1", c.ReportMax, c.ReportSizes)
 	}
 	for _, b := range c.Budgets {
 		t := c.Tracker
@@ -139,18 +157,31 @@ type ReorderRow struct {
 	Sizes       reorder.Sizes
 	// Measured is the share of the trace's segments the tracker judged.
 	Measured float64
+	// ReorderScore scores every prefix the tracker held, every epoch:
+	// the tracker's own accuracy.
+	ReorderScore
+	// Collector scores the reports cut to ReorderConfig.ReportMax by the
+	// watch list, as the collector sums them; CollectorBytes is their
+	// mean size on the wire.
+	Collector      ReorderScore
+	CollectorBytes float64
+	// NSPerPacket is the tracker's time per packet of the trace, its
+	// epochs' reports included (their cuts not).
+	NSPerPacket float64
+}
+
+// ReorderScore is a report's comparison with the truth, averaged over
+// the seeds.
+type ReorderScore struct {
 	// Truth counts the prefixes of at least MinPackets whose exact rate
-	// exceeds the threshold; Flagged those the tracker says do; Correct
+	// exceeds the threshold; Flagged those the report says do; Correct
 	// the flagged ones whose exact rate does; Found the truth flagged.
 	Truth, Flagged, Correct, Found float64
 	Precision, Recall              float64
 	// Covered is the share of the prefixes of at least MinPackets the
-	// tracker reports whose exact rate is within two standard errors
+	// report lists whose exact rate is within two standard errors
 	// (RateSE) of the estimate.
 	Covered float64
-	// NSPerPacket is the tracker's time per packet of the trace, its
-	// epochs' reports included.
-	NSPerPacket float64
 }
 
 // ReorderTraceStats describe one seed's trace as the exact tracker saw it.
@@ -164,15 +195,22 @@ type ReorderTraceStats struct {
 	Eligible, Truth, Made int
 	// Rate is the reordered share of all packets.
 	Rate float64
+	// BusiestPrefixes is the most prefixes with packets in one epoch.
+	BusiestPrefixes int
 }
 
 // ReorderResult is the evaluation's outcome.
 type ReorderResult struct {
 	Traces []ReorderTraceStats
 	Rows   []ReorderRow
+	// Cuts are the configuration as given at CutBudget, its reports cut
+	// to each size by each rule.
+	Cuts []ReorderCutRow
 	// GoalBytes is the smallest budget at which the configuration as
-	// given reaches 90% precision and 90% recall; 0 if none does.
-	GoalBytes int
+	// given reaches 90% precision and 90% recall on every prefix it
+	// holds; CollectorGoalBytes the same on the reports of ReportMax
+	// prefixes the collector sums. 0 if none does.
+	GoalBytes, CollectorGoalBytes int
 }
 
 // ReorderGoal is the precision and recall the issue asks for.
@@ -208,13 +246,16 @@ func RunReorder(c ReorderConfig) (*ReorderResult, error) {
 		}
 	}
 	res := &ReorderResult{}
+	if slices.Contains(c.Budgets, c.CutBudget) {
+		res.Cuts = cutRows(c.Rules, c.ReportSizes)
+	}
 	sc := reorderScoring{threshold: c.Threshold, minPackets: c.MinPackets}
 	epochNS := int64(c.EpochLength)
 	for s := range c.Seeds {
 		tr := newReorderTrace(c, c.Seed+uint64(s))
-		rep, flows, epochs := playExact(tr, epochNS, reorder.PrefixConfig{V4Bits: 24, V6Bits: 48})
-		exact := statsByPrefix(rep)
-		res.Traces = append(res.Traces, tr.stats(c, sc, exact, rep.Total(), flows, epochs))
+		x := playExact(tr, epochNS, reorder.PrefixConfig{V4Bits: 24, V6Bits: 48})
+		exact := statsByPrefix(x.report)
+		res.Traces = append(res.Traces, tr.stats(c, sc, exact, x))
 		for i := range rows {
 			v := variants[i/len(c.Budgets)]
 			cfg := c.Tracker
@@ -222,39 +263,96 @@ func RunReorder(c ReorderConfig) (*ReorderResult, error) {
 			if v.Edit != nil {
 				v.Edit(&cfg)
 			}
-			run, err := playTracker(tr, epochNS, cfg)
+			sweep := v.Name == "" && cfg.MemoryBytes == c.CutBudget
+			run, err := playTracker(tr, epochNS, cfg, rowCuts(c.ReportMax, sweep, res.Cuts)...)
 			if err != nil {
 				return nil, fmt.Errorf("reorder evaluation: %q at %d bytes: %w", v.Name, rows[i].MemoryBytes, err)
 			}
 			rows[i].add(sc, exact, run)
+			if sweep {
+				addCutRows(res.Cuts, sc, exact, run)
+			}
 		}
 	}
 	res.Rows = rows
-	res.GoalBytes = finishRows(rows, c.Seeds)
+	res.GoalBytes, res.CollectorGoalBytes = finishRows(rows, c.Seeds)
+	for i := range res.Cuts {
+		res.Cuts[i].average(c.Seeds)
+	}
 	return res, nil
 }
 
-// finishRows averages the rows over the seeds and returns the smallest
-// budget at which the configuration as given reaches the goal, or 0.
-func finishRows(rows []ReorderRow, seeds int) int {
-	goal := 0
-	for i := range rows {
-		rows[i].average(seeds)
-		if r := rows[i]; r.Variant == "" && goal == 0 && r.Precision >= ReorderGoal && r.Recall >= ReorderGoal {
-			goal = r.MemoryBytes
+// cutRows are the rows of report sizes by rules, by rule first.
+func cutRows(rules []ReorderRule, sizes []int) []ReorderCutRow {
+	var out []ReorderCutRow
+	for _, r := range rules {
+		for _, n := range sizes {
+			out = append(out, ReorderCutRow{Rule: r, Max: n})
 		}
 	}
-	return goal
+	return out
 }
 
-// playExact plays src into an exact tracker reporting every epoch and
-// returns the epochs' reports summed, the flows it held and the epochs.
-func playExact(src reorderSource, epochNS int64, pc reorder.PrefixConfig) (*reorder.Report, int, int) {
+// rowCuts are the cuts a run feeds: the watch list at reportMax, and
+// with sweep one for each of rows.
+func rowCuts(reportMax int, sweep bool, rows []ReorderCutRow) []*reportCut {
+	cuts := []*reportCut{newReportCut(RuleWatch, reportMax)}
+	if sweep {
+		for _, r := range rows {
+			cuts = append(cuts, newReportCut(r.Rule, r.Max))
+		}
+	}
+	return cuts
+}
+
+// addCutRows adds the run's cuts past the first (rowCuts with sweep) to
+// rows.
+func addCutRows(rows []ReorderCutRow, sc reorderScoring, exact map[netip.Prefix]reorder.Stats, run trackerRun) {
+	for j := range rows {
+		rows[j].add(sc, exact, run.cuts[j+1])
+	}
+}
+
+// finishRows averages the rows over the seeds and returns the smallest
+// budgets at which the configuration as given reaches the goal, on every
+// prefix and on the collector's sums, or 0.
+func finishRows(rows []ReorderRow, seeds int) (all, collector int) {
+	for i := range rows {
+		rows[i].average(seeds)
+		r := rows[i]
+		if r.Variant != "" {
+			continue
+		}
+		if all == 0 && r.Precision >= ReorderGoal && r.Recall >= ReorderGoal {
+			all = r.MemoryBytes
+		}
+		if collector == 0 && r.Collector.Precision >= ReorderGoal && r.Collector.Recall >= ReorderGoal {
+			collector = r.MemoryBytes
+		}
+	}
+	return all, collector
+}
+
+// exactRun is what the exact tracker made of a trace: its epochs'
+// reports summed, the flows it held, the epochs and the most prefixes
+// with packets in one epoch.
+type exactRun struct {
+	report                   *reorder.Report
+	flows, epochs, busiestPf int
+}
+
+// playExact plays src into an exact tracker reporting every epoch.
+func playExact(src reorderSource, epochNS int64, pc reorder.PrefixConfig) exactRun {
 	pc.Max = math.MaxInt
 	x := reorder.NewExact(pc)
 	var reps []*reorder.Report
-	src.replay(x.Add, epochNS, func() { reps = append(reps, x.Report()) })
-	return reorder.Merge(math.MaxInt, reps...), x.Flows(), len(reps)
+	busiest := 0
+	src.replay(x.Add, epochNS, func() {
+		r := x.Report()
+		reps = append(reps, r)
+		busiest = max(busiest, len(r.Prefixes))
+	})
+	return exactRun{report: reorder.Merge(math.MaxInt, reps...), flows: x.Flows(), epochs: len(reps), busiestPf: busiest}
 }
 
 // statsByPrefix indexes a report's prefixes.
@@ -267,30 +365,42 @@ func statsByPrefix(r *reorder.Report) map[netip.Prefix]reorder.Stats {
 }
 
 // trackerRun is what one tracker made of a trace: its epochs' reports
-// summed (as the collector sums a prefix's epochs), its tables and its
-// time per packet.
+// summed (as the collector sums a prefix's epochs), its tables, its time
+// per packet and its reports cut.
 type trackerRun struct {
 	report      *reorder.Report
 	sizes       reorder.Sizes
 	nsPerPacket float64
+	cuts        []*reportCut
 }
 
-// playTracker plays src into a tracker of cfg reporting every epoch.
-func playTracker(src reorderSource, epochNS int64, cfg reorder.Config) (trackerRun, error) {
+// playTracker plays src into a tracker of cfg reporting every epoch, and
+// each report into the cuts.
+func playTracker(src reorderSource, epochNS int64, cfg reorder.Config, cuts ...*reportCut) (trackerRun, error) {
 	t, err := reorder.New(cfg)
 	if err != nil {
 		return trackerRun{}, err
 	}
 	var reps []*reorder.Report
+	var cutNS int64
 	start := time.Now()
-	src.replay(t.Add, epochNS, func() { reps = append(reps, t.Report()) })
-	ns := float64(time.Since(start).Nanoseconds()) / float64(max(src.packets(), 1))
-	return trackerRun{report: reorder.Merge(math.MaxInt, reps...), sizes: t.Sizes(), nsPerPacket: ns}, nil
+	src.replay(t.Add, epochNS, func() {
+		r := t.Report()
+		reps = append(reps, r)
+		at := time.Now()
+		for _, c := range cuts {
+			c.take(r, int64(len(reps)-1))
+		}
+		cutNS += time.Since(at).Nanoseconds()
+	})
+	ns := float64(time.Since(start).Nanoseconds()-cutNS) / float64(max(src.packets(), 1))
+	return trackerRun{report: reorder.Merge(math.MaxInt, reps...), sizes: t.Sizes(), nsPerPacket: ns, cuts: cuts}, nil
 }
 
 // stats describes the trace.
-func (tr *reorderTrace) stats(c ReorderConfig, sc reorderScoring, exact map[netip.Prefix]reorder.Stats, total reorder.Stats, flows, epochs int) ReorderTraceStats {
-	st := ReorderTraceStats{Packets: len(tr.pkts), Flows: flows, Epochs: epochs, Made: len(tr.reordering), Rate: total.Rate()}
+func (tr *reorderTrace) stats(c ReorderConfig, sc reorderScoring, exact map[netip.Prefix]reorder.Stats, x exactRun) ReorderTraceStats {
+	st := ReorderTraceStats{Packets: len(tr.pkts), Flows: x.flows, Epochs: x.epochs, Made: len(tr.reordering), Rate: x.report.Total().Rate(),
+		BusiestPrefixes: x.busiestPf}
 	first := make([]int64, len(tr.flows))
 	last := make([]int64, len(tr.flows))
 	for i := range first {
@@ -321,7 +431,16 @@ func (row *ReorderRow) add(sc reorderScoring, exact map[netip.Prefix]reorder.Sta
 	row.NSPerPacket += run.nsPerPacket
 	got := run.report
 	row.Measured += float64(got.Total().Packets) / float64(max(got.Counters.Segments, 1))
-	s := scoreReorder(sc, exact, got)
+	row.ReorderScore.add(scoreReorder(sc, exact, got))
+	if len(run.cuts) > 0 {
+		c := run.cuts[0]
+		row.Collector.add(scoreReorder(sc, exact, c.report()))
+		row.CollectorBytes += float64(c.bytes) / float64(max(c.reports, 1))
+	}
+}
+
+// add adds one run's comparison.
+func (row *ReorderScore) add(s reorderScore) {
 	row.Truth += float64(s.truth)
 	row.Flagged += float64(s.flagged)
 	row.Correct += float64(s.correct)
@@ -373,7 +492,15 @@ func scoreReorder(sc reorderScoring, exact map[netip.Prefix]reorder.Stats, got *
 // average turns the rows' sums over seeds into means and scores.
 func (row *ReorderRow) average(seeds int) {
 	n := float64(seeds)
-	row.Measured, row.Covered, row.NSPerPacket = row.Measured/n, row.Covered/n, row.NSPerPacket/n
+	row.Measured, row.NSPerPacket, row.CollectorBytes = row.Measured/n, row.NSPerPacket/n, row.CollectorBytes/n
+	row.ReorderScore.average(seeds)
+	row.Collector.average(seeds)
+}
+
+// average turns the sums over seeds into means and scores.
+func (row *ReorderScore) average(seeds int) {
+	n := float64(seeds)
+	row.Covered = row.Covered / n
 	row.Truth, row.Flagged, row.Correct, row.Found = row.Truth/n, row.Flagged/n, row.Correct/n, row.Found/n
 	row.Precision, row.Recall = 1, 0
 	if row.Flagged > 0 {
@@ -384,7 +511,7 @@ func (row *ReorderRow) average(seeds int) {
 	}
 }
 
-// WriteReorderTable prints the traces and the rows.
+// WriteReorderTable prints the traces, the rows and the cuts.
 func WriteReorderTable(w io.Writer, c ReorderConfig, res *ReorderResult) error {
 	if _, err := fmt.Fprintf(w, "%d flows over %d prefixes (Zipf %.2g, %.0f%% IPv6); %.0f%% of prefixes reorder %.3g–%.3g of packets, the rest %.3g; "+
 		"%.3g%% retransmitted; epochs of %v; flag rate > %.3g%%; truth: prefixes of ≥ %d packets above it\n",
@@ -393,31 +520,43 @@ func WriteReorderTable(w io.Writer, c ReorderConfig, res *ReorderResult) error {
 		return err
 	}
 	for i, t := range res.Traces {
-		fmt.Fprintf(w, "seed %d: %d packets, %d flows, %.0f concurrent, %d epochs; %d prefixes of ≥ %d packets, %d above the threshold (%d made to reorder); %.3g%% reordered\n",
-			c.Seed+uint64(i), t.Packets, t.Flows, t.Concurrent, t.Epochs, t.Eligible, c.MinPackets, t.Truth, t.Made, 100*t.Rate)
+		fmt.Fprintf(w, "seed %d: %d packets, %d flows, %.0f concurrent, %d epochs (up to %d prefixes in one); %d prefixes of ≥ %d packets, "+
+			"%d above the threshold (%d made to reorder); %.3g%% reordered\n",
+			c.Seed+uint64(i), t.Packets, t.Flows, t.Concurrent, t.Epochs, t.BusiestPrefixes, t.Eligible, c.MinPackets, t.Truth, t.Made, 100*t.Rate)
 	}
+	fmt.Fprintf(w, "every prefix the tracker holds, every epoch; and (collector) the reports cut to %d prefixes by the watch list, summed over the run:\n", c.ReportMax)
 	if err := writeReorderRows(w, res.Rows); err != nil {
 		return err
 	}
-	goal := "not reached"
-	if res.GoalBytes > 0 {
-		goal = fmt.Sprintf("%d bytes", res.GoalBytes)
+	if err := writeReorderCutRows(w, c.CutBudget, res.Cuts); err != nil {
+		return err
 	}
-	_, err := fmt.Fprintf(w, "smallest budget with precision and recall ≥ %.0f%%: %s\n", 100*ReorderGoal, goal)
+	_, err := fmt.Fprintf(w, "smallest budget with precision and recall ≥ %.0f%%: %s; on the collector's sums of reports of %d: %s\n",
+		100*ReorderGoal, goalText(res.GoalBytes), c.ReportMax, goalText(res.CollectorGoalBytes))
 	return err
+}
+
+// goalText is a goal's budget, or that it was not reached.
+func goalText(bytes int) string {
+	if bytes == 0 {
+		return "not reached"
+	}
+	return fmt.Sprintf("%d bytes", bytes)
 }
 
 // writeReorderRows prints the rows as a table.
 func writeReorderRows(w io.Writer, rows []ReorderRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\tbytes\twindows\tprefixes\tlong flows\tmeasured\ttruth\tflagged\tfound\tprecision\trecall\twithin 2 SE\tns/packet\t")
+	fmt.Fprintln(tw, "variant\tbytes\twindows\tprefixes\tlong flows\tmeasured\ttruth\tflagged\tfound\tprecision\trecall\twithin 2 SE\t"+
+		"collector: flagged\tfound\tprecision\trecall\tB/report\tns/packet\t")
 	for _, r := range rows {
 		name := r.Variant
 		if name == "" {
 			name = "default"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.1f%%\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.0f\t\n", name, r.MemoryBytes, r.Sizes.Windows,
-			r.Sizes.Prefixes, r.Sizes.LongFlows, 100*r.Measured, r.Truth, r.Flagged, r.Found, r.Precision, r.Recall, r.Covered, r.NSPerPacket)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.1f%%\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.3f\t%.3f\t%.0f\t%.0f\t\n", name,
+			r.MemoryBytes, r.Sizes.Windows, r.Sizes.Prefixes, r.Sizes.LongFlows, 100*r.Measured, r.Truth, r.Flagged, r.Found, r.Precision,
+			r.Recall, r.Covered, r.Collector.Flagged, r.Collector.Found, r.Collector.Precision, r.Collector.Recall, r.CollectorBytes, r.NSPerPacket)
 	}
 	return tw.Flush()
 }

@@ -36,6 +36,12 @@ type ReorderCaptureConfig struct {
 	// Budgets in turn. Its prefix lengths group the exact tracker too.
 	Tracker reorder.Config
 	Budgets []int
+	// ReportMax, CutBudget, ReportSizes and Rules are as in
+	// ReorderConfig: the reports cut on their way to the collector.
+	ReportMax   int
+	CutBudget   int
+	ReportSizes []int
+	Rules       []ReorderRule
 }
 
 // DefaultReorderCaptureConfig is the bundled trace (testdata/trace.pcap,
@@ -49,7 +55,8 @@ type ReorderCaptureConfig struct {
 // must not count as reordering. The trace has these
 // four hosts only, so flows are grouped by host (/32, /128). Threshold
 // 0.5% on prefixes of at least 100 packets; budgets 1, 4, 16 and
-// 256 KiB; 4 seeds.
+// 256 KiB; 4 seeds. Reports are cut to the default 64 prefixes (which
+// cuts nothing here) and, at 256 KiB, to 1 and 2 by each rule.
 func DefaultReorderCaptureConfig() ReorderCaptureConfig {
 	t := reorderTrackerConfig()
 	t.Prefixes.V4Bits, t.Prefixes.V6Bits = 32, 128
@@ -60,13 +67,17 @@ func DefaultReorderCaptureConfig() ReorderCaptureConfig {
 				{Prefix: netip.MustParsePrefix("10.99.0.2/32"), Reorder: 0.002},
 			}},
 		Seeds: 4, Seed: 1, EpochLength: time.Second, Threshold: 0.005, MinPackets: 100, Tracker: t,
-		Budgets: []int{reorder.MinMemoryBytes, 4 << 10, 16 << 10, 256 << 10}}
+		Budgets: []int{reorder.MinMemoryBytes, 4 << 10, 16 << 10, 256 << 10}, ReportMax: reorder.DefaultPrefixConfig().Max,
+		CutBudget: reorder.DefaultConfig().MemoryBytes, ReportSizes: []int{1, 2}, Rules: []ReorderRule{RuleWatch, RulePackets, RuleEpoch}}
 }
 
 // Validate reports parameters out of range.
 func (c ReorderCaptureConfig) Validate() error {
 	if c.Seeds < 1 || len(c.Budgets) == 0 || c.EpochLength <= 0 {
 		return fmt.Errorf("reorder evaluation of %s: %d seeds, %d budgets, epochs of %v", c.Path, c.Seeds, len(c.Budgets), c.EpochLength)
+	}
+	if c.ReportMax < 1 || slices.ContainsFunc(c.ReportSizes, func(n int) bool { return n < 1 }) {
+		return fmt.Errorf("reorder evaluation of %s: reports of %d prefixes, sizes %v: want at least 1", c.Path, c.ReportMax, c.ReportSizes)
 	}
 	if err := c.Impairment.Validate(); err != nil {
 		return fmt.Errorf("reorder evaluation of %s: %w", c.Path, err)
@@ -96,6 +107,7 @@ type ReorderCaptureResult struct {
 	// Packets counts the downstream capture's packets of one seed.
 	Packets  int
 	Rows     []ReorderRow
+	Cuts     []ReorderCutRow
 	Prefixes []ReorderCapturePrefix
 }
 
@@ -125,6 +137,9 @@ func RunReorderCapture(c ReorderCaptureConfig) (*ReorderCaptureResult, error) {
 		return nil, fmt.Errorf("reorder evaluation: %w", err)
 	}
 	res := &ReorderCaptureResult{Rows: make([]ReorderRow, len(c.Budgets))}
+	if slices.Contains(c.Budgets, c.CutBudget) {
+		res.Cuts = cutRows(c.Rules, c.ReportSizes)
+	}
 	byPrefix := map[netip.Prefix]*ReorderCapturePrefix{}
 	sc := reorderScoring{threshold: c.Threshold, minPackets: c.MinPackets}
 	epochNS := int64(c.EpochLength)
@@ -136,26 +151,31 @@ func RunReorderCapture(c ReorderCaptureConfig) (*ReorderCaptureResult, error) {
 			return nil, fmt.Errorf("reorder evaluation of %s: %w", c.Path, err)
 		}
 		res.Packets = len(down)
-		rep, _, _ := playExact(down, epochNS, c.Tracker.Prefixes)
-		exact := statsByPrefix(rep)
+		exact := statsByPrefix(playExact(down, epochNS, c.Tracker.Prefixes).report)
 		for p, st := range exact {
 			capturePrefix(byPrefix, p, c).Exact.Add(st)
 		}
 		for i, b := range c.Budgets {
 			cfg := c.Tracker
 			cfg.MemoryBytes = b
-			run, err := playTracker(down, epochNS, cfg)
+			run, err := playTracker(down, epochNS, cfg, rowCuts(c.ReportMax, b == c.CutBudget, res.Cuts)...)
 			if err != nil {
 				return nil, fmt.Errorf("reorder evaluation of %s at %d bytes: %w", c.Path, b, err)
 			}
 			res.Rows[i].MemoryBytes = b
 			res.Rows[i].add(sc, exact, run)
+			if b == c.CutBudget {
+				addCutRows(res.Cuts, sc, exact, run)
+			}
 			for _, p := range run.report.Prefixes {
 				capturePrefix(byPrefix, p.Prefix, c).Tracker[i].Add(p.Stats)
 			}
 		}
 	}
 	finishRows(res.Rows, c.Seeds)
+	for i := range res.Cuts {
+		res.Cuts[i].average(c.Seeds)
+	}
 	for _, p := range byPrefix {
 		res.Prefixes = append(res.Prefixes, *p)
 	}
@@ -208,6 +228,9 @@ func WriteReorderCaptureTable(w io.Writer, c ReorderCaptureConfig, res *ReorderC
 		return err
 	}
 	if err := writeReorderRows(w, res.Rows); err != nil {
+		return err
+	}
+	if err := writeReorderCutRows(w, c.CutBudget, res.Cuts); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
