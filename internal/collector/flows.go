@@ -54,6 +54,12 @@ func (wk *worker) topFlows(path string, epoch int64, up, down *side, ldss [2][]b
 		return nil
 	}
 	repaired := removeFromLDS(upL, downL, remove)
+	// The repaired sketches hold only the delivered packets: a flow's
+	// loss is the packets of it that reconciliation found upstream only.
+	var lost map[uint64]float64
+	if repaired {
+		lost = lostByFlow(remove[reconcile.Upstream])
+	}
 	seen := map[uint64]bool{}
 	var out []*owlv1.FlowStats
 	for _, s := range []*side{up, down} {
@@ -69,6 +75,10 @@ func (wk *worker) topFlows(path string, epoch int64, up, down *side, ldss [2][]b
 			seen[h] = true
 			fs := wk.estimateFlow(path, epoch, upL, downL, f)
 			fs.Top = true
+			if repaired {
+				fs.Lost = lost[h]
+				fs.Packets += fs.Lost
+			}
 			// The count-min estimate is an upper bound like the RAP
 			// counter; the smaller of the two is the better.
 			if p := float64(tf.GetPackets()); p > 0 && p < fs.Packets {
@@ -241,6 +251,18 @@ func repairLDS(up, down *lds.LDS, remove [2][]reconcile.Packet) (*lds.LDS, *lds.
 	up, down = up.Clone(), down.Clone()
 	removeFromLDS(up, down, remove)
 	return up, down
+}
+
+// lostByFlow counts the packets lost, by flow hash, of the upstream
+// packets reconciliation took out (those with a weight: in the sketch).
+func lostByFlow(up []reconcile.Packet) map[uint64]float64 {
+	out := map[uint64]float64{}
+	for _, x := range up {
+		if x.Weight > 0 {
+			out[x.Flow]++
+		}
+	}
+	return out
 }
 
 // removeFromLDS takes the packets RDA reconciliation took out of each

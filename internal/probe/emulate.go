@@ -93,6 +93,8 @@ type Truth struct {
 	Sent, Delivered, Lost int
 	// MeanNS is the mean delay of the delivered packets.
 	MeanNS float64
+	// FlowLost counts each flow's lost packets (flows with none absent).
+	FlowLost map[capture.FlowKey]int
 }
 
 // packet is one packet as one side saw it.
@@ -182,6 +184,7 @@ func (t *Traffic) newVariant(r *rand.Rand) (*variant, error) {
 	up := make([]packet, 0, c.Packets)
 	down := make([]packet, 0, c.Packets)
 	var sumNS int64
+	lost := map[int32]int{}
 	for len(up) < c.Packets {
 		id := r.Uint64()
 		if _, dup := seen[id]; dup || id == 0 {
@@ -202,12 +205,16 @@ func (t *Traffic) newVariant(r *rand.Rand) (*variant, error) {
 		off := r.Int64N(lengthNS - delayNS)
 		up = append(up, packet{id: id, offsetNS: off, flow: flow})
 		if c.Loss > 0 && r.Float64() < c.Loss {
+			lost[flow]++
 			continue
 		}
 		down = append(down, packet{id: id, offsetNS: off + delayNS, flow: flow})
 		sumNS += delayNS
 	}
-	v := &variant{truth: Truth{Sent: len(up), Delivered: len(down), Lost: len(up) - len(down)}}
+	v := &variant{truth: Truth{Sent: len(up), Delivered: len(down), Lost: len(up) - len(down), FlowLost: map[capture.FlowKey]int{}}}
+	for f, n := range lost {
+		v.truth.FlowLost[t.flows[f]] = n
+	}
 	if len(down) > 0 {
 		v.truth.MeanNS = float64(sumNS) / float64(len(down))
 	}

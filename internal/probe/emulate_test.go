@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -65,7 +66,7 @@ func TestTrafficSides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := tr.Variant("a", 5); again.Variant("a", 5) != v || again.Truth("a", 5) != tr.variants[v].truth || again.Truth("a", 5) != tr.Truth("a", 5) {
+	if v := tr.Variant("a", 5); again.Variant("a", 5) != v || !reflect.DeepEqual(again.Truth("a", 5), tr.variants[v].truth) || !reflect.DeepEqual(again.Truth("a", 5), tr.Truth("a", 5)) {
 		t.Error("the same seed made other traffic")
 	}
 	used := map[int]bool{}
@@ -176,6 +177,7 @@ func TestEmulatedAgainstCollector(t *testing.T) {
 	if lost == 0 {
 		t.Error("no packet lost: the test shows nothing about repairs")
 	}
+	checkFlowLoss(t, q, tr, "load-0")
 	var fetches uint64
 	deadline := time.Now().Add(5 * time.Second)
 	for _, e := range probes {
@@ -190,6 +192,38 @@ func TestEmulatedAgainstCollector(t *testing.T) {
 	}
 	if fetches == 0 {
 		t.Error("the collector fetched no timestamps: nothing was repaired")
+	}
+}
+
+// checkFlowLoss asks for a path's top flows epoch by epoch: each one's
+// loss is the truth's, and some are lost.
+func checkFlowLoss(t *testing.T, q owlv1.QueryServiceClient, tr *Traffic, path string) {
+	t.Helper()
+	ctx := context.Background()
+	top, err := q.TopFlows(ctx, &owlv1.TopFlowsRequest{Path: path, Limit: 5})
+	if err != nil || len(top.GetFlows()) == 0 {
+		t.Fatalf("TopFlows: %v, %v", top, err)
+	}
+	var lost float64
+	for _, tf := range top.GetFlows() {
+		f, err := netpath.FlowFromProto(tf.GetFlow())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs, err := q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: path, Flow: tf.GetFlow()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range fs.GetStats() {
+			want := tr.Truth(path, s.GetEpoch()).FlowLost[f]
+			if !s.GetTop() || s.GetLost() != float64(want) {
+				t.Errorf("flow %v epoch %d: top %t, lost %v, truth %d", f, s.GetEpoch(), s.GetTop(), s.GetLost(), want)
+			}
+			lost += s.GetLost()
+		}
+	}
+	if lost == 0 {
+		t.Error("the top flows lost nothing: the check shows nothing")
 	}
 }
 
