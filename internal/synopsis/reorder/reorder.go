@@ -91,7 +91,7 @@ type Config struct {
 // measured at all, and long flows, at 200 bytes each, found no more
 // prefixes than windows did.
 func DefaultConfig() Config {
-	return Config{MemoryBytes: 256 << 10, Prefixes: DefaultPrefixConfig(), WindowPackets: 32, Idle: time.Second,
+	return Config{MemoryBytes: 512 << 10, Prefixes: DefaultPrefixConfig(), WindowPackets: 32, Idle: time.Second,
 		PrefixPackets: 4096, PrefixShare: 0.35, LongShare: 0.10, RefreshPackets: 4096, Seed: 0x72656f72646572}
 }
 
