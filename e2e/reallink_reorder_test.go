@@ -13,8 +13,6 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
-	"github.com/owl-latency/owl/internal/capture"
-	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/probe"
 	"github.com/owl-latency/owl/internal/synopsis/reorder"
 )
@@ -85,28 +83,10 @@ func startReorderClients(t *testing.T, env *harness.Env, sv string, dur time.Dur
 // default prefixes, over a capture: each prefix's counts over all of it.
 func exactReorder(t testing.TB, pcap string) map[netip.Prefix]reorder.Stats {
 	t.Helper()
-	src, err := capture.OpenFile(pcap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	d, err := capture.NewDecoder(src.LinkType(), params.Default().Identity)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pc := probe.DefaultReorderConfig().Prefixes
 	pc.Max = reorder.MaxPrefixes
 	x := reorder.NewExact(pc)
-	for {
-		f, err := src.Next()
-		if err != nil {
-			break
-		}
-		var p capture.Packet
-		if d.Decode(f.Data, f.TimeNS, &p) == nil {
-			x.Add(&p)
-		}
-	}
+	eachPacket(t, pcap, x.Add)
 	out := map[netip.Prefix]reorder.Stats{}
 	for _, p := range x.Report().Prefixes {
 		out[p.Prefix] = p.Stats

@@ -126,6 +126,23 @@ func checkRTT(t testing.TB, probe string, got map[string]*owlv1.GetRTTDistributi
 // their delays (ns, sorted) by kind.
 func exactRTT(t testing.TB, pcap string) map[string][]int64 {
 	t.Helper()
+	x := rtt.NewExact(probe.DefaultRTTConfig().Fridges.Seed)
+	out := map[string][]int64{}
+	eachPacket(t, pcap, func(p *capture.Packet) {
+		if s, ok := x.Add(p); ok {
+			out[s.Kind.String()] = append(out[s.Kind.String()], s.DelayNS)
+		}
+	})
+	for _, ds := range out {
+		slices.Sort(ds)
+	}
+	return out
+}
+
+// eachPacket decodes a capture's packets as a probe would and hands each
+// that decodes to fn.
+func eachPacket(t testing.TB, pcap string, fn func(*capture.Packet)) {
+	t.Helper()
 	src, err := capture.OpenFile(pcap)
 	if err != nil {
 		t.Fatal(err)
@@ -135,25 +152,16 @@ func exactRTT(t testing.TB, pcap string) map[string][]int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := rtt.NewExact(probe.DefaultRTTConfig().Fridges.Seed)
-	out := map[string][]int64{}
 	for {
 		f, err := src.Next()
 		if err != nil {
-			break
+			return
 		}
 		var p capture.Packet
-		if d.Decode(f.Data, f.TimeNS, &p) != nil {
-			continue
-		}
-		if s, ok := x.Add(&p); ok {
-			out[s.Kind.String()] = append(out[s.Kind.String()], s.DelayNS)
+		if d.Decode(f.Data, f.TimeNS, &p) == nil {
+			fn(&p)
 		}
 	}
-	for _, ds := range out {
-		slices.Sort(ds)
-	}
-	return out
 }
 
 // wiresharkRTT is tshark's tcp.analysis.ack_rtt of every ACK it times, ns.
