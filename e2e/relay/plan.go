@@ -3,7 +3,6 @@ package main
 import (
 	"hash/maphash"
 	"math/rand/v2"
-	"net/netip"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
@@ -55,7 +54,7 @@ func (p *planner) plan(frame []byte, now time.Time, due *[2]time.Time) (n int) {
 	decoded := (len(p.imp.PrefixReorder) > 0 || p.flowOrder) && p.dec.Decode(frame, now.UnixNano(), &p.pkt) == nil
 	reorder := p.imp.Reorder
 	if decoded {
-		reorder = reorderOf(p.imp.PrefixReorder, p.pkt.Flow.Src, reorder)
+		reorder = sim.ReorderOf(p.imp.PrefixReorder, p.pkt.Flow.Src, reorder)
 	}
 	switch {
 	case reorder > 0 && p.rnd.Float64() < reorder:
@@ -72,17 +71,4 @@ func (p *planner) plan(frame []byte, now time.Time, due *[2]time.Time) (n int) {
 		due[1], n = at.Add(time.Duration(1+p.rnd.Int64N(int64(p.imp.DuplicateGap)))), 2
 	}
 	return n
-}
-
-// reorderOf is the probability that a frame from src is held back: that
-// of the longest of ps that holds src, else def.
-func reorderOf(ps []sim.PrefixReorder, src netip.Addr, def float64) float64 {
-	src = src.Unmap()
-	best := -1
-	for _, p := range ps {
-		if p.Prefix.Bits() > best && p.Prefix.Contains(src) {
-			best, def = p.Prefix.Bits(), p.Reorder
-		}
-	}
-	return def
 }

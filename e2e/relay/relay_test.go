@@ -13,7 +13,6 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
-	"github.com/owl-latency/owl/internal/sim"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -58,29 +57,6 @@ func TestParseConfig(t *testing.T) {
 	if err != nil || len(c.imp.PrefixReorder) != 2 || c.imp.PrefixReorder[0].Prefix != netip.MustParsePrefix("10.78.0.0/24") ||
 		c.imp.PrefixReorder[0].Reorder != 0.05 {
 		t.Errorf("prefixes %v, %v", c.imp.PrefixReorder, err)
-	}
-}
-
-func TestReorderOf(t *testing.T) {
-	ps := []sim.PrefixReorder{
-		{Prefix: netip.MustParsePrefix("10.78.0.0/16"), Reorder: 0.01},
-		{Prefix: netip.MustParsePrefix("10.78.1.0/24"), Reorder: 0.2},
-		{Prefix: netip.MustParsePrefix("2001:db8::/48"), Reorder: 0.3},
-	}
-	for _, tc := range []struct {
-		src  string
-		want float64
-	}{
-		{"10.78.0.1", 0.01},
-		{"10.78.1.9", 0.2}, // the longest prefix wins
-		{"::ffff:10.78.1.9", 0.2},
-		{"10.77.0.1", 0.005},
-		{"2001:db8::1", 0.3},
-		{"2001:db9::1", 0.005},
-	} {
-		if got := reorderOf(ps, netip.MustParseAddr(tc.src), 0.005); got != tc.want {
-			t.Errorf("%s: %g, want %g", tc.src, got, tc.want)
-		}
 	}
 }
 

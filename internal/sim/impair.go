@@ -170,7 +170,7 @@ func Impair(link layers.LinkType, in []Frame, id capture.IdentityConfig, m Impai
 		}
 		reorder := m.Reorder
 		if len(m.PrefixReorder) > 0 {
-			reorder = reorderOf(m.PrefixReorder, p.Flow.Src, m.Reorder)
+			reorder = ReorderOf(m.PrefixReorder, p.Flow.Src, m.Reorder)
 		}
 		if reorder > 0 && r.Float64() < reorder {
 			d += 1 + r.Int64N(int64(m.ReorderExtra))

@@ -92,9 +92,9 @@ func validatePrefixReorders(ps []PrefixReorder) error {
 	return nil
 }
 
-// reorderOf is the probability that a packet from src is held back: that
+// ReorderOf is the probability that a packet from src is held back: that
 // of the longest of ps that holds src, else def.
-func reorderOf(ps []PrefixReorder, src netip.Addr, def float64) float64 {
+func ReorderOf(ps []PrefixReorder, src netip.Addr, def float64) float64 {
 	src = src.Unmap()
 	best := -1
 	for _, p := range ps {

@@ -63,7 +63,7 @@ func TestPrefixReordersFlag(t *testing.T) {
 		addr string
 		want float64
 	}{{"10.1.2.9", 0.02}, {"10.1.3.9", 0.01}, {"::ffff:10.1.2.9", 0.02}, {"2001:db8::1", 0.1}, {"10.2.0.1", 0.5}} {
-		if got := reorderOf(ps, netip.MustParseAddr(tc.addr), 0.5); got != tc.want {
+		if got := ReorderOf(ps, netip.MustParseAddr(tc.addr), 0.5); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.addr, got, tc.want)
 		}
 	}
