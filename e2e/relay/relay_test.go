@@ -12,7 +12,6 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-
 )
 
 func TestParseConfig(t *testing.T) {
