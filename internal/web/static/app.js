@@ -303,18 +303,33 @@
   function timeSeries() {
     return { label: 'UTC', value: (u, v) => (v === null || v === undefined ? '—' : new Date(v * 1000).toISOString().slice(0, 19).replace('T', ' ')) };
   }
-  // timeAxis labels a time axis in UTC: dates, minutes or seconds, by the
-  // spacing of its ticks.
+  // timeAxis labels a time axis in UTC for 1 s epochs over seconds to
+  // days: ticks on whole seconds at least and 80 px apart (a label
+  // "18:10:30" is about 55 px wide), labelled by the step between them
+  // (HH:MM:SS under a minute, HH:MM under a day, the date above), with the
+  // date under the first tick and under each tick on a new day, so no two
+  // labels read the same.
   function timeAxis() {
     return {
-      // Ticks on whole seconds at least: epochs are a second or longer.
+      space: 80,
       incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800],
-      values: (u, ticks, i, space, incr) => ticks.map((v) => {
-        const iso = new Date(v * 1000).toISOString();
-        return incr >= 86400 ? iso.slice(0, 10) : incr >= 60 ? iso.slice(11, 16) : iso.slice(11, 19);
-      }),
+      values: (u, ticks, i, space, incr) => {
+        let day = '';
+        return ticks.map((v) => {
+          const iso = new Date(v * 1000).toISOString();
+          if (incr >= 86400) return iso.slice(0, 10);
+          const label = incr >= 60 ? iso.slice(11, 16) : iso.slice(11, 19);
+          const d = iso.slice(0, 10);
+          if (d === day) return label;
+          day = d;
+          return label + '\n' + d;
+        });
+      },
     };
   }
+  // timePadding leaves room right of a time chart for its last tick's
+  // label, which uPlot centres on the plot's edge.
+  const timePadding = [null, 32, null, null];
   const COLORS = { blue: '#0a58ca', purple: '#8250df', red: '#cf222e', green: '#1a7f37', orange: '#bc4c00' };
 
   // ---- views ----
@@ -390,7 +405,7 @@
     const rows = paths.map((p, i) => pathRow(p, latest[i], byId));
     return '<div class="wide"><table id="paths"><thead><tr><th>path</th><th>upstream → downstream</th><th class="num">epoch</th><th>time (UTC)</th>' +
       '<th>status</th><th class="num">mean µs</th><th class="num">p99 µs</th><th class="num">stddev µs</th><th class="num">lost</th>' +
-      '<th class="num">loss</th><th class="num">samples</th><th>estimator</th><th>clock</th><th>note</th></tr></thead><tbody>' +
+      '<th class="num">loss</th><th class="num">samples</th><th>estimator</th><th>clock</th><th class="note">note</th></tr></thead><tbody>' +
       rows.join('') + '</tbody></table></div>';
   }
 
@@ -573,6 +588,7 @@
     const base = (title) => ({
       title,
       tzDate: utcDate,
+      padding: timePadding,
       axes: [timeAxis(), {}],
       cursor: { drag: { x: true, y: false }, sync: { key: 'owl-path' } },
       hooks: { setScale: [onScale] },
@@ -765,7 +781,7 @@
     }
     const t = stats.map((s) => Date.parse(s.start) / 1000);
     const mean = stats.map((s) => (s.estimated ? (num(s.mean_ns) || 0) / 1000 : null));
-    const opts = (title, height) => ({ title, height, tzDate: utcDate, axes: [timeAxis(), {}], cursor: { drag: { x: true, y: false }, sync: { key: 'owl-flow' } } });
+    const opts = (title, height) => ({ title, height, tzDate: utcDate, padding: timePadding, axes: [timeAxis(), {}], cursor: { drag: { x: true, y: false }, sync: { key: 'owl-flow' } } });
     const w = el.clientWidth - 8;
     flowCharts.push(chart(document.getElementById('c-flow'), Object.assign(opts('mean one-way delay (µs)', 200), {
       series: [timeSeries(), line('mean', COLORS.blue, (v) => us(v * 1000) + ' µs')],
