@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,8 +85,11 @@ func probeRTT(ctx context.Context, q owlv1.QueryServiceClient, probe string, tru
 }
 
 // checkRTT logs a probe's round-trip times by owl, by the exact matcher
-// and by Wireshark side by side, and fails where owl's pairs or its p50,
-// p95 or p99 are more than 5% off the exact ones (kinds of ≥ 500 pairs).
+// and by Wireshark side by side, and fails where owl's pairs are more
+// than 5% off the exact count, or its p50, p95 or p99 more than 5% off
+// the exact value and more than half a percentile off in rank (kinds of
+// ≥ 500 pairs): in a tail whose delays are sparse a small shift of
+// weight moves the value far and the rank little.
 func checkRTT(t testing.TB, probe string, got map[string]*owlv1.GetRTTDistributionResponse, truth map[string][]int64, shark []int64) {
 	t.Helper()
 	var b strings.Builder
@@ -109,8 +113,13 @@ func checkRTT(t testing.TB, probe string, got map[string]*owlv1.GetRTTDistributi
 				t.Errorf("%s %s: owl's pairs %.0f, truth %d", probe, kind, r.GetPairs(), len(ds))
 			}
 			for i, qu := range []float64{0.5, 0.95, 0.99} {
-				if want := pct(ds, qu); math.Abs(qv[i].GetValueNs()-want) > 0.05*want {
-					t.Errorf("%s %s p%g: owl %.1f µs, truth %.1f µs", probe, kind, qu*100, qv[i].GetValueNs()/1e3, want/1e3)
+				// Within 5% of the exact value, or, where the exact
+				// delays are sparse (a tail's gaps), within half a
+				// percentile of the quantile in rank.
+				v := qv[i].GetValueNs()
+				rank := float64(sort.Search(len(ds), func(j int) bool { return float64(ds[j]) > v })) / n
+				if want := pct(ds, qu); math.Abs(v-want) > 0.05*want && math.Abs(rank-qu) > 0.005 {
+					t.Errorf("%s %s p%g: owl %.1f µs, truth %.1f µs; owl's value is the exact p%.2f", probe, kind, qu*100, v/1e3, want/1e3, 100*rank)
 				}
 			}
 		}
