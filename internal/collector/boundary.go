@@ -35,16 +35,16 @@ type boundary struct {
 // match pairs the lost IDs of b (sent in b's epoch) with the extra IDs of
 // next (seen downstream in the following epoch), and the two epochs'
 // unmatched sampled entries likewise. It updates both results and reports
-// whether anything matched.
+// whether anything changed.
 func (b *boundary) match(next *boundary) bool {
 	rda := b.matchRDA(next)
 	sampled := b.sample.match(next.sample)
-	if rda || sampled > 0 {
+	if rda || sampled {
 		// After RDA's: an exact sample's standard deviation replaces
 		// RDA's estimate.
 		b.sample.apply(b.res)
 	}
-	return rda || sampled > 0
+	return rda || sampled
 }
 
 // matchRDA is match for the RDA's lost and extra IDs.

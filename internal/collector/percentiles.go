@@ -23,16 +23,29 @@ const quantileConfidence = 0.95
 // and seen downstream in the next one is matched there, and counts here,
 // as RDA's boundary packets do).
 type sampleJoin struct {
-	cfg       sample.Config
+	cfg       sample.Config    // the rate of delays and up
+	downCfg   sample.Config    // the rate of down (cfg's, unless narrowed since)
 	delays    []int64          // sorted, ns
+	ids       []uint64         // the identity of each delay (nil: not kept)
 	up, down  map[uint64]int64 // unmatched IDs → absolute time, ns
 	ambiguous int              // entries of IDs seen more than once, left out
-	narrowed  bool             // a side's sample was narrowed to the other's rate
+	narrowed  narrowing        // why the sample was narrowed, if it was
 }
 
+// narrowing says why a sample is kept at a lower rate than its reports'.
+type narrowing byte
+
+const (
+	// narrowedSides: the two sides sampled at different rates.
+	narrowedSides narrowing = 1 << iota
+	// narrowedNext: the next epoch sampled at a lower rate, and the
+	// packets crossing into it are matched at that rate.
+	narrowedNext
+)
+
 // estimateSample joins the epoch's two samples and writes the delay
-// quantiles into the result; the join is kept with the boundary record
-// when there is one.
+// quantiles into the result; the join is kept with the epoch's boundary
+// record, made for it when RDA made none.
 func (wk *worker) estimateSample(w *epochWork) {
 	up, down, res := w.pr.up.sample, w.pr.down.sample, w.res
 	if up == nil || down == nil {
@@ -58,8 +71,24 @@ func (wk *worker) estimateSample(w *epochWork) {
 		res.SampleNote = err.Error()
 		return
 	}
-	start := wk.cfg.Params.Epoch.StartNS(w.epoch)
-	sj := &sampleJoin{cfg: cfg, delays: j.Delays, ambiguous: j.Ambiguous, narrowed: u != up || down != w.pr.down.sample,
+	sj := newSampleJoin(cfg, j, wk.cfg.Params.Epoch.StartNS(w.epoch))
+	if u != up || down != w.pr.down.sample {
+		sj.narrowed = narrowedSides
+	}
+	sj.apply(res)
+	if w.bd == nil {
+		// RDA left no record (not sent, or not reconciled exactly); the
+		// sample's crossers still need theirs. Its loss is counted
+		// when the result is published, so nothing waits to settle.
+		w.bd = &boundary{epoch: w.epoch, lost: map[uint64]int64{}, extra: map[uint64]int64{}, res: res, at: wk.now(), settled: true}
+	}
+	w.bd.sample = sj
+}
+
+// newSampleJoin keeps a join of an epoch's samples (at cfg) that starts at
+// start (ns), its entries left over at absolute times.
+func newSampleJoin(cfg sample.Config, j sample.Joined, start int64) *sampleJoin {
+	sj := &sampleJoin{cfg: cfg, downCfg: cfg, delays: j.Delays, ids: j.IDs, ambiguous: j.Ambiguous,
 		up: make(map[uint64]int64, len(j.UpLeft)), down: make(map[uint64]int64, len(j.DownLeft))}
 	for _, e := range j.UpLeft {
 		sj.up[e.ID] = start + e.OffsetNS
@@ -71,18 +100,27 @@ func (wk *worker) estimateSample(w *epochWork) {
 			sj.down[e.ID] = start + e.OffsetNS
 		}
 	}
-	sj.apply(res)
-	if w.bd != nil {
-		w.bd.sample = sj
-	}
+	return sj
 }
 
 // match pairs sj's unmatched upstream entries (sent in its epoch) with
-// next's unmatched downstream ones (seen in the following epoch), when
-// both were joined at one rate, and reports how many matched.
-func (sj *sampleJoin) match(next *sampleJoin) int {
-	if sj == nil || next == nil || sj.cfg != next.cfg {
-		return 0
+// next's unmatched downstream ones (seen in the following epoch), and
+// Samples of one seed are nested, so they are
+// matched at the lower of the two rates: when next sampled at a lower
+// rate, sj is narrowed to it first (a crosser next did not keep would
+// otherwise go missing from an epoch that claims every packet of its
+// rate); when at a higher one, next's entries sj would not keep are passed
+// over. It says whether sj changed.
+func (sj *sampleJoin) match(next *sampleJoin) bool {
+	if sj == nil || next == nil || sj.cfg.Seed != next.downCfg.Seed {
+		return false
+	}
+	narrowed := false
+	if next.downCfg.Threshold < sj.cfg.Threshold {
+		if !sj.narrow(next.downCfg) {
+			return false
+		}
+		narrowed = true
 	}
 	matched := 0
 	for id, upNS := range sj.up {
@@ -91,14 +129,52 @@ func (sj *sampleJoin) match(next *sampleJoin) int {
 			continue
 		}
 		sj.delays = append(sj.delays, downNS-upNS)
+		if sj.ids != nil {
+			sj.ids = append(sj.ids, id)
+		}
 		delete(sj.up, id)
 		delete(next.down, id)
 		matched++
 	}
 	if matched > 0 {
-		slices.Sort(sj.delays)
+		sj.sortDelays()
 	}
-	return matched
+	return matched > 0 || narrowed
+}
+
+// narrow keeps only the delays and upstream entries of packets cfg (of
+// sj's seed, at a lower rate) keeps, and says whether it could: a record
+// stored without identities cannot be narrowed. sj's downstream entries
+// stay at their rate, for the previous epoch's crossers.
+func (sj *sampleJoin) narrow(cfg sample.Config) bool {
+	if sj.ids == nil && len(sj.delays) > 0 {
+		return false
+	}
+	k := 0
+	for i, id := range sj.ids {
+		if cfg.Keeps(id) {
+			sj.delays[k], sj.ids[k] = sj.delays[i], id
+			k++
+		}
+	}
+	sj.delays, sj.ids = sj.delays[:k], sj.ids[:k]
+	for id := range sj.up {
+		if !cfg.Keeps(id) {
+			delete(sj.up, id)
+		}
+	}
+	sj.cfg = cfg
+	sj.narrowed |= narrowedNext
+	return true
+}
+
+// sortDelays sorts the delays, with their identities when kept.
+func (sj *sampleJoin) sortDelays() {
+	if sj.ids == nil {
+		slices.Sort(sj.delays)
+		return
+	}
+	sample.SortDelays(sj.delays, sj.ids)
 }
 
 // apply writes the sample's delay statistics into the result (nothing for
@@ -114,8 +190,11 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 	res.Quantiles, res.DelayMinNs, res.DelayMaxNs, res.DelaySketch = nil, 0, 0, nil
 	res.SampleMeanNs, res.SampleStddevNs, res.StddevExact = 0, 0, false
 	var notes []string
-	if sj.narrowed {
+	if sj.narrowed&narrowedSides != 0 {
 		notes = append(notes, fmt.Sprintf("the sides sampled at different rates; joined at the lower, 1/%.0f", 1/res.SampleRate))
+	}
+	if sj.narrowed&narrowedNext != 0 {
+		notes = append(notes, fmt.Sprintf("the next epoch sampled at a lower rate; narrowed to it, 1/%.0f, so that the packets crossing into it count", 1/res.SampleRate))
 	}
 	if sj.ambiguous > 0 {
 		notes = append(notes, fmt.Sprintf("%d sampled entries of packets seen more than once left out (which copy arrived when cannot be told)", sj.ambiguous))
@@ -141,45 +220,79 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 	}
 }
 
-// sampleRecord is the version byte of a boundary record's sample part.
-const sampleRecord = 1
+// sampleRecord is the version byte of a boundary record's sample part;
+// version 1 (no downstream threshold, no identities) is still read.
+const (
+	sampleRecordV1 = 1
+	sampleRecord   = 2
+)
 
 // encode appends the join to a boundary record: version, seed, threshold,
-// flags, ambiguous, the delays, then the unmatched entries.
+// downstream threshold, flags, ambiguous, the delays with their
+// identities, then the unmatched entries.
 func (sj *sampleJoin) encode(out []byte) []byte {
 	out = append(out, sampleRecord)
 	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Seed)
 	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Threshold)
-	var flags byte
-	if sj.narrowed {
-		flags = 1
+	out = binary.LittleEndian.AppendUint64(out, sj.downCfg.Threshold)
+	flags := byte(sj.narrowed)
+	if sj.ids != nil {
+		flags |= 0x80
 	}
 	out = append(out, flags)
 	out = binary.LittleEndian.AppendUint32(out, uint32(sj.ambiguous))
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(sj.delays)))
-	for _, d := range sj.delays {
+	for i, d := range sj.delays {
 		out = binary.LittleEndian.AppendUint64(out, uint64(d))
+		if sj.ids != nil {
+			out = binary.LittleEndian.AppendUint64(out, sj.ids[i])
+		}
 	}
 	return appendEntries(appendEntries(out, sj.up), sj.down)
 }
 
-// decodeSampleJoin reads what encode wrote, all of b.
+// decodeSampleJoin reads what encode wrote (or version 1), all of b.
 func decodeSampleJoin(b []byte) (*sampleJoin, error) {
-	if len(b) < 1+8+8+1+4+4 || b[0] != sampleRecord {
+	if len(b) < 1+8+8+1+4+4 || b[0] != sampleRecord && b[0] != sampleRecordV1 {
 		return nil, errBoundary
 	}
-	sj := &sampleJoin{cfg: sample.Config{Seed: binary.LittleEndian.Uint64(b[1:]), Threshold: binary.LittleEndian.Uint64(b[9:])},
-		narrowed: b[17]&1 != 0, ambiguous: int(binary.LittleEndian.Uint32(b[18:]))}
-	n := int(binary.LittleEndian.Uint32(b[22:]))
-	b = b[26:]
-	if n > len(b)/8 {
+	sj := &sampleJoin{cfg: sample.Config{Seed: binary.LittleEndian.Uint64(b[1:]), Threshold: binary.LittleEndian.Uint64(b[9:])}}
+	sj.downCfg = sj.cfg
+	withIDs := false
+	if b[0] == sampleRecordV1 {
+		if b[17]&1 != 0 {
+			sj.narrowed = narrowedSides
+		}
+		b = b[18:]
+	} else {
+		if len(b) < 1+8+8+8+1+4+4 || b[25]&^(0x80|byte(narrowedSides|narrowedNext)) != 0 {
+			return nil, errBoundary
+		}
+		sj.downCfg.Threshold = binary.LittleEndian.Uint64(b[17:])
+		sj.narrowed, withIDs = narrowing(b[25]&^0x80), b[25]&0x80 != 0
+		b = b[26:]
+	}
+	sj.ambiguous = int(binary.LittleEndian.Uint32(b))
+	n := int(binary.LittleEndian.Uint32(b[4:]))
+	b = b[8:]
+	per := 8
+	if withIDs {
+		per = 16
+	}
+	if n > len(b)/per {
 		return nil, errBoundary
 	}
 	sj.delays = make([]int64, n)
-	for i := range sj.delays {
-		sj.delays[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+	if withIDs {
+		sj.ids = make([]uint64, n)
 	}
-	b = b[8*n:]
+	for i := range sj.delays {
+		sj.delays[i] = int64(binary.LittleEndian.Uint64(b[per*i:]))
+		if withIDs {
+			sj.ids[i] = binary.LittleEndian.Uint64(b[per*i+8:])
+		}
+	}
+	b = b[per*n:]
 	var err error
 	if sj.up, b, err = readEntries(b); err != nil {
 		return nil, err

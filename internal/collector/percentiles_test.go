@@ -2,9 +2,11 @@ package collector
 
 import (
 	"bytes"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -19,14 +21,14 @@ import (
 func TestSampleJoinAcrossTheBoundary(t *testing.T) {
 	cfg, _ := sample.ForShift(7, 0)
 	res := &owlv1.PathStats{Status: owlv1.ResultStatus_RESULT_STATUS_OK}
-	b := &boundary{epoch: 1, res: res, sample: &sampleJoin{cfg: cfg, delays: []int64{100, 200, 300},
+	b := &boundary{epoch: 1, res: res, sample: &sampleJoin{cfg: cfg, downCfg: cfg, delays: []int64{100, 200, 300},
 		up: map[uint64]int64{42: 1_999_000, 43: 1_999_500}, down: map[uint64]int64{}}}
 	b.sample.apply(res)
 	if res.GetSampleDelays() != 3 || res.GetQuantiles()[0].GetValueNs() != 200 || !res.GetQuantiles()[0].GetExact() {
 		t.Fatalf("before matching: %v", res)
 	}
 	nextRes := &owlv1.PathStats{Status: owlv1.ResultStatus_RESULT_STATUS_OK}
-	next := &boundary{epoch: 2, res: nextRes, sample: &sampleJoin{cfg: cfg, delays: []int64{50},
+	next := &boundary{epoch: 2, res: nextRes, sample: &sampleJoin{cfg: cfg, downCfg: cfg, delays: []int64{50},
 		up: map[uint64]int64{}, down: map[uint64]int64{42: 2_000_400, 99: 2_000_001}}}
 	// Through the stored form.
 	var err error
@@ -48,11 +50,110 @@ func TestSampleJoinAcrossTheBoundary(t *testing.T) {
 	if _, ok := next.sample.down[99]; !ok || len(next.sample.down) != 1 {
 		t.Errorf("next epoch's unmatched entries %v, want 99 left", next.sample.down)
 	}
-	other, _ := sample.ForShift(7, 1)
-	later := &sampleJoin{cfg: other, down: map[uint64]int64{43: 2_000_000}}
-	if n := b.sample.match(later); n != 0 {
-		t.Errorf("matched %d entries joined at another rate", n)
+	otherSeed, _ := sample.ForShift(8, 0)
+	later := &sampleJoin{cfg: otherSeed, downCfg: otherSeed, down: map[uint64]int64{43: 2_000_000}}
+	if b.sample.match(later) {
+		t.Errorf("matched entries sampled under another seed")
 	}
+}
+
+// TestSampleJoinAcrossARateChange: when two neighbouring epochs were
+// sampled at different rates, the earlier epoch's delays are those of
+// every packet it sent that the lower rate keeps, crossers included (the
+// ground truth of a generated two-epoch trace), whichever epoch is
+// reconciled first and through the stored form of both records; the
+// later epoch's own delays do not change.
+func TestSampleJoinAcrossARateChange(t *testing.T) {
+	const epochNS = 1_000_000
+	rng := rand.New(rand.NewPCG(5, 6))
+	type pkt struct {
+		id           uint64
+		sent, arrive int64 // absolute ns; arrive < 0: lost
+	}
+	var pkts [2][]pkt // by sending epoch
+	for e := range 2 {
+		for range 3000 {
+			p := pkt{id: rng.Uint64(), sent: int64(e)*epochNS + rng.Int64N(epochNS), arrive: -1}
+			if rng.Float64() >= 0.01 {
+				p.arrive = p.sent + 20_000 + rng.Int64N(60_000) // a tenth cross
+			}
+			pkts[e] = append(pkts[e], p)
+		}
+	}
+	for _, shifts := range [][2]int{{0, 1}, {1, 0}, {0, 3}, {2, 2}} {
+		cfgs := [2]sample.Config{}
+		for e := range 2 {
+			cfgs[e], _ = sample.ForShift(7, shifts[e])
+		}
+		joins := [2]*sampleJoin{}
+		for e := range 2 {
+			up, _ := sample.New(cfgs[e])
+			down, _ := sample.New(cfgs[e])
+			start := int64(e) * epochNS
+			for s := range 2 {
+				for _, p := range pkts[s] {
+					if s == e {
+						up.Insert(p.id, p.sent-start)
+					}
+					if p.arrive >= start && p.arrive < start+epochNS {
+						down.Insert(p.id, p.arrive-start)
+					}
+				}
+			}
+			j, err := sample.Join(up, down, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			joins[e] = newSampleJoin(cfgs[e], j, start)
+		}
+		truth := func(e int, cfg sample.Config) (ds []int64) {
+			for _, p := range pkts[e] {
+				if cfg.Keeps(p.id) && p.arrive >= 0 && p.arrive < 2*epochNS {
+					ds = append(ds, p.arrive-p.sent)
+				}
+			}
+			slices.Sort(ds)
+			return ds
+		}
+		lower := cfgs[0]
+		if cfgs[1].Threshold < lower.Threshold {
+			lower = cfgs[1]
+		}
+		want0, want1 := truth(0, lower), slices.Clone(joins[1].delays)
+		for _, stored := range []bool{false, true} {
+			a, b := joins[0], joins[1]
+			if stored { // as a restarted collector reads them
+				ra, errA := decodeSampleJoin(a.encode(nil))
+				rb, errB := decodeSampleJoin(b.encode(nil))
+				if errA != nil || errB != nil {
+					t.Fatal(errA, errB)
+				}
+				a, b = ra, rb
+			} else {
+				a, b = cloneJoin(a), cloneJoin(b)
+			}
+			a.match(b)
+			res := &owlv1.PathStats{}
+			a.apply(res)
+			if !slices.Equal(a.delays, want0) {
+				t.Errorf("shifts %v, stored %t: epoch 0 has %d delays, the truth at rate %v %d", shifts, stored, len(a.delays), lower.Rate(), len(want0))
+			}
+			if res.GetSampleRate() != lower.Rate() || (shifts[1] > shifts[0]) != strings.Contains(res.GetSampleNote(), "next epoch") {
+				t.Errorf("shifts %v: rate %v, note %q", shifts, res.GetSampleRate(), res.GetSampleNote())
+			}
+			if !slices.Equal(b.delays, want1) {
+				t.Errorf("shifts %v: epoch 1's own delays changed", shifts)
+			}
+		}
+	}
+}
+
+// cloneJoin is a deep copy of a join, for matching one twice.
+func cloneJoin(sj *sampleJoin) *sampleJoin {
+	c := *sj
+	c.delays, c.ids = slices.Clone(sj.delays), slices.Clone(sj.ids)
+	c.up, c.down = maps.Clone(sj.up), maps.Clone(sj.down)
+	return &c
 }
 
 // FuzzBoundaryRecord: a boundary record from the store or a peer decodes
@@ -62,8 +163,8 @@ func FuzzBoundaryRecord(f *testing.F) {
 	cfg, _ := sample.ForShift(7, 3)
 	for _, bd := range []*boundary{
 		{lost: map[uint64]int64{1: 2}, extra: map[uint64]int64{}},
-		{lost: map[uint64]int64{}, extra: map[uint64]int64{5: 6}, sample: &sampleJoin{cfg: cfg, delays: []int64{1, 5},
-			up: map[uint64]int64{9: 10}, down: map[uint64]int64{}, narrowed: true, ambiguous: 2}},
+		{lost: map[uint64]int64{}, extra: map[uint64]int64{5: 6}, sample: &sampleJoin{cfg: cfg, downCfg: cfg, delays: []int64{1, 5},
+			up: map[uint64]int64{9: 10}, down: map[uint64]int64{}, narrowed: narrowedSides, ambiguous: 2}},
 	} {
 		f.Add(bd.encode())
 	}
@@ -162,5 +263,64 @@ func TestDuplicatedCrosserCountsByItsEarlierCopy(t *testing.T) {
 	r := waitResult(t, c, "p", 1, func(r *owlv1.PathStats) bool { return r.GetSampleDelays() == 2 })
 	if r.GetDelayMinNs() != 1_400 { // the other delay is 5,000 ns
 		t.Errorf("crosser's delay %v ns, want 1400 (its earlier copy)", r.GetDelayMinNs())
+	}
+}
+
+// TestCrossersAtARateChange: epoch 1 sends exact lists (rate 1), epoch 2
+// samples at 1/2 (the collector lowered the rate); epoch 1's packet that
+// crossed into epoch 2 is kept at 1/2, so epoch 1's result is narrowed to
+// that rate and holds its delay, rather than claiming every packet at
+// rate 1 without it.
+func TestCrossersAtARateChange(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	half, _ := sample.ForShift(cfg.Params.Sample.Seed, 1)
+	var in, out []uint64 // identities the half rate keeps, and not
+	for id := uint64(1); len(in) < 4 || len(out) < 4; id++ {
+		if half.Keeps(id) {
+			in = append(in, id)
+		} else {
+			out = append(out, id)
+		}
+	}
+	pkt := func(id uint64, off int64) exact.Packet {
+		return exact.Packet{ID: id, OffsetNS: off, Flow: 1, Weight: 1}
+	}
+	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
+		r := report("p", epoch, role, nil)
+		r.List, _ = (&exact.List{Packets: ps}).MarshalBinary()
+		if err := c.report(probe, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ldaUp, ldaDown := ldaPair(t, cfg.Params.LDA, 2, 1000, 1)
+	sendSample := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
+		s, _ := sample.New(half)
+		for _, p := range ps {
+			s.Insert(p.ID, p.OffsetNS)
+		}
+		l := ldaUp
+		if role == owlv1.Role_ROLE_DOWNSTREAM {
+			l = ldaDown
+		}
+		r := report("p", epoch, role, l)
+		r.Sample, _ = s.MarshalBinary()
+		if err := c.report(probe, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Epoch 1: in[0] and out[0] delivered within it (1,000 and 2,000 ns),
+	// in[1] and out[1] cross into epoch 2 (1,500 and 2,500 ns).
+	send("a", 1, owlv1.Role_ROLE_UPSTREAM, pkt(in[0], 100), pkt(out[0], 200), pkt(in[1], 999_999_000), pkt(out[1], 999_999_100))
+	send("b", 1, owlv1.Role_ROLE_DOWNSTREAM, pkt(in[0], 1_100), pkt(out[0], 2_200))
+	sendSample("a", 2, owlv1.Role_ROLE_UPSTREAM, pkt(in[2], 100), pkt(out[2], 100))
+	sendSample("b", 2, owlv1.Role_ROLE_DOWNSTREAM, pkt(in[2], 3_100), pkt(out[2], 3_100), pkt(in[1], 500), pkt(out[1], 1_600))
+	r := waitResult(t, c, "p", 1, func(r *owlv1.PathStats) bool { return r.GetSampleRate() == 0.5 })
+	if r.GetSampleDelays() != 2 || r.GetDelayMinNs() != 1_000 || r.GetDelayMaxNs() != 1_500 {
+		t.Errorf("epoch 1: %d delays, min %v, max %v; want those of the two packets the half rate keeps, 1000 and 1500 ns",
+			r.GetSampleDelays(), r.GetDelayMinNs(), r.GetDelayMaxNs())
+	}
+	if !strings.Contains(r.GetSampleNote(), "next epoch") || r.GetQuantiles()[0].GetExact() {
+		t.Errorf("epoch 1 narrowed without saying so: note %q, quantiles %v", r.GetSampleNote(), r.GetQuantiles())
 	}
 }

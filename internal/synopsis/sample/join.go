@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 
 	"gonum.org/v1/gonum/stat/distuv"
 
@@ -13,8 +14,10 @@ import (
 // Joined is what two sides' samples of a path say together.
 type Joined struct {
 	// Delays are the one-way delays (ns) of the sampled packets both
-	// sides saw, sorted.
+	// sides saw, sorted; IDs the identity of each, in the same order
+	// (a sample narrowed later drops delays by identity).
 	Delays []int64
+	IDs    []uint64
 	// UpLeft are the upstream entries with no downstream match (lost, or
 	// arriving in a later epoch); DownLeft the downstream ones with no
 	// upstream match (sent in an earlier epoch).
@@ -39,6 +42,7 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 	u, d := up.Entries(), down.Entries()
 	var j Joined
 	j.Delays = make([]int64, 0, min(len(u), len(d)))
+	j.IDs = make([]uint64, 0, cap(j.Delays))
 	for len(u) > 0 || len(d) > 0 {
 		switch {
 		case len(d) == 0 || len(u) > 0 && u[0].ID < d[0].ID:
@@ -55,8 +59,25 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 			u, d = u[nu:], d[nd:]
 		}
 	}
-	slices.Sort(j.Delays)
+	SortDelays(j.Delays, j.IDs)
 	return j, nil
+}
+
+// SortDelays sorts delays and, along with them, their identities.
+func SortDelays(delays []int64, ids []uint64) {
+	sort.Sort(byDelay{delays, ids})
+}
+
+type byDelay struct {
+	d  []int64
+	id []uint64
+}
+
+func (b byDelay) Len() int           { return len(b.d) }
+func (b byDelay) Less(i, k int) bool { return b.d[i] < b.d[k] || b.d[i] == b.d[k] && b.id[i] < b.id[k] }
+func (b byDelay) Swap(i, k int) {
+	b.d[i], b.d[k] = b.d[k], b.d[i]
+	b.id[i], b.id[k] = b.id[k], b.id[i]
 }
 
 // run is the number of leading entries with the first one's identity.
@@ -101,6 +122,7 @@ func (j *Joined) pair(u, d []Entry, shift int64) {
 		for k, e := range d {
 			if at(e) >= u[0].OffsetNS {
 				j.Delays = append(j.Delays, at(e)-u[0].OffsetNS)
+				j.IDs = append(j.IDs, u[0].ID)
 				j.Duplicates += len(d) - 1 - k
 				// Copies seen before the sending belong to no one here.
 				j.Ambiguous += k
@@ -123,6 +145,7 @@ func (j *Joined) inOrder(u, d []Entry, shift int64) bool {
 	}
 	for i := range u {
 		j.Delays = append(j.Delays, d[i].OffsetNS+shift-u[i].OffsetNS)
+		j.IDs = append(j.IDs, u[i].ID)
 	}
 	return true
 }
