@@ -22,6 +22,7 @@ import (
 	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/security"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -140,6 +141,18 @@ type FlowsConfig struct {
 	// MetricsTop is how many of a path's heaviest flows of its latest
 	// epoch get Prometheus series (bounded cardinality).
 	MetricsTop int `yaml:"metrics_top"`
+	// LDSMinCols is the fewest LDS cells per row the collector asks a
+	// path's probes for (0: no sizing, every epoch at params.lds.cols).
+	// It sizes each path's LDS to the most large flows and packets of its
+	// last 8 epochs, twice over: the LDS paper's cells for the large
+	// flows (ε = 1%), and no fewer than make the other flows' packets in
+	// a cell at most a large flow's share of it; a power of two from
+	// LDSMinCols up to params.lds.cols; grown at once, shrunk only to a
+	// quarter or less and after 8 epochs.
+	LDSMinCols int `yaml:"lds_min_cols"`
+	// LDSLargePackets is the size (packets per epoch) of the flows the
+	// LDS is sized to measure well; smaller flows share cells.
+	LDSLargePackets int `yaml:"lds_large_packets"`
 }
 
 // RDAConfig sizes RDAs and bounds what reconciling one epoch may cost.
@@ -188,7 +201,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
-		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10},
+		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSLargePackets: 128},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
 		Reorder:         DefaultReorderConfig(),
@@ -240,7 +253,7 @@ func (c Config) Validate() error {
 	if err := c.RDA.Validate(); err != nil {
 		return fmt.Errorf("rda: %w", err)
 	}
-	if err := c.Flows.Validate(c.Params.Epoch.Length); err != nil {
+	if err := c.Flows.Validate(c.Params.Epoch.Length, c.Params.LDS); err != nil {
 		return fmt.Errorf("flows: %w", err)
 	}
 	if c.ClockUncertaintyShare <= 0 || c.ClockUncertaintyShare > 100 {
@@ -286,11 +299,18 @@ func (c RDAConfig) Validate() error {
 	return nil
 }
 
-// Validate reports a retention shorter than an epoch (epochLen) or a
-// metrics_top out of range.
-func (c FlowsConfig) Validate(epochLen time.Duration) error {
+// Validate reports a retention shorter than an epoch (epochLen), a
+// metrics_top out of range, or LDS sizing outside the shape the
+// parameters allow (sketch).
+func (c FlowsConfig) Validate(epochLen time.Duration, sketch lds.Config) error {
 	if c.Retention < epochLen || c.MetricsTop < 0 || c.MetricsTop > 1000 {
 		return fmt.Errorf("retention %v must cover an epoch and metrics_top %d be in [0, 1000]", c.Retention, c.MetricsTop)
+	}
+	if c.LDSMinCols != 0 && (c.LDSMinCols < sketch.K || c.LDSMinCols > sketch.Cols) {
+		return fmt.Errorf("lds_min_cols %d must be 0 or in [params.lds.k %d, params.lds.cols %d]", c.LDSMinCols, sketch.K, sketch.Cols)
+	}
+	if c.LDSLargePackets < 1 {
+		return fmt.Errorf("lds_large_packets %d must be positive", c.LDSLargePackets)
 	}
 	return nil
 }

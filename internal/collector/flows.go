@@ -37,22 +37,43 @@ func (wk *worker) estimateFlow(path string, epoch int64, up, down *lds.LDS, f ca
 	return fs
 }
 
+// epochSketches decodes an epoch's two sketches into upL and downL, and
+// says whether per-flow estimates can use them: both decode, and have the
+// same shape (the path's LDS was not resized between the two sides'
+// epochs; the result's flows_note says when it was). The upstream
+// sketch's large flows and packets size the path's next epochs.
+func (wk *worker) epochSketches(ew *epochWork, ldss [2][]byte, upL, downL *lds.LDS) bool {
+	err1 := upL.UnmarshalBinary(ldss[0])
+	err2 := downL.UnmarshalBinary(ldss[1])
+	if err := errors.Join(err1, err2); err != nil { // checked when they came
+		wk.log.Error("decoding the epoch's sketches", "path", ew.ps.path.Name, "epoch", ew.epoch, "err", err)
+		return false
+	}
+	large, packets := upL.Load(float64(wk.cfg.Flows.LDSLargePackets))
+	wk.noteLDSLoad(ew.ps, large, packets)
+	if err := upL.Config().Compatible(downL.Config()); err != nil {
+		ew.res.FlowsNote = fmt.Sprintf("no per-flow results: the sides' LDS differ (%d and %d cells per row)", upL.Config().Cols, downL.Config().Cols)
+		wk.log.Warn("skipping per-flow results", "path", ew.ps.path.Name, "epoch", ew.epoch, "err", err)
+		return false
+	}
+	return true
+}
+
 // topFlows repairs the epoch's sketches with what RDA reconciliation found,
 // estimates the flows the two sides' RAP tables name, and adds them and the
 // repaired sketches to w. It returns the results, heaviest first.
-func (wk *worker) topFlows(path string, epoch int64, up, down *side, ldss [2][]byte, remove [2][]reconcile.Packet, w *store.Write) []*owlv1.FlowStats {
+func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owlv1.FlowStats {
+	up, down, path, epoch := ew.pr.up, ew.pr.down, ew.ps.path.Name, ew.epoch
 	if up.ldsCfg == nil || down.ldsCfg == nil {
 		return nil
 	}
 	upL, downL := sketches.Get().(*lds.LDS), sketches.Get().(*lds.LDS)
 	defer sketches.Put(upL)
 	defer sketches.Put(downL)
-	err1 := upL.UnmarshalBinary(ldss[0])
-	err2 := downL.UnmarshalBinary(ldss[1])
-	if err := errors.Join(err1, err2); err != nil { // checked when they came
-		wk.log.Error("decoding the epoch's sketches", "path", path, "epoch", epoch, "err", err)
+	if !wk.epochSketches(ew, ldss, upL, downL) {
 		return nil
 	}
+	remove := ew.remove
 	repaired := removeFromLDS(upL, downL, remove)
 	// The repaired sketches hold only the delivered packets: a flow's
 	// loss is the packets of it that reconciliation found upstream only.

@@ -275,6 +275,7 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 			st.mu.Lock()
 			a.RdaBuckets = uint32(st.rdaBuckets)
 			a.SampleShift = uint32(st.sampleShift)
+			a.LdsCols = uint32(st.ldsCols)
 			st.mu.Unlock()
 		}
 		pc.Paths = append(pc.Paths, a)
@@ -396,7 +397,7 @@ func (c *Collector) compatible(s *side) error {
 		err = params.SameRDAHashing(c.cfg.Params.RDA, s.rda.Config())
 	}
 	if err == nil && s.ldsCfg != nil {
-		err = c.cfg.Params.LDS.Compatible(*s.ldsCfg)
+		err = params.SameLDSHashing(c.cfg.Params.LDS, *s.ldsCfg)
 	}
 	if n := len(s.Report.GetTopFlows()); err == nil && n > maxTopFlows {
 		err = fmt.Errorf("%d top flows exceed %d", n, maxTopFlows)

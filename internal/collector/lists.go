@@ -66,8 +66,8 @@ type listedEpoch struct {
 }
 
 // listsOf decodes the epoch's exact lists (none: nil) and builds each
-// listed side's RDA — at the size of the other side's, or the path's
-// when both sides listed — and LDS.
+// listed side's RDA and LDS — at the size of the other side's, or the
+// path's when both sides listed.
 func (wk *worker) listsOf(w *epochWork) (*listedEpoch, error) {
 	sides := [2]*side{w.pr.up, w.pr.down}
 	if !sides[0].listed && !sides[1].listed {
@@ -75,9 +75,16 @@ func (wk *worker) listsOf(w *epochWork) (*listedEpoch, error) {
 	}
 	prm := wk.cfg.Params
 	le := &listedEpoch{local: reconcile.Local{RDA: prm.RDA}}
+	ldsCfg := prm.LDS
 	w.ps.mu.Lock()
 	buckets := w.ps.rdaBuckets
+	ldsCfg.Cols = w.ps.ldsCols
 	w.ps.mu.Unlock()
+	for _, s := range sides {
+		if !s.listed && s.ldsCfg != nil {
+			ldsCfg = *s.ldsCfg
+		}
+	}
 	for i, s := range sides {
 		le.rdas[i], le.ldss[i] = s.rda, s.Report.GetLds()
 		if !s.listed {
@@ -92,7 +99,7 @@ func (wk *worker) listsOf(w *epochWork) (*listedEpoch, error) {
 		}
 		le.listed[i] = true
 		ps := make([]reconcile.Packet, len(l.Packets))
-		sk, err := lds.New(prm.LDS)
+		sk, err := lds.New(ldsCfg)
 		if err != nil {
 			return nil, err
 		}

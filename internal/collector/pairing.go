@@ -40,6 +40,10 @@ type pathState struct {
 	// sampleShift the sampling rate the probes were told to use, 2^-shift.
 	recentPackets []uint64
 	sampleShift   int
+	// recentLDS are the large flows and packets of recent epochs (LDS
+	// sizing); ldsCols the LDS cells per row the probes were told to use.
+	recentLDS [][2]float64
+	ldsCols   int
 	// flowAges says when the epochs' per-flow data were stored, for
 	// pruning by flows.retention.
 	flowAges flowAges
@@ -80,9 +84,9 @@ type side struct {
 	listed bool
 }
 
-func newPathState(p netpath.Path, rdaBuckets int) *pathState {
+func newPathState(p netpath.Path, rdaBuckets, ldsCols int) *pathState {
 	return &pathState{path: p, pending: map[int64]*pairing{}, wake: make(chan struct{}, 1),
-		boundaries: map[int64]*boundary{}, rdaBuckets: rdaBuckets}
+		boundaries: map[int64]*boundary{}, rdaBuckets: rdaBuckets, ldsCols: ldsCols}
 }
 
 // decodeSide decodes a report's synopses.

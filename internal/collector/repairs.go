@@ -10,6 +10,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/reconcile"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
@@ -159,12 +160,60 @@ func (wk *worker) noteSampleRate(ps *pathState, packets uint64) {
 		return
 	}
 	wk.log.Info("changing sampling rate", "path", ps.path.Name, "rate", fmt.Sprintf("1/%d", uint64(1)<<want), "was", fmt.Sprintf("1/%d", uint64(1)<<cur))
-	msg := &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_SampleRate{SampleRate: &owlv1.SampleRate{Path: ps.path.Name, Shift: uint32(want)}}}
+	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_SampleRate{SampleRate: &owlv1.SampleRate{Path: ps.path.Name, Shift: uint32(want)}}})
+}
+
+// tellProbes sends msg to both probes of a path, those connected: one
+// that is not learns the path's sizes from its next PathConfig.
+func (wk *worker) tellProbes(ps *pathState, msg *owlv1.CollectorMessage) {
 	for _, probe := range []string{ps.path.Upstream, ps.path.Downstream} {
 		if s := wk.probes.session(probe); s != nil {
 			_ = s.send(msg)
 		}
 	}
+}
+
+// ldsEps is the LDS sizing's ε: the chance that a large flow collides
+// with another large flow in all of its cells (LDS §3.2).
+const ldsEps = 0.01
+
+// ldsWindow is how many recent epochs size a path's LDS.
+const ldsWindow = 8
+
+// noteLDSLoad remembers how many large flows (flows.lds_large_packets)
+// and packets an epoch of a path had and, when the LDS size the probes use
+// no longer fits, tells both a new one: lds.ColsFor for twice the most of
+// the last 8 epochs, a power of two within [flows.lds_min_cols,
+// params.lds.cols]. It grows at once and shrinks only to a quarter or less
+// (as RDAs do) and only once it has seen 8 epochs: an epoch whose sides
+// use different sizes loses its per-flow results, so sizes change seldom,
+// and never for a path's first, often partial, epochs.
+func (wk *worker) noteLDSLoad(ps *pathState, large, packets float64) {
+	minCols, sketch := wk.cfg.Flows.LDSMinCols, wk.cfg.Params.LDS
+	if minCols == 0 {
+		return
+	}
+	ps.mu.Lock()
+	ps.recentLDS = append(ps.recentLDS, [2]float64{large, packets})
+	if len(ps.recentLDS) > ldsWindow {
+		ps.recentLDS = ps.recentLDS[1:]
+	}
+	var most [2]float64
+	for _, l := range ps.recentLDS {
+		most = [2]float64{max(most[0], l[0]), max(most[1], l[1])}
+	}
+	want := lds.ColsFor(2*most[0], 2*most[1], float64(wk.cfg.Flows.LDSLargePackets), sketch.Rows, sketch.K, ldsEps, minCols, sketch.Cols)
+	cur := ps.ldsCols
+	change := want > cur || (want <= cur/4 && len(ps.recentLDS) == ldsWindow)
+	if change {
+		ps.ldsCols = want
+	}
+	ps.mu.Unlock()
+	if !change {
+		return
+	}
+	wk.log.Info("resizing LDS", "path", ps.path.Name, "cols", want, "was", cur, "large_flows", large)
+	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(want)}}})
 }
 
 // noteSetDifference remembers the set difference of a path's epoch and, when
@@ -190,10 +239,5 @@ func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 		return
 	}
 	wk.log.Info("resizing RDA", "path", ps.path.Name, "buckets", want, "was", cur)
-	msg := &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_RdaSize{RdaSize: &owlv1.RDASize{Path: ps.path.Name, Buckets: uint32(want)}}}
-	for _, probe := range []string{ps.path.Upstream, ps.path.Downstream} {
-		if s := wk.probes.session(probe); s != nil {
-			_ = s.send(msg)
-		}
-	}
+	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_RdaSize{RdaSize: &owlv1.RDASize{Path: ps.path.Name, Buckets: uint32(want)}}})
 }

@@ -132,7 +132,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	}
 	markPartial(w.res, pr.up, pr.down)
 	sw := store.Write{Results: []*owlv1.PathStats{w.res}, Done: []store.EpochRef{{Path: ps.path.Name, Epoch: epoch}}}
-	flows := wk.topFlows(ps.path.Name, epoch, pr.up, pr.down, ldss, w.remove, &sw)
+	flows := wk.topFlows(w, ldss, &sw)
 	w.flows = len(sw.LDS)+len(sw.Flows) > 0
 	if w.bd != nil {
 		wk.matchBoundaries(w, &sw)

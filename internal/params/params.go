@@ -17,6 +17,7 @@ import (
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/synopsis"
 	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
@@ -179,6 +180,18 @@ func (p Params) Compatible(o Params) error {
 func SameRDAHashing(a, b rda.Config) error {
 	b.Buckets = a.Buckets
 	return a.Compatible(b)
+}
+
+// SameLDSHashing returns an error wrapping synopsis.ErrMismatch unless
+// got hashes as want does (rows, k, sampling, seed) with at most want's
+// cells per row: the collector sizes each path's LDS below the
+// parameters' (LDSSize).
+func SameLDSHashing(want, got lds.Config) error {
+	if got.Cols > want.Cols {
+		return fmt.Errorf("%w: lds of %d cells per row exceeds params.lds.cols %d", synopsis.ErrMismatch, got.Cols, want.Cols)
+	}
+	want.Cols = got.Cols
+	return want.Compatible(got)
 }
 
 // ToProto converts the parameters to their API form.

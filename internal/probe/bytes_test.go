@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gopacket/gopacket/layers"
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/collector"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/sim"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 // BenchmarkReportBytes is what one side of a path ships per packet in its
@@ -19,7 +22,7 @@ import (
 // in their place, and the rest) at 100 to 1 M packets/s, one epoch each
 // (oneEpochReports), with exact lists off and on. Metrics: bytes/packet
 // of both sides (twice one side's report), the same gzipped, and each
-// part's bytes. Run with -benchtime 1x: each iteration is one epoch of
+// part's bytes, and the LDS's cells per row. Run with -benchtime 1x: each iteration is one epoch of
 // packets.
 func BenchmarkReportBytes(b *testing.B) {
 	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
@@ -30,11 +33,14 @@ func BenchmarkReportBytes(b *testing.B) {
 				for b.Loop() {
 					reports, n = oneEpochReports(b, rate, lists)
 				}
-				var size, lda, rda, lds, smp, list, zipped int
+				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols int
 				for _, r := range reports {
 					raw, _ := proto.Marshal(r)
 					size += len(raw)
-					lda, rda, lds, smp, list = lda+len(r.GetLda()), rda+len(r.GetRda()), lds+len(r.GetLds()), smp+len(r.GetSample()), list+len(r.GetList())
+					ldaB, rdaB, ldsB, smp, list = ldaB+len(r.GetLda()), rdaB+len(r.GetRda()), ldsB+len(r.GetLds()), smp+len(r.GetSample()), list+len(r.GetList())
+					if cfg, err := lds.Check(r.GetLds()); err == nil {
+						cols = cfg.Cols
+					}
 					var z bytes.Buffer
 					w := gzip.NewWriter(&z)
 					_, _ = w.Write(raw)
@@ -43,9 +49,10 @@ func BenchmarkReportBytes(b *testing.B) {
 				}
 				b.ReportMetric(2*float64(size)/float64(n), "bytes/packet")
 				b.ReportMetric(2*float64(zipped)/float64(n), "gzip-bytes/packet")
-				b.ReportMetric(float64(lda), "lda-bytes")
-				b.ReportMetric(float64(rda), "rda-bytes")
-				b.ReportMetric(float64(lds), "lds-bytes")
+				b.ReportMetric(float64(ldaB), "lda-bytes")
+				b.ReportMetric(float64(rdaB), "rda-bytes")
+				b.ReportMetric(float64(ldsB), "lds-bytes")
+				b.ReportMetric(float64(cols), "lds-cols")
 				b.ReportMetric(float64(smp), "sample-bytes")
 				b.ReportMetric(float64(list), "list-bytes")
 				b.ReportMetric(float64(len(reports)), "reports")
@@ -57,8 +64,9 @@ func BenchmarkReportBytes(b *testing.B) {
 // oneEpochReports runs one epoch of rate packets of synthetic traffic
 // (Pareto flow sizes) through an upstream probe's pipeline, as the
 // collector would set it in steady state: the RDA at rda.min_buckets (256,
-// a path with little loss) and the sample at the rate for
-// params.sample.target; lists lets reports carry exact lists. It returns
+// a path with little loss), the sample at the rate for
+// params.sample.target and the LDS at the size the collector settles on
+// for such epochs (nextLDSCols); lists lets reports carry exact lists. It returns
 // the reports and the packets.
 func oneEpochReports(tb testing.TB, rate int, lists bool) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
@@ -73,6 +81,38 @@ func oneEpochReports(tb testing.TB, rate int, lists bool) ([]*owlv1.EpochReport,
 	for uint64(len(frames))>>shift > 2*uint64(p.Sample.Target) {
 		shift++
 	}
+	cols := p.LDS.Cols
+	for range 4 { // the collector's resizing, until it settles
+		next := nextLDSCols(tb, p, cols, runEpoch(p, link, frames, shift, cols, false)[0].GetLds())
+		if next == cols {
+			break
+		}
+		cols = next
+	}
+	return runEpoch(p, link, frames, shift, cols, lists), len(frames)
+}
+
+// nextLDSCols is the LDS size a collector with the default flows settings
+// asks for after epochs like one whose upstream sketch, at cur cells per
+// row, is b (as its noteLDSLoad does).
+func nextLDSCols(tb testing.TB, p params.Params, cur int, b []byte) int {
+	l, err := lds.Decode(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fc := collector.DefaultConfig().Flows
+	large, packets := l.Load(float64(fc.LDSLargePackets))
+	want := lds.ColsFor(2*large, 2*packets, float64(fc.LDSLargePackets), p.LDS.Rows, p.LDS.K, 0.01, fc.LDSMinCols, p.LDS.Cols)
+	if want > cur || want <= cur/4 {
+		return want
+	}
+	return cur
+}
+
+// runEpoch feeds frames to an upstream probe's pipeline for one path
+// whose sample shift and LDS size (0: the parameters') are set, and
+// returns its reports.
+func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift, ldsCols int, lists bool) []*owlv1.EpochReport {
 	var reports []*owlv1.EpochReport
 	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
 	rep := &reporter{caches: newCacheStore(4, 1<<24), topFlows: 20, clock: clock, grid: p.Epoch, exactLists: lists,
@@ -80,12 +120,12 @@ func oneEpochReports(tb testing.TB, rate int, lists bool) ([]*owlv1.EpochReport,
 	var stats counters
 	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: 256, SampleShift: uint32(shift)}}})
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: 256, SampleShift: uint32(shift), LdsCols: uint32(ldsCols)}}})
 	pl.setPaths(set)
 	_ = pl.setLink(link)
 	for _, f := range frames {
 		pl.frame(f.Data, f.TimeNS)
 	}
 	pl.flush()
-	return reports, len(frames)
+	return reports
 }

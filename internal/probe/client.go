@@ -43,6 +43,7 @@ type handler interface {
 	setPaths(*owlv1.PathConfig) error
 	setRDASize(*owlv1.RDASize) error
 	setSampleRate(*owlv1.SampleRate) error
+	setLDSSize(*owlv1.LDSSize) error
 	fetch(*owlv1.FetchRequest) *owlv1.FetchReply
 	rebuild(*owlv1.RebuildRequest) *owlv1.RebuildReply
 	release(path string, epoch int64)
@@ -282,6 +283,10 @@ func (c *client) dispatch(st *stream, m *owlv1.CollectorMessage, wg *sync.WaitGr
 	case *owlv1.CollectorMessage_RdaSize:
 		if err := c.h.setRDASize(m.RdaSize); err != nil {
 			c.log.Error("ignoring RDA size", "path", m.RdaSize.GetPath(), "err", err)
+		}
+	case *owlv1.CollectorMessage_LdsSize:
+		if err := c.h.setLDSSize(m.LdsSize); err != nil {
+			c.log.Error("ignoring LDS size", "path", m.LdsSize.GetPath(), "err", err)
 		}
 	case *owlv1.CollectorMessage_SampleRate:
 		if err := c.h.setSampleRate(m.SampleRate); err != nil {

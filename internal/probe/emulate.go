@@ -564,6 +564,19 @@ func (e *Emulated) setSampleRate(m *owlv1.SampleRate) error {
 	return nil
 }
 
+// setLDSSize checks a path's new LDS size: emulated probes build each
+// side's sketch once, at the parameters' size, and keep it (both sides of
+// an emulated path are alike; the collector accepts any size up to the
+// parameters').
+func (e *Emulated) setLDSSize(m *owlv1.LDSSize) error {
+	c := e.traffic.params.LDS
+	if int(m.GetCols()) > c.Cols {
+		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", m.GetCols(), c.Cols)
+	}
+	c.Cols = int(m.GetCols())
+	return c.Validate()
+}
+
 // setRDASize takes a path's new RDA size from its collector.
 func (e *Emulated) setRDASize(m *owlv1.RDASize) error {
 	if err := e.checkBuckets(int(m.GetBuckets())); err != nil {

@@ -42,7 +42,12 @@ func TestExactListRebuildsSynopses(t *testing.T) {
 			t.Errorf("list of %d packets, %d sent", len(l.Packets), n)
 		}
 		la, _ := lda.New(prm.LDA)
-		ls, _ := lds.New(prm.LDS)
+		// At the shape the path's LDS has (the collector's size for it).
+		shape, err := lds.Check(wo.GetLds())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, _ := lds.New(shape)
 		loc := reconcile.Local{RDA: prm.RDA}
 		for _, p := range l.Packets {
 			la.Insert(p.ID, p.OffsetNS)

@@ -31,6 +31,7 @@ type assignment struct {
 	match      *netpath.Matcher
 	rdaBuckets int // 0: keep the current size
 	shift      int // the sampling rate's shift to start with
+	ldsCols    int // LDS cells per row to start with (0: the parameters')
 }
 
 // pathSet is an immutable set of assignments. Each epoch keeps the set it
@@ -57,7 +58,11 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 		if sh := pa.GetSampleShift(); sh > sample.MaxShift {
 			return nil, fmt.Errorf("path %q: sample_shift %d exceeds %d", p.Name, sh, sample.MaxShift)
 		}
-		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets()), shift: int(pa.GetSampleShift())})
+		if c := pa.GetLdsCols(); c > lds.MaxCols {
+			return nil, fmt.Errorf("path %q: lds_cols %d exceeds %d", p.Name, c, lds.MaxCols)
+		}
+		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets()),
+			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols())})
 	}
 	return s, nil
 }
@@ -106,6 +111,7 @@ type pipeline struct {
 	maxCache int      // cache entries per path and epoch
 	sizes    sync.Map // path name → RDA buckets the collector asked for
 	shifts   sync.Map // path name → sampling shift the collector asked for
+	ldsCols  sync.Map // path name → LDS cells per row the collector asked for
 	topFlows int      // flows reported per path and epoch (RAP keeps twice as many)
 	weightOf func(capture.FlowKey) uint64
 	// correct maps capture timestamps onto the reference clock (live
@@ -158,8 +164,26 @@ func (pl *pipeline) setPaths(s *pathSet) {
 			pl.sizes.Store(a.path.Name, a.rdaBuckets)
 		}
 		pl.shifts.Store(a.path.Name, a.shift)
+		if a.ldsCols > 0 && pl.setLDSCols(a.path.Name, a.ldsCols) != nil {
+			pl.ldsCols.Delete(a.path.Name) // not for these parameters: theirs
+		}
 	}
 	pl.paths.Store(s)
+}
+
+// setLDSCols makes a path's next epochs use an LDS of this many cells per
+// row, at most the parameters' (the collector's sizing, LDSSize).
+func (pl *pipeline) setLDSCols(path string, cols int) error {
+	c := pl.params.LDS
+	if cols > c.Cols {
+		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", cols, c.Cols)
+	}
+	c.Cols = cols
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	pl.ldsCols.Store(path, cols)
+	return nil
 }
 
 // setRDASize makes a path's next epochs use an RDA of this many buckets.
@@ -216,7 +240,11 @@ func (pl *pipeline) open(e int64) *epochData {
 			rc.Buckets = v.(int)
 		}
 		ed.rdas[i] = reuse(&rdas, rc, (*rda.RDA).Config, rda.New) // validated in Config and setRDASize
-		ed.ldss[i] = reuse(&ldss, pl.params.LDS, (*lds.LDS).Config, lds.New)
+		lc := pl.params.LDS
+		if v, ok := pl.ldsCols.Load(a.path.Name); ok {
+			lc.Cols = v.(int)
+		}
+		ed.ldss[i] = reuse(&ldss, lc, (*lds.LDS).Config, lds.New) // validated in Config and setLDSCols
 		ed.raps[i] = rap.New[capture.FlowKey](2*pl.topFlows, uint64(i))
 		ed.caches[i] = &epochCache{rda: rc, complete: true}
 		ed.samples[i] = pl.newSample(a.path.Name)

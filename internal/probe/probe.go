@@ -196,6 +196,16 @@ func (p *Probe) setRDASize(m *owlv1.RDASize) error {
 	return nil
 }
 
+// setLDSSize takes a path's new LDS size from its collector.
+func (p *Probe) setLDSSize(m *owlv1.LDSSize) error {
+	for _, pl := range p.pipelines() {
+		if err := pl.setLDSCols(m.GetPath(), int(m.GetCols())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // setSampleRate takes a path's new sampling rate from its collector.
 func (p *Probe) setSampleRate(m *owlv1.SampleRate) error {
 	for _, pl := range p.pipelines() {

@@ -268,7 +268,7 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45, 0}
 }
 
 type TopRTTPrefixesRequest_Order int32
@@ -314,7 +314,7 @@ func (x TopRTTPrefixesRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopRTTPrefixesRequest_Order.Descriptor instead.
 func (TopRTTPrefixesRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -363,7 +363,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -3015,6 +3015,7 @@ type CollectorMessage struct {
 	//	*CollectorMessage_RdaSize
 	//	*CollectorMessage_Release
 	//	*CollectorMessage_SampleRate
+	//	*CollectorMessage_LdsSize
 	Msg           isCollectorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3129,6 +3130,15 @@ func (x *CollectorMessage) GetSampleRate() *SampleRate {
 	return nil
 }
 
+func (x *CollectorMessage) GetLdsSize() *LDSSize {
+	if x != nil {
+		if x, ok := x.Msg.(*CollectorMessage_LdsSize); ok {
+			return x.LdsSize
+		}
+	}
+	return nil
+}
+
 type isCollectorMessage_Msg interface {
 	isCollectorMessage_Msg()
 }
@@ -3165,6 +3175,10 @@ type CollectorMessage_SampleRate struct {
 	SampleRate *SampleRate `protobuf:"bytes,8,opt,name=sample_rate,json=sampleRate,proto3,oneof"`
 }
 
+type CollectorMessage_LdsSize struct {
+	LdsSize *LDSSize `protobuf:"bytes,9,opt,name=lds_size,json=ldsSize,proto3,oneof"`
+}
+
 func (*CollectorMessage_Paths) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_Ack) isCollectorMessage_Msg() {}
@@ -3180,6 +3194,8 @@ func (*CollectorMessage_RdaSize) isCollectorMessage_Msg() {}
 func (*CollectorMessage_Release) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_SampleRate) isCollectorMessage_Msg() {}
+
+func (*CollectorMessage_LdsSize) isCollectorMessage_Msg() {}
 
 // Release tells a probe that the collector is done with epochs of a path:
 // their result is stored, and the probe may drop their caches. A probe that
@@ -3689,6 +3705,62 @@ func (x *SampleRate) GetShift() uint32 {
 	return 0
 }
 
+// LDSSize sets a path's LDS cells per row (at most the deployment's
+// params.lds.cols) from the next epoch a probe opens: the collector sizes
+// it to the large flows and packets the path's recent epochs had. An
+// epoch whose two sides used different sizes has no per-flow results.
+type LDSSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LDSSize) Reset() {
+	*x = LDSSize{}
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LDSSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LDSSize) ProtoMessage() {}
+
+func (x *LDSSize) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LDSSize.ProtoReflect.Descriptor instead.
+func (*LDSSize) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *LDSSize) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *LDSSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
 // PathConfig is the set of paths a probe takes part in; it replaces any
 // earlier set.
 type PathConfig struct {
@@ -3711,7 +3783,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3795,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3808,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -3779,14 +3851,18 @@ type PathAssignment struct {
 	// cluster (reports go there); empty: the one that sent this configuration.
 	Collector string `protobuf:"bytes,4,opt,name=collector,proto3" json:"collector,omitempty"`
 	// sample_shift is the sampling rate to start with, 2^-sample_shift.
-	SampleShift   uint32 `protobuf:"varint,5,opt,name=sample_shift,json=sampleShift,proto3" json:"sample_shift,omitempty"`
+	SampleShift uint32 `protobuf:"varint,5,opt,name=sample_shift,json=sampleShift,proto3" json:"sample_shift,omitempty"`
+	// lds_cols is the LDS cells per row to start with; 0 when another
+	// collector owns the path (the probe keeps what it has, at first
+	// params.lds.cols).
+	LdsCols       uint32 `protobuf:"varint,6,opt,name=lds_cols,json=ldsCols,proto3" json:"lds_cols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +3874,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +3887,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -3849,6 +3925,13 @@ func (x *PathAssignment) GetSampleShift() uint32 {
 	return 0
 }
 
+func (x *PathAssignment) GetLdsCols() uint32 {
+	if x != nil {
+		return x.LdsCols
+	}
+	return 0
+}
+
 // Ack tells a probe that its report with this seq is stored.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3861,7 +3944,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +3956,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +3969,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -3927,7 +4010,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4022,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4035,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Reject) GetPath() string {
@@ -3997,7 +4080,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4009,7 +4092,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4022,7 +4105,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Path) GetName() string {
@@ -4069,7 +4152,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4164,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4177,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -4140,7 +4223,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4152,7 +4235,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4165,7 +4248,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 type ListProbesResponse struct {
@@ -4182,7 +4265,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4277,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4290,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -4256,7 +4339,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4351,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4364,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -4362,7 +4445,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4374,7 +4457,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4387,7 +4470,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 type ListPathsResponse struct {
@@ -4399,7 +4482,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4411,7 +4494,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4424,7 +4507,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -4450,7 +4533,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4545,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4558,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -4530,7 +4613,7 @@ type GetPathDelayDistributionRequest struct {
 
 func (x *GetPathDelayDistributionRequest) Reset() {
 	*x = GetPathDelayDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4542,7 +4625,7 @@ func (x *GetPathDelayDistributionRequest) String() string {
 func (*GetPathDelayDistributionRequest) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4555,7 +4638,7 @@ func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetPathDelayDistributionRequest) GetPath() string {
@@ -4619,7 +4702,7 @@ type GetPathDelayDistributionResponse struct {
 
 func (x *GetPathDelayDistributionResponse) Reset() {
 	*x = GetPathDelayDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4714,7 @@ func (x *GetPathDelayDistributionResponse) String() string {
 func (*GetPathDelayDistributionResponse) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4727,7 @@ func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetPathDelayDistributionResponse) GetEpochs() uint32 {
@@ -4731,7 +4814,7 @@ type GetRTTDistributionRequest struct {
 
 func (x *GetRTTDistributionRequest) Reset() {
 	*x = GetRTTDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +4826,7 @@ func (x *GetRTTDistributionRequest) String() string {
 func (*GetRTTDistributionRequest) ProtoMessage() {}
 
 func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +4839,7 @@ func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetRTTDistributionRequest) GetProbe() string {
@@ -4826,7 +4909,7 @@ type GetRTTDistributionResponse struct {
 
 func (x *GetRTTDistributionResponse) Reset() {
 	*x = GetRTTDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4838,7 +4921,7 @@ func (x *GetRTTDistributionResponse) String() string {
 func (*GetRTTDistributionResponse) ProtoMessage() {}
 
 func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4851,7 +4934,7 @@ func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetRTTDistributionResponse) GetEpochs() uint32 {
@@ -4931,7 +5014,7 @@ type TopRTTPrefixesRequest struct {
 
 func (x *TopRTTPrefixesRequest) Reset() {
 	*x = TopRTTPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4943,7 +5026,7 @@ func (x *TopRTTPrefixesRequest) String() string {
 func (*TopRTTPrefixesRequest) ProtoMessage() {}
 
 func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4956,7 +5039,7 @@ func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TopRTTPrefixesRequest) GetProbe() string {
@@ -5006,7 +5089,7 @@ type TopRTTPrefixesResponse struct {
 
 func (x *TopRTTPrefixesResponse) Reset() {
 	*x = TopRTTPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5018,7 +5101,7 @@ func (x *TopRTTPrefixesResponse) String() string {
 func (*TopRTTPrefixesResponse) ProtoMessage() {}
 
 func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5031,7 +5114,7 @@ func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TopRTTPrefixesResponse) GetPrefixes() []*RTTPrefix {
@@ -5074,7 +5157,7 @@ type ListReorderedPrefixesRequest struct {
 
 func (x *ListReorderedPrefixesRequest) Reset() {
 	*x = ListReorderedPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5086,7 +5169,7 @@ func (x *ListReorderedPrefixesRequest) String() string {
 func (*ListReorderedPrefixesRequest) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5099,7 +5182,7 @@ func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListReorderedPrefixesRequest) GetProbe() string {
@@ -5165,7 +5248,7 @@ type ListReorderedPrefixesResponse struct {
 
 func (x *ListReorderedPrefixesResponse) Reset() {
 	*x = ListReorderedPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5177,7 +5260,7 @@ func (x *ListReorderedPrefixesResponse) String() string {
 func (*ListReorderedPrefixesResponse) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5190,7 +5273,7 @@ func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListReorderedPrefixesResponse) GetEpochs() uint32 {
@@ -5262,7 +5345,7 @@ type ReorderedPrefix struct {
 
 func (x *ReorderedPrefix) Reset() {
 	*x = ReorderedPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5274,7 +5357,7 @@ func (x *ReorderedPrefix) String() string {
 func (*ReorderedPrefix) ProtoMessage() {}
 
 func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5287,7 +5370,7 @@ func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderedPrefix.ProtoReflect.Descriptor instead.
 func (*ReorderedPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReorderedPrefix) GetPrefix() string {
@@ -5360,7 +5443,7 @@ type RTTPrefix struct {
 
 func (x *RTTPrefix) Reset() {
 	*x = RTTPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5372,7 +5455,7 @@ func (x *RTTPrefix) String() string {
 func (*RTTPrefix) ProtoMessage() {}
 
 func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5385,7 +5468,7 @@ func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTPrefix.ProtoReflect.Descriptor instead.
 func (*RTTPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RTTPrefix) GetPrefix() string {
@@ -5434,7 +5517,7 @@ type CDFPoint struct {
 
 func (x *CDFPoint) Reset() {
 	*x = CDFPoint{}
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5446,7 +5529,7 @@ func (x *CDFPoint) String() string {
 func (*CDFPoint) ProtoMessage() {}
 
 func (x *CDFPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5459,7 +5542,7 @@ func (x *CDFPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CDFPoint.ProtoReflect.Descriptor instead.
 func (*CDFPoint) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CDFPoint) GetAtNs() float64 {
@@ -5488,7 +5571,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5500,7 +5583,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5513,7 +5596,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -5540,7 +5623,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5552,7 +5635,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5565,7 +5648,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -5592,7 +5675,7 @@ type DelayQuantile struct {
 
 func (x *DelayQuantile) Reset() {
 	*x = DelayQuantile{}
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5604,7 +5687,7 @@ func (x *DelayQuantile) String() string {
 func (*DelayQuantile) ProtoMessage() {}
 
 func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5617,7 +5700,7 @@ func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
 func (*DelayQuantile) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DelayQuantile) GetQ() float64 {
@@ -5752,13 +5835,17 @@ type PathStats struct {
 	SampleMeanNs   float64 `protobuf:"fixed64,44,opt,name=sample_mean_ns,json=sampleMeanNs,proto3" json:"sample_mean_ns,omitempty"`
 	SampleStddevNs float64 `protobuf:"fixed64,45,opt,name=sample_stddev_ns,json=sampleStddevNs,proto3" json:"sample_stddev_ns,omitempty"`
 	StddevExact    bool    `protobuf:"varint,46,opt,name=stddev_exact,json=stddevExact,proto3" json:"stddev_exact,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// flows_note says why the epoch has no per-flow results although both
+	// sides sent an LDS (the two sketches had different shapes: the path's
+	// LDS was resized between the two sides' epochs).
+	FlowsNote     string `protobuf:"bytes,47,opt,name=flows_note,json=flowsNote,proto3" json:"flows_note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5770,7 +5857,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5783,7 +5870,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PathStats) GetPath() string {
@@ -6108,6 +6195,13 @@ func (x *PathStats) GetStddevExact() bool {
 	return false
 }
 
+func (x *PathStats) GetFlowsNote() string {
+	if x != nil {
+		return x.FlowsNote
+	}
+	return ""
+}
+
 type GetFlowStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -6122,7 +6216,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6134,7 +6228,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6147,7 +6241,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -6194,7 +6288,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6206,7 +6300,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6219,7 +6313,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -6263,7 +6357,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6275,7 +6369,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6288,7 +6382,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -6396,7 +6490,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6408,7 +6502,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6421,7 +6515,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -6468,7 +6562,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6480,7 +6574,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6493,7 +6587,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -6530,7 +6624,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6542,7 +6636,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6555,7 +6649,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -6662,7 +6756,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6674,7 +6768,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6687,7 +6781,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -6829,7 +6923,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6841,7 +6935,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6854,7 +6948,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -6896,7 +6990,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6908,7 +7002,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6921,7 +7015,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -6954,7 +7048,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6966,7 +7060,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6979,7 +7073,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -7046,7 +7140,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7058,7 +7152,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7071,7 +7165,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
 }
 
 type ListCollectorsResponse struct {
@@ -7083,7 +7177,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7095,7 +7189,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7108,7 +7202,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -7141,7 +7235,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7153,7 +7247,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7166,7 +7260,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -7425,7 +7519,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tcorrected\x18\b \x01(\bR\tcorrected\x12\x16\n" +
 	"\x06detail\x18\t \x01(\tR\x06detail\x12(\n" +
 	"\x10measured_unix_ns\x18\n" +
-	" \x01(\x03R\x0emeasuredUnixNs\"\x84\x03\n" +
+	" \x01(\x03R\x0emeasuredUnixNs\"\xb2\x03\n" +
 	"\x10CollectorMessage\x12*\n" +
 	"\x05paths\x18\x01 \x01(\v2\x12.owl.v1.PathConfigH\x00R\x05paths\x12\x1f\n" +
 	"\x03ack\x18\x02 \x01(\v2\v.owl.v1.AckH\x00R\x03ack\x12(\n" +
@@ -7435,7 +7529,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\brda_size\x18\x06 \x01(\v2\x0f.owl.v1.RDASizeH\x00R\ardaSize\x12+\n" +
 	"\arelease\x18\a \x01(\v2\x0f.owl.v1.ReleaseH\x00R\arelease\x125\n" +
 	"\vsample_rate\x18\b \x01(\v2\x12.owl.v1.SampleRateH\x00R\n" +
-	"sampleRateB\x05\n" +
+	"sampleRate\x12,\n" +
+	"\blds_size\x18\t \x01(\v2\x0f.owl.v1.LDSSizeH\x00R\aldsSizeB\x05\n" +
 	"\x03msg\"3\n" +
 	"\aRelease\x12(\n" +
 	"\x06epochs\x18\x01 \x03(\v2\x10.owl.v1.EpochRefR\x06epochs\"4\n" +
@@ -7479,20 +7574,24 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
 	"SampleRate\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05shift\x18\x02 \x01(\rR\x05shift\"\xc4\x01\n" +
+	"\x05shift\x18\x02 \x01(\rR\x05shift\"1\n" +
+	"\aLDSSize\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xc4\x01\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
 	"\x10colate_collector\x18\x02 \x01(\tR\x0fcolateCollector\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12-\n" +
-	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\"\xb6\x01\n" +
+	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\"\xd1\x01\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
 	"\vrda_buckets\x18\x03 \x01(\rR\n" +
 	"rdaBuckets\x12\x1c\n" +
 	"\tcollector\x18\x04 \x01(\tR\tcollector\x12!\n" +
-	"\fsample_shift\x18\x05 \x01(\rR\vsampleShift\"A\n" +
+	"\fsample_shift\x18\x05 \x01(\rR\vsampleShift\x12\x19\n" +
+	"\blds_cols\x18\x06 \x01(\rR\aldsCols\"A\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
@@ -7641,7 +7740,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bvalue_ns\x18\x02 \x01(\x01R\avalueNs\x12\x13\n" +
 	"\x05lo_ns\x18\x03 \x01(\x01R\x04loNs\x12\x13\n" +
 	"\x05hi_ns\x18\x04 \x01(\x01R\x04hiNs\x12\x14\n" +
-	"\x05exact\x18\x05 \x01(\bR\x05exact\"\xf4\r\n" +
+	"\x05exact\x18\x05 \x01(\bR\x05exact\"\x93\x0e\n" +
 	"\tPathStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -7698,7 +7797,9 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\fdelay_sketch\x18+ \x01(\fR\vdelaySketch\x12$\n" +
 	"\x0esample_mean_ns\x18, \x01(\x01R\fsampleMeanNs\x12(\n" +
 	"\x10sample_stddev_ns\x18- \x01(\x01R\x0esampleStddevNs\x12!\n" +
-	"\fstddev_exact\x18. \x01(\bR\vstddevExact\"\xc0\x01\n" +
+	"\fstddev_exact\x18. \x01(\bR\vstddevExact\x12\x1d\n" +
+	"\n" +
+	"flows_note\x18/ \x01(\tR\tflowsNote\"\xc0\x01\n" +
 	"\x13GetFlowStatsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\x04flow\x18\x02 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12.\n" +
@@ -7852,7 +7953,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                                // 0: owl.v1.Role
 	(ClockState)(0),                          // 1: owl.v1.ClockState
@@ -7901,56 +8002,57 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*RebuildReply)(nil),                     // 44: owl.v1.RebuildReply
 	(*RDASize)(nil),                          // 45: owl.v1.RDASize
 	(*SampleRate)(nil),                       // 46: owl.v1.SampleRate
-	(*PathConfig)(nil),                       // 47: owl.v1.PathConfig
-	(*PathAssignment)(nil),                   // 48: owl.v1.PathAssignment
-	(*Ack)(nil),                              // 49: owl.v1.Ack
-	(*Reject)(nil),                           // 50: owl.v1.Reject
-	(*Path)(nil),                             // 51: owl.v1.Path
-	(*Selector)(nil),                         // 52: owl.v1.Selector
-	(*ListProbesRequest)(nil),                // 53: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),               // 54: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                        // 55: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),                 // 56: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),                // 57: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),              // 58: owl.v1.GetPathStatsRequest
-	(*GetPathDelayDistributionRequest)(nil),  // 59: owl.v1.GetPathDelayDistributionRequest
-	(*GetPathDelayDistributionResponse)(nil), // 60: owl.v1.GetPathDelayDistributionResponse
-	(*GetRTTDistributionRequest)(nil),        // 61: owl.v1.GetRTTDistributionRequest
-	(*GetRTTDistributionResponse)(nil),       // 62: owl.v1.GetRTTDistributionResponse
-	(*TopRTTPrefixesRequest)(nil),            // 63: owl.v1.TopRTTPrefixesRequest
-	(*TopRTTPrefixesResponse)(nil),           // 64: owl.v1.TopRTTPrefixesResponse
-	(*ListReorderedPrefixesRequest)(nil),     // 65: owl.v1.ListReorderedPrefixesRequest
-	(*ListReorderedPrefixesResponse)(nil),    // 66: owl.v1.ListReorderedPrefixesResponse
-	(*ReorderedPrefix)(nil),                  // 67: owl.v1.ReorderedPrefix
-	(*RTTPrefix)(nil),                        // 68: owl.v1.RTTPrefix
-	(*CDFPoint)(nil),                         // 69: owl.v1.CDFPoint
-	(*GetPathStatsResponse)(nil),             // 70: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),            // 71: owl.v1.WatchPathStatsRequest
-	(*DelayQuantile)(nil),                    // 72: owl.v1.DelayQuantile
-	(*PathStats)(nil),                        // 73: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),              // 74: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),             // 75: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                        // 76: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                  // 77: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),                 // 78: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),    // 79: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil),   // 80: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),         // 81: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),        // 82: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),                 // 83: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),            // 84: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),           // 85: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                    // 86: owl.v1.CollectorInfo
-	nil,                                      // 87: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),            // 88: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 89: google.protobuf.Duration
+	(*LDSSize)(nil),                          // 47: owl.v1.LDSSize
+	(*PathConfig)(nil),                       // 48: owl.v1.PathConfig
+	(*PathAssignment)(nil),                   // 49: owl.v1.PathAssignment
+	(*Ack)(nil),                              // 50: owl.v1.Ack
+	(*Reject)(nil),                           // 51: owl.v1.Reject
+	(*Path)(nil),                             // 52: owl.v1.Path
+	(*Selector)(nil),                         // 53: owl.v1.Selector
+	(*ListProbesRequest)(nil),                // 54: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),               // 55: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                        // 56: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),                 // 57: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),                // 58: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),              // 59: owl.v1.GetPathStatsRequest
+	(*GetPathDelayDistributionRequest)(nil),  // 60: owl.v1.GetPathDelayDistributionRequest
+	(*GetPathDelayDistributionResponse)(nil), // 61: owl.v1.GetPathDelayDistributionResponse
+	(*GetRTTDistributionRequest)(nil),        // 62: owl.v1.GetRTTDistributionRequest
+	(*GetRTTDistributionResponse)(nil),       // 63: owl.v1.GetRTTDistributionResponse
+	(*TopRTTPrefixesRequest)(nil),            // 64: owl.v1.TopRTTPrefixesRequest
+	(*TopRTTPrefixesResponse)(nil),           // 65: owl.v1.TopRTTPrefixesResponse
+	(*ListReorderedPrefixesRequest)(nil),     // 66: owl.v1.ListReorderedPrefixesRequest
+	(*ListReorderedPrefixesResponse)(nil),    // 67: owl.v1.ListReorderedPrefixesResponse
+	(*ReorderedPrefix)(nil),                  // 68: owl.v1.ReorderedPrefix
+	(*RTTPrefix)(nil),                        // 69: owl.v1.RTTPrefix
+	(*CDFPoint)(nil),                         // 70: owl.v1.CDFPoint
+	(*GetPathStatsResponse)(nil),             // 71: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),            // 72: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                    // 73: owl.v1.DelayQuantile
+	(*PathStats)(nil),                        // 74: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),              // 75: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),             // 76: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                        // 77: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                  // 78: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),                 // 79: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),    // 80: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil),   // 81: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),         // 82: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),        // 83: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),                 // 84: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),            // 85: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),           // 86: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                    // 87: owl.v1.CollectorInfo
+	nil,                                      // 88: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),            // 89: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 90: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	73,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	74,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
 	7,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
 	8,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	76,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	88,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	77,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	89,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
 	33,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	6,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
 	12,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
@@ -7984,123 +8086,124 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	25,  // 35: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
 	24,  // 36: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
 	37,  // 37: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	52,  // 38: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	53,  // 38: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
 	0,   // 39: owl.v1.EpochReport.role:type_name -> owl.v1.Role
 	36,  // 40: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
 	37,  // 41: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
 	35,  // 42: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
 	34,  // 43: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	87,  // 44: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	88,  // 44: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
 	1,   // 45: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	47,  // 46: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	49,  // 47: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	50,  // 48: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	48,  // 46: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	50,  // 47: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	51,  // 48: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
 	41,  // 49: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
 	43,  // 50: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
 	45,  // 51: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
 	39,  // 52: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
 	46,  // 53: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	40,  // 54: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	48,  // 55: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	23,  // 56: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	3,   // 57: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
-	51,  // 58: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 59: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 60: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	52,  // 61: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	55,  // 62: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	88,  // 63: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	37,  // 64: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	51,  // 65: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	88,  // 66: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 67: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	88,  // 68: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 69: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	72,  // 70: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	69,  // 71: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	88,  // 72: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 73: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	72,  // 74: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	69,  // 75: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	88,  // 76: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 77: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 78: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	68,  // 79: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	88,  // 80: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 81: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	67,  // 82: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	67,  // 83: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	67,  // 84: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	18,  // 85: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	73,  // 86: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	88,  // 87: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	89,  // 88: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 89: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	37,  // 90: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 91: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	36,  // 92: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	36,  // 93: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	88,  // 94: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	72,  // 95: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	34,  // 96: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	88,  // 97: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 98: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	76,  // 99: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	88,  // 100: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	34,  // 101: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	88,  // 102: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 103: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 104: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	76,  // 105: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	34,  // 106: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	88,  // 107: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 108: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	88,  // 109: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	88,  // 110: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	88,  // 111: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	88,  // 112: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	83,  // 113: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	88,  // 114: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	86,  // 115: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 116: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	53,  // 117: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	56,  // 118: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	58,  // 119: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	59,  // 120: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	61,  // 121: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	63,  // 122: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	65,  // 123: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	71,  // 124: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	74,  // 125: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	77,  // 126: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	79,  // 127: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	81,  // 128: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	84,  // 129: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 130: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 131: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 132: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	38,  // 133: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	54,  // 134: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	57,  // 135: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	70,  // 136: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	60,  // 137: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	62,  // 138: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	64,  // 139: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	66,  // 140: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	73,  // 141: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	75,  // 142: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	78,  // 143: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	80,  // 144: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	82,  // 145: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	85,  // 146: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 147: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 148: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 149: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	133, // [133:150] is the sub-list for method output_type
-	116, // [116:133] is the sub-list for method input_type
-	116, // [116:116] is the sub-list for extension type_name
-	116, // [116:116] is the sub-list for extension extendee
-	0,   // [0:116] is the sub-list for field type_name
+	47,  // 54: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
+	40,  // 55: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	49,  // 56: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	23,  // 57: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	3,   // 58: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	52,  // 59: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 60: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 61: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	53,  // 62: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	56,  // 63: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	89,  // 64: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	37,  // 65: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	52,  // 66: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	89,  // 67: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 68: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	89,  // 69: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 70: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	73,  // 71: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	70,  // 72: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	89,  // 73: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 74: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	73,  // 75: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	70,  // 76: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	89,  // 77: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 78: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 79: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	69,  // 80: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	89,  // 81: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 82: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	68,  // 83: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	68,  // 84: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	68,  // 85: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	18,  // 86: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	74,  // 87: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	89,  // 88: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	90,  // 89: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 90: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	37,  // 91: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 92: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	36,  // 93: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	36,  // 94: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	89,  // 95: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	73,  // 96: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	34,  // 97: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	89,  // 98: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 99: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	77,  // 100: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	89,  // 101: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	34,  // 102: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	89,  // 103: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 104: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 105: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	77,  // 106: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	34,  // 107: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	89,  // 108: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 109: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	89,  // 110: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	89,  // 111: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	89,  // 112: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	89,  // 113: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	84,  // 114: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	89,  // 115: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	87,  // 116: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 117: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	54,  // 118: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	57,  // 119: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	59,  // 120: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	60,  // 121: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	62,  // 122: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	64,  // 123: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	66,  // 124: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	72,  // 125: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	75,  // 126: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	78,  // 127: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	80,  // 128: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	82,  // 129: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	85,  // 130: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 131: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 132: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 133: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	38,  // 134: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	55,  // 135: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	58,  // 136: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	71,  // 137: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	61,  // 138: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	63,  // 139: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	65,  // 140: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	67,  // 141: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	74,  // 142: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	76,  // 143: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	79,  // 144: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	81,  // 145: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	83,  // 146: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	86,  // 147: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 148: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 149: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 150: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	134, // [134:151] is the sub-list for method output_type
+	117, // [117:134] is the sub-list for method input_type
+	117, // [117:117] is the sub-list for extension type_name
+	117, // [117:117] is the sub-list for extension extendee
+	0,   // [0:117] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -8127,6 +8230,7 @@ func file_owl_v1_owl_proto_init() {
 		(*CollectorMessage_RdaSize)(nil),
 		(*CollectorMessage_Release)(nil),
 		(*CollectorMessage_SampleRate)(nil),
+		(*CollectorMessage_LdsSize)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -8134,7 +8238,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   82,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

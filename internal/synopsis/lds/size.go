@@ -28,3 +28,56 @@ func Size(flows int, large, eps float64, k int) (rows, cols int, err error) {
 	}
 	return rows, cols, nil
 }
+
+// Load estimates, from the sketch's row with the highest sampling rate,
+// how many flows of at least minPackets (weighted) packets it holds, and
+// its packets. Such a flow fills its k cells of that row with at least
+// minPackets/k packets each (scaled by the row's rate): the heavy cells,
+// corrected for flows that share cells as in linear counting (h heavy of
+// C cells hold about −C·ln(1 − h/C) flow-cells), divided by k. A row
+// whose every cell is heavy gives +Inf large flows: the sketch is too
+// small to tell.
+func (l *LDS) Load(minPackets float64) (large, packets float64) {
+	best := 0
+	for r := 1; r < l.cfg.Rows; r++ {
+		if l.cfg.rate(r) > l.cfg.rate(best) {
+			best = r
+		}
+	}
+	cols, rate := l.cfg.Cols, l.cfg.rate(best)
+	perCell := minPackets * rate / float64(l.cfg.K)
+	heavy := 0
+	for _, c := range l.cells[best*cols : (best+1)*cols] {
+		packets += float64(c.Count)
+		if c.Count > 0 && float64(c.Count) >= perCell {
+			heavy++
+		}
+	}
+	packets /= rate
+	if heavy == cols {
+		return math.Inf(1), packets
+	}
+	return -float64(cols) * math.Log1p(-float64(heavy)/float64(cols)) / float64(l.cfg.K), packets
+}
+
+// ColsFor returns the cells per row for an epoch of about large flows of
+// at least largePackets packets each, among packets packets, for rows
+// rows, vLDA length k and a target probability eps that a large flow
+// suffers a large collision in all of its R·k cells, rounded up to a
+// power of two within [minCols, maxCols]. It is the larger of two terms:
+//
+//   - the paper's rule (§3.2), C = n·P·k / ε^(1/(R·k)) per row, n·P being
+//     the large flows: cells needed grow with the large flows;
+//   - the condition under which that rule holds (§3.1: "for small n/C"):
+//     that the packets of the other flows a cell collects, packets/C on
+//     average, stay below a large flow's share of a cell,
+//     largePackets/k, so that small flows make small collisions:
+//     C = k·packets/largePackets.
+func ColsFor(large, packets, largePackets float64, rows, k int, eps float64, minCols, maxCols int) int {
+	want := max(large*float64(k)/math.Pow(eps, 1/float64(rows*k)), packets*float64(k)/largePackets)
+	cols := minCols
+	for cols < maxCols && float64(cols) < want {
+		cols <<= 1
+	}
+	return min(cols, maxCols)
+}

@@ -1,0 +1,178 @@
+package collector
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
+)
+
+// ldsPair builds the two sides' sketches, at cols cells per row, of large
+// flows of 600 packets and small ones of 3, all delayed by delayNS. It
+// returns their wire forms and the heaviest flow's key.
+func ldsPair(t testing.TB, cfg lds.Config, cols, large, small int, delayNS int64) (up, down []byte, heavy capture.FlowKey) {
+	t.Helper()
+	cfg.Cols = cols
+	u, err := lds.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := lds.New(cfg)
+	r := rand.New(rand.NewPCG(uint64(large), uint64(small)))
+	for i := range large + small {
+		f := capture.FlowKey{Src: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Dst: netip.MustParseAddr("10.1.0.1"), SrcPort: 1, DstPort: 2, Proto: 6}
+		if i == 0 {
+			heavy = f
+		}
+		n := 3
+		if i < large {
+			n = 600
+		}
+		h := f.Hash(cfg.Seed)
+		for range n {
+			id, ts := r.Uint64(), r.Int64N(900_000_000)
+			u.Insert(h, id, ts, 1)
+			d.Insert(h, id, ts+delayNS, 1)
+		}
+	}
+	up, _ = u.MarshalBinary()
+	down, _ = d.MarshalBinary()
+	return up, down, heavy
+}
+
+// ldsSizes forwards the LDS sizes a probe's stream is told, and its acks.
+func ldsSizes(st owlv1.ProbeService_ConnectClient) (sizes chan uint32, acks chan *owlv1.Ack) {
+	sizes, acks = make(chan uint32, 16), make(chan *owlv1.Ack, 16)
+	go func() {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				return
+			}
+			if s := m.GetLdsSize(); s != nil && s.GetPath() == "p" {
+				sizes <- s.GetCols()
+			}
+			if a := m.GetAck(); a != nil {
+				acks <- a
+			}
+		}
+	}()
+	return sizes, acks
+}
+
+func TestLDSSizeFollowsFlows(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	conn := serve(t, c)
+	st := [2]owlv1.ProbeService_ConnectClient{probeStream(t, conn, "a", cfg.Params), probeStream(t, conn, "b", cfg.Params)}
+	var sizes [2]chan uint32
+	var acks [2]chan *owlv1.Ack
+	for i := range st {
+		sizes[i], acks[i] = ldsSizes(st[i])
+	}
+	// told returns the size both probes were told next (0: none within
+	// wait).
+	told := func(wait time.Duration) uint32 {
+		var got [2]uint32
+		for i := range got {
+			select {
+			case got[i] = <-sizes[i]:
+			case <-time.After(wait):
+			}
+		}
+		if got[0] != got[1] {
+			t.Fatalf("the probes were told %d and %d cells per row", got[0], got[1])
+		}
+		return got[0]
+	}
+	send := func(e int64, cols, large, small int) {
+		ub, db, _ := ldsPair(t, cfg.Params.LDS, cols, large, small, 1000)
+		up, down := ldaPair(t, cfg.Params.LDA, 100, 1000, uint64(e))
+		for i, r := range []*owlv1.EpochReport{report("p", e, owlv1.Role_ROLE_UPSTREAM, up), report("p", e, owlv1.Role_ROLE_DOWNSTREAM, down)} {
+			r.Lds, r.Seq = [2][]byte{ub, db}[i], uint64(e)
+			if err := st[i].Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+				t.Fatal(err)
+			}
+			<-acks[i]
+		}
+		waitResult(t, c, "p", e, anyResult)
+	}
+	// Five large flows among 200 small ones: 2·5·4/ε^(1/16) = 54 cells
+	// for the large flows, 2·3,600·4/128 = 225 for the packets: 256, once
+	// 8 epochs said so.
+	for e := int64(10); e < 17; e++ {
+		send(e, 4096, 5, 200)
+	}
+	if got := told(200 * time.Millisecond); got != 0 {
+		t.Fatalf("told %d cells per row after 7 epochs", got)
+	}
+	send(17, 4096, 5, 200)
+	if got := told(2 * time.Second); got != 256 {
+		t.Fatalf("few large flows: told %d cells per row, want 256", got)
+	}
+	// 300 large flows fill a row of 256: back to the most, 4,096, at once.
+	send(18, 256, 300, 0)
+	if got := told(2 * time.Second); got != 4096 {
+		t.Fatalf("many large flows: told %d cells per row, want 4096", got)
+	}
+	// 60 large flows: 2·60·5.33 = 640 cells, 1,024 by the power of two,
+	// but the last 8 epochs still had 300 (in a sketch too small to tell):
+	// nothing changes.
+	send(19, 4096, 60, 100)
+	if got := told(time.Second); got != 0 {
+		t.Fatalf("told %d cells per row while an epoch of the last 8 had more flows", got)
+	}
+	c.paths["p"].mu.Lock()
+	cols := c.paths["p"].ldsCols
+	c.paths["p"].mu.Unlock()
+	if pc := c.pathConfig("a"); cols != 4096 || pc.GetPaths()[0].GetLdsCols() != 4096 {
+		t.Errorf("path state %d cells per row, PathConfig %v", cols, pc.GetPaths())
+	}
+}
+
+func TestLDSShapeMismatch(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	ub, _, heavy := ldsPair(t, cfg.Params.LDS, 4096, 3, 10, 5000)
+	_, db, _ := ldsPair(t, cfg.Params.LDS, 2048, 3, 10, 5000)
+	up, down := ldaPair(t, cfg.Params.LDA, 100, 5000, 3)
+	ru := report("p", 4, owlv1.Role_ROLE_UPSTREAM, up)
+	ru.Lds, ru.TopFlows = ub, []*owlv1.TopFlow{{Flow: netpath.FlowToProto(heavy), Packets: 600}}
+	rd := report("p", 4, owlv1.Role_ROLE_DOWNSTREAM, down)
+	rd.Lds = db
+	if err := c.report("a", ru); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.report("b", rd); err != nil {
+		t.Fatal(err)
+	}
+	r := waitResult(t, c, "p", 4, anyResult)
+	if !strings.Contains(r.GetFlowsNote(), "4096 and 2048") || r.GetMeanNs() != 5000 {
+		t.Errorf("result of sketches of two shapes: note %q, mean %v", r.GetFlowsNote(), r.GetMeanNs())
+	}
+	n := 0
+	err := c.store.LDSPairs("p", 0, 100, func(int64, []byte, []byte) bool { n++; return true })
+	if err != nil || n != 0 {
+		t.Errorf("stored %d sketch pairs of two shapes (%v)", n, err)
+	}
+	fs, err := queryService{c: c}.GetFlowStats(context.Background(), &owlv1.GetFlowStatsRequest{Path: "p", Flow: netpath.FlowToProto(heavy)})
+	if err != nil || len(fs.GetStats()) != 0 {
+		t.Errorf("per-flow results of the epoch: %v, %v", fs, err)
+	}
+	// A sketch larger than the parameters allow is refused when it comes.
+	big, _, _ := ldsPair(t, cfg.Params.LDS, 8192, 1, 1, 1)
+	ru = report("p", 5, owlv1.Role_ROLE_UPSTREAM, up)
+	ru.Lds = big
+	if err := c.report("a", ru); err == nil || !strings.Contains(err.Error(), "exceeds params.lds.cols") {
+		t.Errorf("an LDS of 8192 cells per row: %v", err)
+	}
+}
