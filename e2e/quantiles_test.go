@@ -60,8 +60,8 @@ func (qc *quantileCheck) epoch(t testing.TB, e int64, r *owlv1.PathStats, delays
 			continue
 		}
 		truth := float64(trueQuantile(sorted, q.GetQ()))
-		fmt.Fprintf(&qc.rows, "%10d %6.4f %7d %7d %5.2f %12.3f %12.3f [%.3f, %.3f] %t\n", e, r.GetSampleRate(), len(sorted), r.GetSampleDelays(), q.GetQ(),
-			truth/1e3, q.GetValueNs()/1e3, q.GetLoNs()/1e3, q.GetHiNs()/1e3, q.GetExact())
+		fmt.Fprintf(&qc.rows, "%10d %6.4f %7d %7d %5.2f %12.3f %12.3f [%.3f, %.3f] %t %s\n", e, r.GetSampleRate(), len(sorted), r.GetSampleDelays(), q.GetQ(),
+			truth/1e3, q.GetValueNs()/1e3, q.GetLoNs()/1e3, q.GetHiNs()/1e3, q.GetExact(), r.GetSampleNote())
 		if q.GetExact() {
 			qc.exact++
 			if q.GetValueNs() != truth || r.GetSampleDelays() != uint64(len(sorted)) {
@@ -80,8 +80,8 @@ func (qc *quantileCheck) epoch(t testing.TB, e int64, r *owlv1.PathStats, delays
 // than 95% intervals would in all but one run of a thousand.
 func (qc *quantileCheck) done(t testing.TB) {
 	t.Helper()
-	t.Logf("%s: delay quantiles vs ground truth\n%10s %6s %7s %7s %5s %12s %12s %s %s\n%s%d exact, %d of %d intervals hold the truth",
-		qc.path, "epoch", "rate", "n", "owl n", "q", "true µs", "owl µs", "95% interval µs", "exact", qc.rows.String(), qc.exact, qc.covered, qc.tested)
+	t.Logf("%s: delay quantiles vs ground truth\n%10s %6s %7s %7s %5s %12s %12s %s %s %s\n%s%d exact, %d of %d intervals hold the truth",
+		qc.path, "epoch", "rate", "n", "owl n", "q", "true µs", "owl µs", "95% interval µs", "exact", "note", qc.rows.String(), qc.exact, qc.covered, qc.tested)
 	if len(qc.sampleStd) > 0 {
 		t.Logf("%s: standard deviation of %d epochs of ≥ 1,000 packets, median and largest relative error: sample %.2f%% / %.2f%%, RDA %.2f%% / %.2f%%; %d epochs exact",
 			qc.path, len(qc.sampleStd), 100*median(qc.sampleStd), 100*slices.Max(qc.sampleStd), 100*median(qc.rdaStd), 100*slices.Max(qc.rdaStd), qc.exactStd)

@@ -12,6 +12,8 @@ import (
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
+
+	"google.golang.org/protobuf/proto"
 )
 
 // ldsPair builds the two sides' sketches, at cols cells per row, of large
@@ -48,8 +50,8 @@ func ldsPair(t testing.TB, cfg lds.Config, cols, large, small int, delayNS int64
 }
 
 // ldsSizes forwards the LDS sizes a probe's stream is told, and its acks.
-func ldsSizes(st owlv1.ProbeService_ConnectClient) (sizes chan uint32, acks chan *owlv1.Ack) {
-	sizes, acks = make(chan uint32, 16), make(chan *owlv1.Ack, 16)
+func ldsSizes(st owlv1.ProbeService_ConnectClient) (sizes chan *owlv1.LDSSize, acks chan *owlv1.Ack) {
+	sizes, acks = make(chan *owlv1.LDSSize, 16), make(chan *owlv1.Ack, 16)
 	go func() {
 		for {
 			m, err := st.Recv()
@@ -57,7 +59,7 @@ func ldsSizes(st owlv1.ProbeService_ConnectClient) (sizes chan uint32, acks chan
 				return
 			}
 			if s := m.GetLdsSize(); s != nil && s.GetPath() == "p" {
-				sizes <- s.GetCols()
+				sizes <- s
 			}
 			if a := m.GetAck(); a != nil {
 				acks <- a
@@ -73,27 +75,33 @@ func TestLDSSizeFollowsFlows(t *testing.T) {
 	defer c.Close()
 	conn := serve(t, c)
 	st := [2]owlv1.ProbeService_ConnectClient{probeStream(t, conn, "a", cfg.Params), probeStream(t, conn, "b", cfg.Params)}
-	var sizes [2]chan uint32
+	var sizes [2]chan *owlv1.LDSSize
 	var acks [2]chan *owlv1.Ack
 	for i := range st {
 		sizes[i], acks[i] = ldsSizes(st[i])
 	}
 	// told returns the size both probes were told next (0: none within
-	// wait).
+	// wait), and checks that it starts ldsLead epochs past the newest
+	// reported (both sides change together).
+	newest := int64(0)
 	told := func(wait time.Duration) uint32 {
-		var got [2]uint32
+		var got [2]*owlv1.LDSSize
 		for i := range got {
 			select {
 			case got[i] = <-sizes[i]:
 			case <-time.After(wait):
 			}
 		}
-		if got[0] != got[1] {
-			t.Fatalf("the probes were told %d and %d cells per row", got[0], got[1])
+		if !proto.Equal(got[0], got[1]) {
+			t.Fatalf("the probes were told %v and %v", got[0], got[1])
 		}
-		return got[0]
+		if got[0] != nil && got[0].GetFromEpoch() != newest+sizeLead {
+			t.Errorf("a size from epoch %d, after epoch %d", got[0].GetFromEpoch(), newest)
+		}
+		return got[0].GetCols()
 	}
 	send := func(e int64, cols, large, small int) {
+		newest = e
 		ub, db, _ := ldsPair(t, cfg.Params.LDS, cols, large, small, 1000)
 		up, down := ldaPair(t, cfg.Params.LDA, 100, 1000, uint64(e))
 		for i, r := range []*owlv1.EpochReport{report("p", e, owlv1.Role_ROLE_UPSTREAM, up), report("p", e, owlv1.Role_ROLE_DOWNSTREAM, down)} {

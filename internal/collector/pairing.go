@@ -44,6 +44,9 @@ type pathState struct {
 	// sizing); ldsCols the LDS cells per row the probes were told to use.
 	recentLDS [][2]float64
 	ldsCols   int
+	// newest is the newest epoch a side came for: a size change names an
+	// epoch ahead of it.
+	newest int64
 	// flowAges says when the epochs' per-flow data were stored, for
 	// pruning by flows.retention.
 	flowAges flowAges
@@ -134,6 +137,7 @@ func (ps *pathState) pairingFor(epoch int64, at time.Time) *pairing {
 		pr = &pairing{first: at}
 		ps.pending[epoch] = pr
 	}
+	ps.newest = max(ps.newest, epoch)
 	return pr
 }
 

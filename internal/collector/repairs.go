@@ -153,14 +153,14 @@ func (wk *worker) noteSampleRate(ps *pathState, packets uint64) {
 	for want < sample.MaxShift && peak>>want > 2*target {
 		want++
 	}
-	cur := ps.sampleShift
+	cur, from := ps.sampleShift, ps.newest+sizeLead
 	ps.sampleShift = want
 	ps.mu.Unlock()
 	if want == cur {
 		return
 	}
-	wk.log.Info("changing sampling rate", "path", ps.path.Name, "rate", fmt.Sprintf("1/%d", uint64(1)<<want), "was", fmt.Sprintf("1/%d", uint64(1)<<cur))
-	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_SampleRate{SampleRate: &owlv1.SampleRate{Path: ps.path.Name, Shift: uint32(want)}}})
+	wk.log.Info("changing sampling rate", "path", ps.path.Name, "rate", fmt.Sprintf("1/%d", uint64(1)<<want), "was", fmt.Sprintf("1/%d", uint64(1)<<cur), "from_epoch", from)
+	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_SampleRate{SampleRate: &owlv1.SampleRate{Path: ps.path.Name, Shift: uint32(want), FromEpoch: from}}})
 }
 
 // tellProbes sends msg to both probes of a path, those connected: one
@@ -179,6 +179,12 @@ const ldsEps = 0.01
 
 // ldsWindow is how many recent epochs size a path's LDS.
 const ldsWindow = 8
+
+// sizeLead is how many epochs past the newest one reported a new LDS size
+// or sampling rate starts: the probes have opened the next one or two (the
+// one after the newest reported, and the next when the report waited for
+// late packets), so both sides change at the same epoch.
+const sizeLead = 3
 
 // noteLDSLoad remembers how many large flows (flows.lds_large_packets)
 // and packets an epoch of a path had and, when the LDS size the probes use
@@ -203,7 +209,7 @@ func (wk *worker) noteLDSLoad(ps *pathState, large, packets float64) {
 		most = [2]float64{max(most[0], l[0]), max(most[1], l[1])}
 	}
 	want := lds.ColsFor(2*most[0], 2*most[1], float64(wk.cfg.Flows.LDSLargePackets), sketch.Rows, sketch.K, ldsEps, minCols, sketch.Cols)
-	cur := ps.ldsCols
+	cur, from := ps.ldsCols, ps.newest+sizeLead
 	change := want > cur || (want <= cur/4 && len(ps.recentLDS) == ldsWindow)
 	if change {
 		ps.ldsCols = want
@@ -212,8 +218,8 @@ func (wk *worker) noteLDSLoad(ps *pathState, large, packets float64) {
 	if !change {
 		return
 	}
-	wk.log.Info("resizing LDS", "path", ps.path.Name, "cols", want, "was", cur, "large_flows", large)
-	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(want)}}})
+	wk.log.Info("resizing LDS", "path", ps.path.Name, "cols", want, "was", cur, "from_epoch", from, "large_flows", large)
+	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(want), FromEpoch: from}}})
 }
 
 // noteSetDifference remembers the set difference of a path's epoch and, when

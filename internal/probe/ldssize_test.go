@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -8,11 +9,14 @@ import (
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/sim"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
-// TestLDSSizeFromNextEpoch: a path starts at the LDS size its assignment
-// names, and a new size from the collector applies from the next epoch
-// the pipeline opens, never to one already open.
+// TestLDSSizeFromNextEpoch: a path starts at the LDS size and sampling
+// rate its assignment names; a new size or rate from the collector applies
+// from the epoch it names (both sides change together), or, when that one
+// is open already or none is named, from the next epoch the pipeline
+// opens, never to one already open.
 func TestLDSSizeFromNextEpoch(t *testing.T) {
 	p := params.Default()
 	first := int64(1_800_000_000)
@@ -31,7 +35,7 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl.setPaths(set)
-	for e := first; e < first+3; e++ {
+	for e := first; e < first+5; e++ {
 		link, frames, err := sim.Synthesize(sim.SynthConfig{Flows: 50, ParetoShape: 1.1, MaxPackets: 1000,
 			Start: time.Unix(0, p.Epoch.StartNS(e)), Span: p.Epoch.Length / 2, Seed: uint64(e)})
 		if err != nil {
@@ -40,26 +44,36 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 		_ = pl.setLink(link)
 		for i, f := range frames {
 			pl.frame(f.Data, f.TimeNS)
-			if e == first+1 && i == len(frames)/2 {
-				// Mid-epoch: for the epochs opened from now on.
-				if err := pl.setLDSCols("all", 1024); err != nil {
-					t.Fatal(err)
-				}
+			if i != len(frames)/2 {
+				continue
+			}
+			var err error
+			switch e { // mid-epoch
+			case first + 1: // from an epoch ahead
+				err = errors.Join(pl.setLDSCols("all", 1024, first+3), pl.setSampleShift("all", 2, first+3))
+			case first + 3: // from one open: the next
+				err = errors.Join(pl.setLDSCols("all", 512, first+2), pl.setSampleShift("all", 3, first+2))
+			}
+			if err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
 	pl.flush()
-	if len(reports) != 3 {
+	if len(reports) != 5 {
 		t.Fatalf("%d reports", len(reports))
 	}
-	for i, want := range []int{256, 256, 1024} {
+	for i, want := range []struct{ cols, shift int }{{256, 0}, {256, 0}, {256, 0}, {1024, 2}, {512, 3}} {
 		cfg, err := lds.Check(reports[i].GetLds())
-		if err != nil || cfg.Cols != want {
-			t.Errorf("epoch %d: LDS of %d cells per row (%v), want %d", reports[i].GetEpoch(), cfg.Cols, err, want)
+		if err != nil || cfg.Cols != want.cols {
+			t.Errorf("epoch %d: LDS of %d cells per row (%v), want %d", reports[i].GetEpoch(), cfg.Cols, err, want.cols)
+		}
+		if s, err := sample.Decode(reports[i].GetSample()); err != nil || s.Config().Shift() != want.shift {
+			t.Errorf("epoch %d: sample (%v) not at shift %d", reports[i].GetEpoch(), err, want.shift)
 		}
 	}
 	for _, cols := range []int{0, p.LDS.Cols * 2, p.LDS.K - 1} {
-		if pl.setLDSCols("all", cols) == nil {
+		if pl.setLDSCols("all", cols, 0) == nil {
 			t.Errorf("%d cells per row accepted", cols)
 		}
 	}

@@ -108,11 +108,12 @@ type pipeline struct {
 	sink   func(closedEpoch)
 	stats  *counters
 
-	maxCache int      // cache entries per path and epoch
-	sizes    sync.Map // path name → RDA buckets the collector asked for
-	shifts   sync.Map // path name → sampling shift the collector asked for
-	ldsCols  sync.Map // path name → LDS cells per row the collector asked for
-	topFlows int      // flows reported per path and epoch (RAP keeps twice as many)
+	maxCache int          // cache entries per path and epoch
+	sizes    sync.Map     // path name → RDA buckets the collector asked for
+	shifts   sync.Map     // path name → sampling shift the collector asked for (scheduled)
+	ldsCols  sync.Map     // path name → LDS cells per row the collector asked for (scheduled)
+	opened   atomic.Int64 // the newest epoch opened
+	topFlows int          // flows reported per path and epoch (RAP keeps twice as many)
 	weightOf func(capture.FlowKey) uint64
 	// correct maps capture timestamps onto the reference clock (live
 	// capture); nil keeps them (files).
@@ -163,17 +164,53 @@ func (pl *pipeline) setPaths(s *pathSet) {
 		if a.rdaBuckets > 0 {
 			pl.sizes.Store(a.path.Name, a.rdaBuckets)
 		}
-		pl.shifts.Store(a.path.Name, a.shift)
-		if a.ldsCols > 0 && pl.setLDSCols(a.path.Name, a.ldsCols) != nil {
+		pl.schedule(&pl.shifts, a.path.Name, a.shift, 0)
+		if a.ldsCols > 0 && pl.setLDSCols(a.path.Name, a.ldsCols, 0) != nil {
 			pl.ldsCols.Delete(a.path.Name) // not for these parameters: theirs
 		}
 	}
 	pl.paths.Store(s)
 }
 
-// setLDSCols makes a path's next epochs use an LDS of this many cells per
-// row, at most the parameters' (the collector's sizing, LDSSize).
-func (pl *pipeline) setLDSCols(path string, cols int) error {
+// scheduled is a path's setting from the collector (LDS cells per row,
+// sampling shift): v from epoch from on, before until then (0: the
+// parameters', rate 1).
+type scheduled struct {
+	v, before int
+	from      int64
+}
+
+// at is the setting of epoch e.
+func (z scheduled) at(e int64) int {
+	if e < z.from {
+		return z.before
+	}
+	return z.v
+}
+
+// schedule sets a path's setting in m to v from epoch from on, or, where
+// that is past, from the next epoch opened; until then the one in use as
+// of the epoch open now stays (a change still ahead is replaced).
+func (pl *pipeline) schedule(m *sync.Map, path string, v int, from int64) {
+	z := scheduled{v: v, from: from}
+	if old, ok := m.Load(path); ok {
+		z.before = old.(scheduled).at(pl.opened.Load())
+	}
+	m.Store(path, z)
+}
+
+// setting is a path's setting in m for epoch e (0: none set).
+func setting(m *sync.Map, path string, e int64) int {
+	if v, ok := m.Load(path); ok {
+		return v.(scheduled).at(e)
+	}
+	return 0
+}
+
+// setLDSCols makes a path's epochs from epoch from on (or, where that is
+// past, the next it opens) use an LDS of this many cells per row, at most
+// the parameters' (the collector's sizing, LDSSize).
+func (pl *pipeline) setLDSCols(path string, cols int, from int64) error {
 	c := pl.params.LDS
 	if cols > c.Cols {
 		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", cols, c.Cols)
@@ -182,7 +219,7 @@ func (pl *pipeline) setLDSCols(path string, cols int) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	pl.ldsCols.Store(path, cols)
+	pl.schedule(&pl.ldsCols, path, cols, from)
 	return nil
 }
 
@@ -197,31 +234,31 @@ func (pl *pipeline) setRDASize(path string, buckets int) error {
 	return nil
 }
 
-// setSampleShift makes a path's next epochs sample 2^-shift of packets.
-func (pl *pipeline) setSampleShift(path string, shift int) error {
+// setSampleShift makes a path's epochs from epoch from on (or, where that
+// is past, the next it opens) sample 2^-shift of packets.
+func (pl *pipeline) setSampleShift(path string, shift int, from int64) error {
 	if shift < 0 || shift > sample.MaxShift {
 		return fmt.Errorf("sampling shift %d out of [0, %d]", shift, sample.MaxShift)
 	}
-	pl.shifts.Store(path, shift)
+	pl.schedule(&pl.shifts, path, shift, from)
 	return nil
 }
 
 // newSample is a path's empty sample at the rate last asked for, or nil
 // when sampling is off.
-func (pl *pipeline) newSample(path string) *sample.Sample {
+func (pl *pipeline) newSample(path string, e int64) *sample.Sample {
 	if pl.params.Sample.Target == 0 {
 		return nil
 	}
-	shift := 0
-	if v, ok := pl.shifts.Load(path); ok {
-		shift = v.(int)
-	}
-	cfg, _ := sample.ForShift(pl.params.Sample.Seed, shift) // checked by setSampleShift and newPathSet
-	s, _ := sample.New(cfg)                                 // a shift's threshold is never 0
+	cfg, _ := sample.ForShift(pl.params.Sample.Seed, setting(&pl.shifts, path, e)) // checked by setSampleShift and newPathSet
+	s, _ := sample.New(cfg)                                                        // a shift's threshold is never 0
 	return s
 }
 
 func (pl *pipeline) open(e int64) *epochData {
+	if e > pl.opened.Load() {
+		pl.opened.Store(e) // written here only
+	}
 	s := pl.paths.Load()
 	n := len(s.paths)
 	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), ldss: make([]*lds.LDS, n),
@@ -241,13 +278,13 @@ func (pl *pipeline) open(e int64) *epochData {
 		}
 		ed.rdas[i] = reuse(&rdas, rc, (*rda.RDA).Config, rda.New) // validated in Config and setRDASize
 		lc := pl.params.LDS
-		if v, ok := pl.ldsCols.Load(a.path.Name); ok {
-			lc.Cols = v.(int)
+		if c := setting(&pl.ldsCols, a.path.Name, e); c > 0 {
+			lc.Cols = c
 		}
 		ed.ldss[i] = reuse(&ldss, lc, (*lds.LDS).Config, lds.New) // validated in Config and setLDSCols
 		ed.raps[i] = rap.New[capture.FlowKey](2*pl.topFlows, uint64(i))
 		ed.caches[i] = &epochCache{rda: rc, complete: true}
-		ed.samples[i] = pl.newSample(a.path.Name)
+		ed.samples[i] = pl.newSample(a.path.Name, e)
 	}
 	return ed
 }

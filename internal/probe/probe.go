@@ -199,7 +199,7 @@ func (p *Probe) setRDASize(m *owlv1.RDASize) error {
 // setLDSSize takes a path's new LDS size from its collector.
 func (p *Probe) setLDSSize(m *owlv1.LDSSize) error {
 	for _, pl := range p.pipelines() {
-		if err := pl.setLDSCols(m.GetPath(), int(m.GetCols())); err != nil {
+		if err := pl.setLDSCols(m.GetPath(), int(m.GetCols()), m.GetFromEpoch()); err != nil {
 			return err
 		}
 	}
@@ -209,7 +209,7 @@ func (p *Probe) setLDSSize(m *owlv1.LDSSize) error {
 // setSampleRate takes a path's new sampling rate from its collector.
 func (p *Probe) setSampleRate(m *owlv1.SampleRate) error {
 	for _, pl := range p.pipelines() {
-		if err := pl.setSampleShift(m.GetPath(), int(m.GetShift())); err != nil {
+		if err := pl.setSampleShift(m.GetPath(), int(m.GetShift()), m.GetFromEpoch()); err != nil {
 			return err
 		}
 	}

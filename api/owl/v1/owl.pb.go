@@ -3651,12 +3651,14 @@ func (x *RDASize) GetBuckets() uint32 {
 	return 0
 }
 
-// SampleRate sets a path's sampling rate, 2^-shift, from the next epoch a
-// probe opens.
+// SampleRate sets a path's sampling rate, 2^-shift, from epoch from_epoch
+// on (0, or an epoch a probe has opened already: from the next epoch it
+// opens), named as LDSSize names it.
 type SampleRate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Shift         uint32                 `protobuf:"varint,2,opt,name=shift,proto3" json:"shift,omitempty"`
+	FromEpoch     int64                  `protobuf:"varint,3,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3705,14 +3707,25 @@ func (x *SampleRate) GetShift() uint32 {
 	return 0
 }
 
+func (x *SampleRate) GetFromEpoch() int64 {
+	if x != nil {
+		return x.FromEpoch
+	}
+	return 0
+}
+
 // LDSSize sets a path's LDS cells per row (at most the deployment's
-// params.lds.cols) from the next epoch a probe opens: the collector sizes
-// it to the large flows and packets the path's recent epochs had. An
-// epoch whose two sides used different sizes has no per-flow results.
+// params.lds.cols) from epoch from_epoch on (0, or an epoch a probe has
+// opened already: from the next epoch it opens): the collector sizes it to
+// the large flows and packets the path's recent epochs had, and names an
+// epoch a little ahead of the newest its probes reported so that both
+// sides change at the same epoch. An epoch whose two sides used different
+// sizes has no per-flow results.
 type LDSSize struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	FromEpoch     int64                  `protobuf:"varint,3,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3757,6 +3770,13 @@ func (x *LDSSize) GetPath() string {
 func (x *LDSSize) GetCols() uint32 {
 	if x != nil {
 		return x.Cols
+	}
+	return 0
+}
+
+func (x *LDSSize) GetFromEpoch() int64 {
+	if x != nil {
+		return x.FromEpoch
 	}
 	return 0
 }
@@ -7570,14 +7590,18 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03rda\x18\x03 \x01(\fR\x03rda\"7\n" +
 	"\aRDASize\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\abuckets\x18\x02 \x01(\rR\abuckets\"6\n" +
+	"\abuckets\x18\x02 \x01(\rR\abuckets\"U\n" +
 	"\n" +
 	"SampleRate\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05shift\x18\x02 \x01(\rR\x05shift\"1\n" +
+	"\x05shift\x18\x02 \x01(\rR\x05shift\x12\x1d\n" +
+	"\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"P\n" +
 	"\aLDSSize\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xc4\x01\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x1d\n" +
+	"\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\xc4\x01\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
