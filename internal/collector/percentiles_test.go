@@ -239,22 +239,28 @@ func TestExactStddevFromTheSample(t *testing.T) {
 	}
 }
 
+// pkt is a listed packet of flow 1.
+func pkt(id uint64, off int64) exact.Packet {
+	return exact.Packet{ID: id, OffsetNS: off, Flow: 1, Weight: 1}
+}
+
+// sendList hands c a report of path p's epoch that lists packets ps.
+func sendList(t *testing.T, c *Collector, probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
+	t.Helper()
+	r := report("p", epoch, role, nil)
+	r.List, _ = (&exact.List{Packets: ps}).MarshalBinary()
+	if err := c.report(probe, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDuplicatedCrosserCountsByItsEarlierCopy: a packet sent at the end
 // of epoch 1 and seen twice downstream in epoch 2 counts in epoch 1's
 // delays by its earlier copy, as the ground truth and RDA count it. The
 // sides send exact lists, so nothing asks a probe.
 func TestDuplicatedCrosserCountsByItsEarlierCopy(t *testing.T) {
 	c := newTest(t, testConfig(t))
-	pkt := func(id uint64, off int64) exact.Packet {
-		return exact.Packet{ID: id, OffsetNS: off, Flow: 1, Weight: 1}
-	}
-	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
-		r := report("p", epoch, role, nil)
-		r.List, _ = (&exact.List{Packets: ps}).MarshalBinary()
-		if err := c.report(probe, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) { sendList(t, c, probe, epoch, role, ps...) }
 	send("a", 1, owlv1.Role_ROLE_UPSTREAM, pkt(10, 100), pkt(11, 999_999_000))
 	send("b", 1, owlv1.Role_ROLE_DOWNSTREAM, pkt(10, 5_100))
 	send("a", 2, owlv1.Role_ROLE_UPSTREAM, pkt(20, 100))
@@ -283,16 +289,7 @@ func TestCrossersAtARateChange(t *testing.T) {
 			out = append(out, id)
 		}
 	}
-	pkt := func(id uint64, off int64) exact.Packet {
-		return exact.Packet{ID: id, OffsetNS: off, Flow: 1, Weight: 1}
-	}
-	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
-		r := report("p", epoch, role, nil)
-		r.List, _ = (&exact.List{Packets: ps}).MarshalBinary()
-		if err := c.report(probe, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) { sendList(t, c, probe, epoch, role, ps...) }
 	ldaUp, ldaDown := ldaPair(t, cfg.Params.LDA, 2, 1000, 1)
 	sendSample := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
 		s, _ := sample.New(half)
