@@ -11,6 +11,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 
 	"google.golang.org/protobuf/proto"
@@ -182,5 +183,33 @@ func TestLDSShapeMismatch(t *testing.T) {
 	ru.Lds = big
 	if err := c.report("a", ru); err == nil || !strings.Contains(err.Error(), "exceeds params.lds.cols") {
 		t.Errorf("an LDS of 8192 cells per row: %v", err)
+	}
+}
+
+// TestRDASizeFollowsDifferences: a path's RDA starts at params.rda.buckets
+// and, on epochs whose set differences need no more than
+// rda.min_buckets, shrinks to it (a quarter of 1,024), then grows at once
+// for a large difference.
+func TestRDASizeFollowsDifferences(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Params.RDA.Buckets, cfg.RDA.MinBuckets = 1024, 256
+	c := newTest(t, cfg)
+	defer c.Close()
+	ps := c.paths["p"]
+	size := func() int {
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		return ps.rdaBuckets
+	}
+	if got := size(); got != 1024 {
+		t.Fatalf("starts at %d buckets", got)
+	}
+	c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 50)})
+	if got := size(); got != 256 {
+		t.Errorf("after a difference of 50: %d buckets, want 256", got)
+	}
+	c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 400)})
+	if got := size(); got != 1000 {
+		t.Errorf("after a difference of 400: %d buckets, want 1000", got)
 	}
 }

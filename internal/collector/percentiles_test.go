@@ -260,7 +260,9 @@ func sendList(t *testing.T, c *Collector, probe string, epoch int64, role owlv1.
 // sides send exact lists, so nothing asks a probe.
 func TestDuplicatedCrosserCountsByItsEarlierCopy(t *testing.T) {
 	c := newTest(t, testConfig(t))
-	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) { sendList(t, c, probe, epoch, role, ps...) }
+	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
+		sendList(t, c, probe, epoch, role, ps...)
+	}
 	send("a", 1, owlv1.Role_ROLE_UPSTREAM, pkt(10, 100), pkt(11, 999_999_000))
 	send("b", 1, owlv1.Role_ROLE_DOWNSTREAM, pkt(10, 5_100))
 	send("a", 2, owlv1.Role_ROLE_UPSTREAM, pkt(20, 100))
@@ -289,7 +291,9 @@ func TestCrossersAtARateChange(t *testing.T) {
 			out = append(out, id)
 		}
 	}
-	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) { sendList(t, c, probe, epoch, role, ps...) }
+	send := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
+		sendList(t, c, probe, epoch, role, ps...)
+	}
 	ldaUp, ldaDown := ldaPair(t, cfg.Params.LDA, 2, 1000, 1)
 	sendSample := func(probe string, epoch int64, role owlv1.Role, ps ...exact.Packet) {
 		s, _ := sample.New(half)

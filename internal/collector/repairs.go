@@ -236,7 +236,7 @@ func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	}
 	want := reconcile.Size(slices.Max(ps.recentDiff), wk.cfg.RDA.MinBuckets, wk.cfg.RDA.MaxBuckets)
 	cur := ps.rdaBuckets
-	change := want > cur || want < cur/4
+	change := want > cur || want <= cur/4
 	if change {
 		ps.rdaBuckets = want
 	}

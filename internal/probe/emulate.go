@@ -112,8 +112,9 @@ type trafficSide struct {
 	lds     []byte
 	top     []*owlv1.TopFlow
 
-	rdasMu sync.Mutex     // guards rdas
+	rdasMu sync.Mutex     // guards rdas and ldss
 	rdas   map[int][]byte // buckets per bank → wire form
+	ldss   map[int][]byte // LDS cells per row below the parameters' → wire form
 }
 
 // variant is one made-up epoch of a path: both sides and the truth.
@@ -244,7 +245,7 @@ func (t *Traffic) newSide(pkts []packet) (*trafficSide, error) {
 		ls.Insert(t.flowHashes[p.flow], p.id, p.offsetNS, 1)
 		perFlow[p.flow]++
 	}
-	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}}
+	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldss: map[int][]byte{}}
 	slices.SortFunc(s.packets, func(a, b packet) int { return cmp.Compare(a.id, b.id) })
 	s.lda, _ = la.MarshalBinary() // does not fail
 	s.lds, _ = ls.MarshalBinary()
@@ -285,6 +286,35 @@ func (s *trafficSide) rda(cfg rda.Config, buckets int) ([]byte, error) {
 		}
 	}
 	s.rdas[buckets] = b
+	return b, nil
+}
+
+// ldsAt returns the side's LDS at cols cells per row in wire form (0: the
+// parameters'), built on first use from the side's packets and kept (a
+// few sizes), as a probe sized by its collector builds it.
+func (s *trafficSide) ldsAt(t *Traffic, cols int) ([]byte, error) {
+	if cols == 0 || cols == t.params.LDS.Cols {
+		return s.lds, nil
+	}
+	s.rdasMu.Lock()
+	defer s.rdasMu.Unlock()
+	if b, ok := s.ldss[cols]; ok {
+		return b, nil
+	}
+	cfg := t.params.LDS
+	cfg.Cols = cols
+	ls, err := lds.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("lds of %d cells per row: %w", cols, err)
+	}
+	for _, p := range s.packets {
+		ls.Insert(t.flowHashes[p.flow], p.id, p.offsetNS, 1)
+	}
+	b, _ := ls.MarshalBinary() // does not fail
+	if len(s.ldss) >= cachedRDAs {
+		clear(s.ldss) // sizes change seldom
+	}
+	s.ldss[cols] = b
 	return b, nil
 }
 
@@ -358,8 +388,10 @@ type Emulated struct {
 	paths   []emulatedPath
 	roles   map[string]owlv1.Role
 	buckets map[string]int // RDA buckets per bank the collector set, by path
+	ldsCols sync.Map       // path name → LDS cells per row the collector set (scheduled)
 
 	reports, bytes, fetches, rebuilds, releases, repairErrors atomic.Uint64
+	reported                                                  atomic.Int64 // the newest epoch reported
 }
 
 // emulatedPath is a path assigned to an emulated probe.
@@ -429,6 +461,8 @@ func (e *Emulated) Report(epoch int64) int {
 	e.pathsMu.Unlock()
 	now := time.Now().UnixNano()
 	clock := clockToProto(e.clock(now))
+	for old := e.reported.Load(); epoch > old && !e.reported.CompareAndSwap(old, epoch); old = e.reported.Load() {
+	}
 	n := 0
 	for _, a := range paths {
 		r, err := e.report(a, epoch)
@@ -452,9 +486,13 @@ func (e *Emulated) report(a emulatedPath, epoch int64) (*owlv1.EpochReport, erro
 	if err != nil {
 		return nil, err
 	}
+	lb, err := s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch))
+	if err != nil {
+		return nil, err
+	}
 	return &owlv1.EpochReport{
 		Path: a.name, Epoch: epoch, Role: a.role,
-		Lda: s.lda, Rda: rb, Lds: s.lds, TopFlows: s.top,
+		Lda: s.lda, Rda: rb, Lds: lb, TopFlows: s.top,
 		Counters:     &owlv1.Counters{Packets: uint64(len(s.packets))},
 		CacheEntries: uint64(len(s.packets)), CacheComplete: true,
 	}, nil
@@ -532,6 +570,9 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 			}
 			sizes[name] = int(b)
 		}
+		if c := int(a.GetLdsCols()); c > 0 && e.checkLDSCols(c) == nil {
+			scheduleAt(&e.ldsCols, name, c, 0, 0)
+		}
 		if _, dup := roles[name]; !dup {
 			paths = append(paths, emulatedPath{name: name, role: role})
 		}
@@ -564,16 +605,23 @@ func (e *Emulated) setSampleRate(m *owlv1.SampleRate) error {
 	return nil
 }
 
-// setLDSSize checks a path's new LDS size: emulated probes build each
-// side's sketch once, at the parameters' size, and keep it (both sides of
-// an emulated path are alike; the collector accepts any size up to the
-// parameters').
+// setLDSSize takes a path's new LDS size from its collector, from the
+// epoch it names.
 func (e *Emulated) setLDSSize(m *owlv1.LDSSize) error {
-	c := e.traffic.params.LDS
-	if int(m.GetCols()) > c.Cols {
-		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", m.GetCols(), c.Cols)
+	if err := e.checkLDSCols(int(m.GetCols())); err != nil {
+		return err
 	}
-	c.Cols = int(m.GetCols())
+	scheduleAt(&e.ldsCols, m.GetPath(), int(m.GetCols()), m.GetFromEpoch(), e.reported.Load())
+	return nil
+}
+
+// checkLDSCols reports an LDS size the parameters do not allow.
+func (e *Emulated) checkLDSCols(cols int) error {
+	c := e.traffic.params.LDS
+	if cols > c.Cols {
+		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", cols, c.Cols)
+	}
+	c.Cols = cols
 	return c.Validate()
 }
 

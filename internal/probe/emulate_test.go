@@ -19,6 +19,7 @@ import (
 	"github.com/owl-latency/owl/internal/collector"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -113,6 +114,42 @@ func TestEmulatedAnswersRepairs(t *testing.T) {
 	}
 	if e.setRDASize(&owlv1.RDASize{Path: "p", Buckets: 0}) == nil {
 		t.Error("an RDA of 0 buckets was taken")
+	}
+}
+
+// TestEmulatedLDSSize: an emulated probe's reports carry the LDS at the
+// size its collector set, from the epoch it named, with the side's packets.
+func TestEmulatedLDSSize(t *testing.T) {
+	tr, err := NewTraffic(params.Default(), TrafficConfig{Packets: 500, Flows: 5, Variants: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEmulated("a", "127.0.0.1:1", tr, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	path := emulatedPath{name: "p", role: owlv1.Role_ROLE_UPSTREAM}
+	pc := &owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: (&netpath.Path{Name: "p", Upstream: "a", Downstream: "b"}).ToProto(), Role: path.role, LdsCols: 512}}}
+	if err := e.setPaths(pc); err != nil {
+		t.Fatal(err)
+	}
+	e.Report(10)
+	if err := e.setLDSSize(&owlv1.LDSSize{Path: "p", Cols: 128, FromEpoch: 12}); err != nil {
+		t.Fatal(err)
+	}
+	for epoch, want := range map[int64]int{10: 512, 11: 512, 12: 128, 13: 128} {
+		r, err := e.report(path, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := lds.Decode(r.GetLds())
+		if err != nil || l.Config().Cols != want {
+			t.Errorf("epoch %d: LDS (%v) not of %d cells per row", epoch, err, want)
+			continue
+		}
+		if _, n := l.Load(1); math.Abs(n-float64(len(tr.side("p", epoch, path.role).packets))) > 0.5 {
+			t.Errorf("epoch %d: LDS of %.0f packets, the side saw %d", epoch, n, len(tr.side("p", epoch, path.role).packets))
+		}
+	}
+	if e.setLDSSize(&owlv1.LDSSize{Path: "p", Cols: 1 << 20}) == nil {
+		t.Error("an LDS larger than the parameters' was taken")
 	}
 }
 

@@ -189,12 +189,17 @@ func (z scheduled) at(e int64) int {
 }
 
 // schedule sets a path's setting in m to v from epoch from on, or, where
-// that is past, from the next epoch opened; until then the one in use as
-// of the epoch open now stays (a change still ahead is replaced).
+// that is past, from the next epoch opened.
 func (pl *pipeline) schedule(m *sync.Map, path string, v int, from int64) {
+	scheduleAt(m, path, v, from, pl.opened.Load())
+}
+
+// scheduleAt is schedule with open the newest epoch opened: until from,
+// the setting in use as of open stays (a change still ahead is replaced).
+func scheduleAt(m *sync.Map, path string, v int, from, open int64) {
 	z := scheduled{v: v, from: from}
 	if old, ok := m.Load(path); ok {
-		z.before = old.(scheduled).at(pl.opened.Load())
+		z.before = old.(scheduled).at(open)
 	}
 	m.Store(path, z)
 }
