@@ -207,6 +207,7 @@ func (l *loadRun) drive(ctx context.Context) (*summary, error) {
 	g, gctx := errgroup.WithContext(pctx)
 	for j := range l.cfg.probes {
 		e := probe.NewEmulated(probeName(j), l.seed, l.traffic, l.log)
+		e.Gzip(l.cfg.gzip)
 		l.probes = append(l.probes, e)
 		g.Go(func() error { return e.Run(gctx) })
 	}

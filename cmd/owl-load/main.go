@@ -34,6 +34,7 @@ type config struct {
 	collectorBin string
 	writeConfig  string
 	keep         bool
+	gzip         bool
 	probes       int
 	paths        int
 	traffic      probe.TrafficConfig
@@ -59,6 +60,7 @@ func bind(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.writeConfig, "write-config", c.writeConfig, "write a collector configuration (YAML) with the generated paths to this file and exit")
 	fs.BoolVar(&c.keep, "keep", c.keep, "with -spawn: keep the collectors' data directories and logs (their directory is printed)")
 	fs.IntVar(&c.probes, "probes", c.probes, "emulated probes (at least 2)")
+	fs.BoolVar(&c.gzip, "gzip", c.gzip, "the emulated probes gzip their streams (probe -gzip)")
 	fs.IntVar(&c.paths, "paths", c.paths, "paths: path i goes from probe 2i mod N to probe 2i+1 mod N")
 	fs.IntVar(&c.traffic.Packets, "packets", c.traffic.Packets, "packets sent per path and epoch")
 	fs.Float64Var(&c.traffic.Loss, "loss", c.traffic.Loss, "probability that a packet is lost")

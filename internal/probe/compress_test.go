@@ -52,10 +52,24 @@ func (o *oneReport) Connect(s owlv1.ProbeService_ConnectServer) error {
 	return nil
 }
 
-// TestStreamsAreGzipped: a probe's stream to its collector is gzipped: a
-// report holding 256 KiB of zeros (as a synopsis of few packets is) takes
-// a few KiB on the wire to a real gRPC server on a TCP port.
+// TestStreamsAreGzipped: a probe's stream to its collector is gzipped
+// when asked (-gzip): a report holding 256 KiB of zeros (as a synopsis of
+// few packets is) takes a few KiB on the wire to a real gRPC server on a
+// TCP port; and sent whole when not (the default).
 func TestStreamsAreGzipped(t *testing.T) {
+	for _, gzipped := range []bool{true, false} {
+		const size = 256 << 10
+		wire := sendZeros(t, size, gzipped)
+		if gzipped && wire > size/16 || !gzipped && wire < size {
+			t.Errorf("gzip %t: %d bytes on the wire for a report of %d zero bytes", gzipped, wire, size)
+		}
+	}
+}
+
+// sendZeros sends a report with an LDA of size zero bytes to a real gRPC
+// server and returns the bytes it read.
+func sendZeros(t *testing.T, size int, gzipped bool) int64 {
+	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +80,7 @@ func TestStreamsAreGzipped(t *testing.T) {
 	owlv1.RegisterProbeServiceServer(srv, got)
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
-	conn, err := dial(inner.Addr().String(), nil)
+	conn, err := dial(inner.Addr().String(), nil, gzipped)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +91,6 @@ func TestStreamsAreGzipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size = 256 << 10
 	if err := cs.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: &owlv1.EpochReport{Path: "p", Lda: make([]byte, size)}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +102,5 @@ func TestStreamsAreGzipped(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the server saw no message")
 	}
-	if wire := lis.read.Load(); wire > size/16 {
-		t.Errorf("%d bytes on the wire for a report of %d zero bytes: not compressed", wire, size)
-	}
+	return lis.read.Load()
 }

@@ -84,9 +84,15 @@ type Config struct {
 	// (RAP keeps twice as many counters); the collector estimates them.
 	TopFlows int `yaml:"top_flows"`
 	// ExactLists lets a report carry the epoch's exact list of packets
-	// (ID, time, flow) in place of its synopses wherever the list is the
-	// smaller: quiet paths then cost bytes in proportion to their packets.
+	// (ID, time, flow) in place of its synopses wherever the list is at
+	// most their size (half, with Gzip): quiet paths then cost bytes in
+	// proportion to their packets.
 	ExactLists bool `yaml:"exact_lists"`
+	// Gzip compresses the stream to the collectors. Off by default: a
+	// report's synopses compress by 2–10% only (lists of random IDs and
+	// times hardly at all), and inflating them took a quarter of a
+	// collector's CPU (docs/benchmarks.md).
+	Gzip bool `yaml:"gzip"`
 	// RTT measures round-trip times at this point (request/response
 	// pairs of every flow it sees), shipped once per epoch.
 	RTT RTTConfig `yaml:"rtt"`

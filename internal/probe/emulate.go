@@ -424,6 +424,9 @@ func NewEmulated(id, collector string, t *Traffic, log *slog.Logger) *Emulated {
 	return e
 }
 
+// Gzip makes the probe gzip its streams (Config.Gzip); call it before Run.
+func (e *Emulated) Gzip(on bool) { e.router.gzip = on }
+
 // Run keeps the streams to the collectors going until ctx ends or a
 // collector rejects the probe (a *RejectedError).
 func (e *Emulated) Run(ctx context.Context) error {

@@ -398,6 +398,8 @@ type reporter struct {
 	// exactLists lets a report carry the epoch's exact list of packets in
 	// place of its synopses where the list is smaller.
 	exactLists bool
+	// gzipped says reports travel gzipped (Config.Gzip).
+	gzipped bool
 }
 
 // partial says why the probe saw part of an epoch only, or "": a live

@@ -80,7 +80,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 		caches: newCacheStore(cfg.Cache.Retention, cfg.Cache.MaxBytes)}
 	p.spool.log, p.caches.log = log, log
 	p.clock = ptp.NewFixed(ptp.Status{Source: "file", State: ptp.StateUnknown, Detail: "timestamps come from the capture files"}, 0)
-	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, exactLists: cfg.ExactLists, clock: p.clockOver, emit: p.spool.add,
+	p.rep = &reporter{caches: p.caches, topFlows: cfg.TopFlows, exactLists: cfg.ExactLists, gzipped: cfg.Gzip, clock: p.clockOver, emit: p.spool.add,
 		emitRTT: p.spool.addRTT, emitReorder: p.spool.addReorder, reorderCut: newReorderCutter(cfg.Reorder.Prefixes.Max),
 		emitVector: func(v *owlv1.ColateVector) {
 			p.stats.colateVectors.Add(1)
@@ -103,7 +103,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 			return nil, err
 		}
 	}
-	conn, err := dial(cfg.Collector, creds) // checks the address now
+	conn, err := dial(cfg.Collector, creds, cfg.Gzip) // checks the address now
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +111,7 @@ func New(cfg Config, log *slog.Logger) (*Probe, error) {
 	p.router = newRouter(cfg.Collector, creds, log, func() *client {
 		return &client{log: log, spool: p.spool, reconnectMax: cfg.ReconnectMax, h: p}
 	})
+	p.router.gzip = cfg.Gzip
 	if cfg.DataDir != "" {
 		if err := p.openDisk(); err != nil {
 			return nil, err

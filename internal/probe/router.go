@@ -27,6 +27,7 @@ import (
 type router struct {
 	seed  string // the configured collector, which every probe keeps a stream to
 	creds credsFor
+	gzip  bool // compress the streams
 	log   *slog.Logger
 	// newClient makes a client for a collector, without its connection,
 	// address and routing fields.
@@ -62,18 +63,21 @@ func newRouter(seed string, creds credsFor, log *slog.Logger, newClient func() *
 // credsFor are the transport credentials for a collector's address.
 type credsFor func(addr string) credentials.TransportCredentials
 
-// dial connects to a collector (in plaintext when creds is nil). Messages
-// are gzipped: an epoch report's synopses are mostly zeros at low rates
-// (946 bytes/packet at 100 packets/s, 106 gzipped: docs/benchmarks.md).
-func dial(addr string, creds credsFor) (*grpc.ClientConn, error) {
+// dial connects to a collector (in plaintext when creds is nil), its
+// messages gzipped when gzipped is set (Config.Gzip).
+func dial(addr string, creds credsFor, gzipped bool) (*grpc.ClientConn, error) {
 	tc := insecure.NewCredentials()
 	if creds != nil {
 		tc = creds(addr)
 	}
+	call := []grpc.CallOption{grpc.MaxCallRecvMsgSize(16 << 20)}
+	if gzipped {
+		call = append(call, grpc.UseCompressor(gzip.Name))
+	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(tc),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.UseCompressor(gzip.Name)))
+		grpc.WithDefaultCallOptions(call...))
 	if err != nil {
 		return nil, fmt.Errorf("collector address %q: %w", addr, err)
 	}
@@ -119,7 +123,7 @@ func (r *router) run(ctx context.Context) error {
 
 // start runs a client for addr. r.mu is held.
 func (r *router) start(addr string) error {
-	conn, err := dial(addr, r.creds)
+	conn, err := dial(addr, r.creds, r.gzip)
 	if err != nil {
 		return err
 	}
