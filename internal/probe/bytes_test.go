@@ -20,18 +20,23 @@ import (
 // BenchmarkReportBytes is what one side of a path ships per packet in its
 // epoch report (LDA, RDA, LDS, top flows, packet sample, or the exact list
 // in their place, and the rest) at 100 to 1 M packets/s, one epoch each
-// (oneEpochReports), with exact lists off and on. Metrics: bytes/packet
+// (oneEpochReports), with exact lists off and on, and with the LDS at its
+// largest (fixedLDSReports). Metrics: bytes/packet
 // of both sides (twice one side's report), the same gzipped, and each
 // part's bytes, and the LDS's cells per row. Run with -benchtime 1x: each iteration is one epoch of
 // packets.
 func BenchmarkReportBytes(b *testing.B) {
 	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
-		for _, lists := range []bool{false, true} {
-			b.Run(fmt.Sprintf("packets/s=%d/lists=%v", rate, lists), func(b *testing.B) {
+		for _, mode := range []string{"lists=false", "lists=true", "lds=fixed"} {
+			b.Run(fmt.Sprintf("packets/s=%d/%s", rate, mode), func(b *testing.B) {
 				var reports []*owlv1.EpochReport
 				n := 0
 				for b.Loop() {
-					reports, n = oneEpochReports(b, rate, lists)
+					if mode == "lds=fixed" {
+						reports, n = fixedLDSReports(b, rate)
+					} else {
+						reports, n = oneEpochReports(b, rate, mode == "lists=true")
+					}
 				}
 				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols int
 				for _, r := range reports {
@@ -61,8 +66,16 @@ func BenchmarkReportBytes(b *testing.B) {
 	}
 }
 
-// oneEpochReports runs one epoch of rate packets of synthetic traffic
-// (Pareto flow sizes) through an upstream probe's pipeline, as the
+// fixedLDSReports is oneEpochReports without lists and with every LDS at
+// params.lds.cols (flows.lds_min_cols: 0).
+func fixedLDSReports(tb testing.TB, rate int) ([]*owlv1.EpochReport, int) {
+	p := params.Default()
+	link, frames, shift := epochTraffic(tb, p, rate)
+	return runEpoch(p, link, frames, shift, 0, false), len(frames)
+}
+
+// oneEpochReports runs one epoch of exactly rate packets of synthetic
+// traffic (Pareto flow sizes) through an upstream probe's pipeline, as the
 // collector would set it in steady state: the RDA at rda.min_buckets (256,
 // a path with little loss), the sample at the rate for
 // params.sample.target and the LDS at the size the collector settles on
@@ -70,17 +83,7 @@ func BenchmarkReportBytes(b *testing.B) {
 // the reports and the packets.
 func oneEpochReports(tb testing.TB, rate int, lists bool) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
-	start := p.Epoch.StartNS(1_800_000_000)
-	link, frames, err := sim.Synthesize(sim.SynthConfig{Flows: max(1, rate/7), ParetoShape: 1.1, MaxPackets: 20_000,
-		Start: time.Unix(0, start), Span: p.Epoch.Length - time.Millisecond, Seed: 9})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	frames = frames[:min(len(frames), rate)]
-	shift := 0
-	for uint64(len(frames))>>shift > 2*uint64(p.Sample.Target) {
-		shift++
-	}
+	link, frames, shift := epochTraffic(tb, p, rate)
 	cols := p.LDS.Cols
 	for range 4 { // the collector's resizing, until it settles
 		next := nextLDSCols(tb, p, cols, runEpoch(p, link, frames, shift, cols, false)[0].GetLds())
@@ -90,6 +93,29 @@ func oneEpochReports(tb testing.TB, rate int, lists bool) ([]*owlv1.EpochReport,
 		cols = next
 	}
 	return runEpoch(p, link, frames, shift, cols, lists), len(frames)
+}
+
+// epochTraffic is one epoch of exactly rate packets of synthetic traffic
+// (a flow per 7 packets, or more flows where the Pareto sizes fall short)
+// and the sampling shift the collector sets for it.
+func epochTraffic(tb testing.TB, p params.Params, rate int) (layers.LinkType, []sim.Frame, int) {
+	start := p.Epoch.StartNS(1_800_000_000)
+	var link layers.LinkType
+	var frames []sim.Frame
+	for flows := max(1, rate/7); len(frames) < rate; flows *= 2 {
+		var err error
+		link, frames, err = sim.Synthesize(sim.SynthConfig{Flows: flows, ParetoShape: 1.1, MaxPackets: 20_000,
+			Start: time.Unix(0, start), Span: p.Epoch.Length - time.Millisecond, Seed: 9})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	frames = frames[:rate]
+	shift := 0
+	for uint64(len(frames))>>shift > 2*uint64(p.Sample.Target) {
+		shift++
+	}
+	return link, frames, shift
 }
 
 // nextLDSCols is the LDS size a collector with the default flows settings
