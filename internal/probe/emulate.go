@@ -81,8 +81,8 @@ const (
 	maxReorderNS = int64(time.Millisecond)
 	// emulatedTopFlows is how many flows a report names (a probe's default).
 	emulatedTopFlows = 20
-	// cachedRDAs bounds the RDA sizes kept per variant and side.
-	cachedRDAs = 8
+	// cachedSizes bounds the RDA and the LDS sizes kept per variant and side.
+	cachedSizes = 8
 )
 
 // Truth is what a variant's traffic really was: what an exact estimate of
@@ -112,9 +112,9 @@ type trafficSide struct {
 	lds     []byte
 	top     []*owlv1.TopFlow
 
-	rdasMu sync.Mutex     // guards rdas and ldss
-	rdas   map[int][]byte // buckets per bank → wire form
-	ldss   map[int][]byte // LDS cells per row below the parameters' → wire form
+	sizedMu sync.Mutex     // guards rdas and ldss
+	rdas    map[int][]byte // buckets per bank → wire form
+	ldss    map[int][]byte // LDS cells per row below the parameters' → wire form
 }
 
 // variant is one made-up epoch of a path: both sides and the truth.
@@ -265,8 +265,8 @@ func (t *Traffic) newSide(pkts []packet) (*trafficSide, error) {
 // rda returns the side's RDA at buckets per bank in wire form, built on
 // first use from the side's packets and kept (a few sizes).
 func (s *trafficSide) rda(cfg rda.Config, buckets int) ([]byte, error) {
-	s.rdasMu.Lock()
-	defer s.rdasMu.Unlock()
+	s.sizedMu.Lock()
+	defer s.sizedMu.Unlock()
 	if b, ok := s.rdas[buckets]; ok {
 		return b, nil
 	}
@@ -279,7 +279,7 @@ func (s *trafficSide) rda(cfg rda.Config, buckets int) ([]byte, error) {
 		r.Insert(p.id, p.offsetNS)
 	}
 	b, _ := r.MarshalBinary() // does not fail
-	if len(s.rdas) >= cachedRDAs {
+	if len(s.rdas) >= cachedSizes {
 		for k := range s.rdas {
 			delete(s.rdas, k) // any one: sizes change seldom
 			break
@@ -296,8 +296,8 @@ func (s *trafficSide) ldsAt(t *Traffic, cols int) ([]byte, error) {
 	if cols == 0 || cols == t.params.LDS.Cols {
 		return s.lds, nil
 	}
-	s.rdasMu.Lock()
-	defer s.rdasMu.Unlock()
+	s.sizedMu.Lock()
+	defer s.sizedMu.Unlock()
 	if b, ok := s.ldss[cols]; ok {
 		return b, nil
 	}
@@ -311,7 +311,7 @@ func (s *trafficSide) ldsAt(t *Traffic, cols int) ([]byte, error) {
 		ls.Insert(t.flowHashes[p.flow], p.id, p.offsetNS, 1)
 	}
 	b, _ := ls.MarshalBinary() // does not fail
-	if len(s.ldss) >= cachedRDAs {
+	if len(s.ldss) >= cachedSizes {
 		clear(s.ldss) // sizes change seldom
 	}
 	s.ldss[cols] = b
@@ -573,7 +573,7 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 			}
 			sizes[name] = int(b)
 		}
-		if c := int(a.GetLdsCols()); c > 0 && e.checkLDSCols(c) == nil {
+		if c := int(a.GetLdsCols()); c > 0 && checkLDSCols(e.traffic.params.LDS, c) == nil {
 			scheduleAt(&e.ldsCols, name, c, 0, 0)
 		}
 		if _, dup := roles[name]; !dup {
@@ -611,21 +611,11 @@ func (e *Emulated) setSampleRate(m *owlv1.SampleRate) error {
 // setLDSSize takes a path's new LDS size from its collector, from the
 // epoch it names.
 func (e *Emulated) setLDSSize(m *owlv1.LDSSize) error {
-	if err := e.checkLDSCols(int(m.GetCols())); err != nil {
+	if err := checkLDSCols(e.traffic.params.LDS, int(m.GetCols())); err != nil {
 		return err
 	}
 	scheduleAt(&e.ldsCols, m.GetPath(), int(m.GetCols()), m.GetFromEpoch(), e.reported.Load())
 	return nil
-}
-
-// checkLDSCols reports an LDS size the parameters do not allow.
-func (e *Emulated) checkLDSCols(cols int) error {
-	c := e.traffic.params.LDS
-	if cols > c.Cols {
-		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", cols, c.Cols)
-	}
-	c.Cols = cols
-	return c.Validate()
 }
 
 // setRDASize takes a path's new RDA size from its collector.

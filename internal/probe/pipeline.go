@@ -216,16 +216,21 @@ func setting(m *sync.Map, path string, e int64) int {
 // past, the next it opens) use an LDS of this many cells per row, at most
 // the parameters' (the collector's sizing, LDSSize).
 func (pl *pipeline) setLDSCols(path string, cols int, from int64) error {
-	c := pl.params.LDS
-	if cols > c.Cols {
-		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", cols, c.Cols)
-	}
-	c.Cols = cols
-	if err := c.Validate(); err != nil {
+	if err := checkLDSCols(pl.params.LDS, cols); err != nil {
 		return err
 	}
 	pl.schedule(&pl.ldsCols, path, cols, from)
 	return nil
+}
+
+// checkLDSCols reports an LDS size the parameters p do not allow: more
+// cells per row than theirs, or a shape LDS refuses.
+func checkLDSCols(p lds.Config, cols int) error {
+	if cols > p.Cols {
+		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", cols, p.Cols)
+	}
+	p.Cols = cols
+	return p.Validate()
 }
 
 // setRDASize makes a path's next epochs use an RDA of this many buckets.
@@ -249,8 +254,8 @@ func (pl *pipeline) setSampleShift(path string, shift int, from int64) error {
 	return nil
 }
 
-// newSample is a path's empty sample at the rate last asked for, or nil
-// when sampling is off.
+// newSample is a path's empty sample at epoch e's rate, or nil when
+// sampling is off.
 func (pl *pipeline) newSample(path string, e int64) *sample.Sample {
 	if pl.params.Sample.Target == 0 {
 		return nil
