@@ -58,6 +58,15 @@ type Config struct {
 	// PairTimeout is how long a report waits for the other side before the
 	// epoch is reported as missing a side.
 	PairTimeout time.Duration `yaml:"pair_timeout"`
+	// WriteLoneAfter is how long a report from a probe's stream is held
+	// in memory only, unacknowledged, waiting for its other side: when
+	// that comes, neither is written as a pending report and both are
+	// acknowledged once the epoch's result is stored; a report still
+	// alone is written then and acknowledged. The probe keeps a report
+	// until it is acknowledged, so nothing is lost. 0: every report is
+	// written (and acknowledged) when it comes, at twice the writes.
+	// At most pair_timeout/2 is used.
+	WriteLoneAfter time.Duration `yaml:"write_lone_after"`
 	// PairRetention is how long a lone report is kept after the timeout, so
 	// that a side that comes later still completes the epoch.
 	PairRetention time.Duration `yaml:"pair_retention"`
@@ -197,6 +206,7 @@ func DefaultConfig() Config {
 		Params:          params.Default(),
 		PairTimeout:     30 * time.Second,
 		PairRetention:   10 * time.Minute,
+		WriteLoneAfter:  2 * time.Second,
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
@@ -246,6 +256,9 @@ func (c Config) Validate() error {
 	}
 	if c.PairTimeout <= 0 || c.PairRetention < 0 {
 		return errors.New("pair_timeout must be positive and pair_retention not negative")
+	}
+	if c.WriteLoneAfter < 0 {
+		return fmt.Errorf("write_lone_after %v must not be negative", c.WriteLoneAfter)
 	}
 	if err := c.DelayBounds.Validate(); err != nil {
 		return fmt.Errorf("delay_bounds: %w", err)

@@ -120,9 +120,26 @@ func (c *Collector) receive(sess *session, received chan<- error) {
 			}
 			inflight <- struct{}{}
 			wg.Go(func() {
-				defer func() { <-inflight; inflightBytes.Release(size) }()
+				var unsaved *saveWait
 				c.guard(sess, fail, func() error {
-					return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.reportReplicated(sess, r))
+					var err error
+					if unsaved, err = c.reportReplicated(sess, r); unsaved != nil {
+						return nil // answered below
+					}
+					return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), err)
+				})
+				<-inflight
+				inflightBytes.Release(size)
+				if unsaved == nil {
+					return
+				}
+				select {
+				case <-unsaved.done:
+				case <-sess.stream.Context().Done():
+					return // not acknowledged: the probe sends it again
+				}
+				c.guard(sess, fail, func() error {
+					return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), unsaved.err)
 				})
 			})
 			continue
@@ -166,8 +183,8 @@ func (c *Collector) openSession(sess *session) error {
 	return nil
 }
 
-// handle takes one message of a probe's stream after its Hello. An error
-// ends the stream.
+// handle takes one message of a probe's stream after its Hello, other
+// than a report (receive takes those). An error ends the stream.
 func (c *Collector) handle(sess *session, m *owlv1.ProbeMessage) error {
 	switch a := m.GetMsg().(type) {
 	case *owlv1.ProbeMessage_FetchReply:
@@ -188,9 +205,6 @@ func (c *Collector) handle(sess *session, m *owlv1.ProbeMessage) error {
 	case *owlv1.ProbeMessage_Reorder:
 		err := c.takeReorder(sess.probe, a.Reorder)
 		return c.answer(sess, owlv1.Reject_KIND_REORDER, "", a.Reorder.GetEpoch(), a.Reorder.GetSeq(), err)
-	case *owlv1.ProbeMessage_Report:
-		r := a.Report
-		return c.answer(sess, owlv1.Reject_KIND_REPORT, r.GetPath(), r.GetEpoch(), r.GetSeq(), c.reportReplicated(sess, r))
 	}
 	return status.Errorf(codes.InvalidArgument, "unexpected %T after Hello", m.GetMsg())
 }
@@ -301,45 +315,49 @@ func (c *Collector) takeColate(probe string, v *owlv1.ColateVector) error {
 // it can never be used; a *notOwner that another collector takes it.
 // Other errors are failures of the collector.
 func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
-	_, err := c.takeReport(probe, r)
+	_, _, err := c.takeReport(probe, r, false)
 	return err
 }
 
 // reportReplicated takes a report of a probe's stream like report, and in
 // a cluster returns once its copy is with the path's replica (or was
 // given up, or the stream ended): a report is acknowledged only when the
-// owner's death alone would not lose it.
-func (c *Collector) reportReplicated(sess *session, r *owlv1.EpochReport) error {
-	copied, err := c.takeReport(sess.probe, r)
+// owner's death alone would not lose it. A side placed without being
+// stored (its other side was in) returns its wait instead: it is
+// acknowledged once that ends.
+func (c *Collector) reportReplicated(sess *session, r *owlv1.EpochReport) (*saveWait, error) {
+	copied, unsaved, err := c.takeReport(sess.probe, r, c.cfg.WriteLoneAfter > 0)
 	if err == nil && copied != nil {
 		select {
 		case <-copied:
 		case <-sess.stream.Context().Done():
 		}
 	}
-	return err
+	return unsaved, err
 }
 
-// takeReport is report, and the channel pairSide returns.
-func (c *Collector) takeReport(probe string, r *owlv1.EpochReport) (<-chan struct{}, error) {
+// takeReport is report, and what pairSide returns; unsaved lets a side
+// whose other side is in be placed without a store write (its probe
+// waits for the result).
+func (c *Collector) takeReport(probe string, r *owlv1.EpochReport, unsaved bool) (<-chan struct{}, *saveWait, error) {
 	c.probes.sawReport(probe)
 	ps, err := c.checkReport(probe, r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Before decoding: a report turned away costs no more.
 	if c.overBacklog(probe) {
-		return nil, errBusy
+		return nil, nil, errBusy
 	}
 	if c.overShare(probe) {
-		return nil, errProbeShare
+		return nil, nil, errProbeShare
 	}
 	s, err := c.decodeReport(probe, r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds()) + len(r.GetList())))
-	return c.pairSide(ps, s)
+	return c.pairSide(ps, s, unsaved)
 }
 
 // checkReport checks that a report belongs here and can be used, from

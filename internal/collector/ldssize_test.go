@@ -110,8 +110,9 @@ func TestLDSSizeFollowsFlows(t *testing.T) {
 			if err := st[i].Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
 				t.Fatal(err)
 			}
-			<-acks[i]
 		}
+		<-acks[0]
+		<-acks[1]
 		waitResult(t, c, "p", e, anyResult)
 	}
 	// Five large flows among 200 small ones: 2·5·4/ε^(1/16) = 54 cells

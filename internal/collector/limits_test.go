@@ -386,6 +386,7 @@ func TestReportRateLimit(t *testing.T) {
 	cfg.Limits.ReportsPerSecond = 20
 	c := newTest(t, cfg)
 	defer c.Close()
+	sweepEvery(t, c, 50*time.Millisecond) // lone sides are stored, then acknowledged
 	st := probeStream(t, serve(t, c), "a", cfg.Params)
 	up, _ := ldaPair(t, cfg.Params.LDA, 10, 1, 1)
 	const n = 30

@@ -85,6 +85,56 @@ type side struct {
 	// lda, sample and ldsCfg were built from it, the RDA and LDS are
 	// built when the epoch is reconciled.
 	listed bool
+	// unsaved is set on a side placed without a pending row of its own:
+	// its probe is acknowledged once the epoch's result is stored, or
+	// the side is (unsaved.done). Nil: the side was stored when it came.
+	unsaved *saveWait
+}
+
+// saveWait is the acknowledgement a side kept in memory only waits for:
+// done is closed once the epoch's result is stored and sent to the
+// path's replica (err nil), or once the side was written as a pending
+// report after all (err nil) or could not be (err set).
+type saveWait struct {
+	once sync.Once
+	done chan struct{}
+	err  error
+}
+
+func newSaveWait() *saveWait { return &saveWait{done: make(chan struct{})} }
+
+// waiting says the wait is set and has not ended.
+func (w *saveWait) waiting() bool {
+	if w == nil {
+		return false
+	}
+	select {
+	case <-w.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// finish ends the wait with err (the first call counts).
+func (w *saveWait) finish(err error) {
+	w.once.Do(func() {
+		w.err = err
+		close(w.done)
+	})
+}
+
+// finishAfter ends the wait once sent is closed.
+func (w *saveWait) finishAfter(sent <-chan struct{}) {
+	select {
+	case <-sent:
+		w.finish(nil)
+	default:
+		go func() {
+			<-sent
+			w.finish(nil)
+		}()
+	}
 }
 
 func newPathState(p netpath.Path, rdaBuckets, ldsCols int) *pathState {
@@ -155,6 +205,20 @@ func (pr *pairing) held(s *side) *side {
 	return pr.down
 }
 
+// unsaved says a side of the pairing is kept in memory only.
+func (pr *pairing) unsaved() bool {
+	return (pr.up != nil && pr.up.unsaved.waiting()) || (pr.down != nil && pr.down.unsaved.waiting())
+}
+
+// unset takes the side of the role of s out.
+func (pr *pairing) unset(s *side) {
+	if isUpstream(s) {
+		pr.up = nil
+	} else {
+		pr.down = nil
+	}
+}
+
 func (pr *pairing) set(s *side) {
 	if isUpstream(s) {
 		pr.up = s
@@ -190,14 +254,19 @@ func (ps *pathState) place(s *side) bool {
 	return true
 }
 
-// pairSide stores a checked report, puts it into its path's table and
-// queues its copy for the path's replica: the channel returned is closed
-// once the copy is sent or given up (nil when nothing was stored). A
-// report whose side is in already, or whose epoch was combined already
-// (sent again after a reconnect), is counted and dropped; when its
+// pairSide puts a checked report into its path's table. With unsaved
+// (a report from a probe's stream, which keeps it until acknowledged),
+// the side is kept in memory only: the *saveWait returned ends once the
+// epoch's result is stored, or once the side, still alone after
+// write_lone_after, was stored by the sweep; most sides so never cost a
+// store write of their own. Without, the side is stored and its copy
+// queued for the path's replica: the channel returned is closed once the
+// copy is sent or given up. A report whose side is in already, or whose
+// epoch was combined already (sent again after a reconnect), is counted
+// and dropped (a side held unsaved: its wait is returned); when its
 // content differs from the side held or used, it is a rejection and the
 // epoch's result counts it (conflicting_reports).
-func (c *Collector) pairSide(ps *pathState, s *side) (<-chan struct{}, error) {
+func (c *Collector) pairSide(ps *pathState, s *side, unsaved bool) (<-chan struct{}, *saveWait, error) {
 	path, epoch := ps.path.Name, s.Report.GetEpoch()
 	ps.ingestMu.Lock()
 	defer ps.ingestMu.Unlock()
@@ -218,28 +287,68 @@ func (c *Collector) pairSide(ps *pathState, s *side) (<-chan struct{}, error) {
 		if resultStored {
 			c.worker.addConflicts(path, epoch, 1)
 		}
-		return nil, c.conflicting(s, held.digest, "held")
+		return nil, nil, c.conflicting(s, held.digest, "held")
 	case held != nil:
 		c.m.dupReports.Inc()
-		return nil, nil
+		return nil, held.unsaved, nil
 	case pr == nil:
 		res, err := c.store.Result(path, epoch)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if res != nil && !missingSide(res) {
 			c.probes.release(s.Probe, path, epoch)
-			return nil, c.usedAlready(s, res)
+			return nil, nil, c.usedAlready(s, res)
 		}
 	}
+	if unsaved {
+		s.unsaved = newSaveWait()
+		ps.place(s)
+		return nil, s.unsaved, nil
+	}
 	if err := c.store.PutPending(s.Pending); err != nil {
-		return nil, fmt.Errorf("storing report: %w", err)
+		return nil, nil, fmt.Errorf("storing report: %w", err)
 	}
 	copied := c.repl.enqueueWait(sideCopy(s.Pending))
 	if !ps.place(s) {
 		c.m.dupReports.Inc() // a copy came in meanwhile
 	}
-	return copied, nil
+	return copied, nil, nil
+}
+
+// saveUnsaved writes as pending reports the sides of an epoch kept in
+// memory only, and lets their probes be acknowledged: the worker's after
+// the epoch failed to reconcile, the sweep's (lone) for a side alone for
+// write_lone_after, unless its other side came meanwhile. A side that
+// cannot be written leaves the table (its probe, not acknowledged, sends
+// it again).
+func saveUnsaved(st *store.Store, repl *replicator, ps *pathState, epoch int64, lone bool) {
+	ps.ingestMu.Lock()
+	defer ps.ingestMu.Unlock()
+	ps.mu.Lock()
+	pr := ps.pending[epoch]
+	var sides []*side
+	if pr != nil && !(lone && pr.complete()) {
+		for _, s := range []*side{pr.up, pr.down} {
+			if s != nil && s.unsaved.waiting() {
+				sides = append(sides, s)
+			}
+		}
+	}
+	ps.mu.Unlock()
+	for _, s := range sides {
+		err := st.PutPending(s.Pending)
+		if err != nil {
+			ps.mu.Lock()
+			if pr.held(s) == s {
+				pr.unset(s)
+			}
+			ps.mu.Unlock()
+			s.unsaved.finish(fmt.Errorf("storing report: %w", err))
+			continue
+		}
+		s.unsaved.finishAfter(repl.enqueueWait(sideCopy(s.Pending)))
+	}
 }
 
 // usedAlready takes a report of an epoch whose result is stored: the same
@@ -316,6 +425,7 @@ func (c *Collector) restore() error {
 
 // sweepPlan is what a sweep of one path decided under its lock.
 type sweepPlan struct {
+	save    []int64      // epochs whose lone side to store (saveUnsaved)
 	timeOut []int64      // epochs to write a missing-side result for
 	drop    []int64      // lone epochs to forget
 	ask     []handOverAt // epochs whose missing side to ask the cluster for
@@ -333,6 +443,9 @@ func (c *Collector) sweep() {
 	now := c.now()
 	for _, ps := range c.paths {
 		plan := c.planSweep(ps, now)
+		for _, e := range plan.save {
+			saveUnsaved(c.store, c.repl, ps, e, true)
+		}
 		for _, e := range plan.timeOut {
 			c.timeOut(ps, e)
 		}
@@ -355,6 +468,12 @@ func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
 		age := now.Sub(pr.first)
 		if pr.complete() || pr.timingOut {
 			continue // the worker has it, or a sweep does
+		}
+		if pr.unsaved() {
+			if age >= min(c.cfg.WriteLoneAfter, c.cfg.PairTimeout/2) {
+				plan.save = append(plan.save, e)
+			}
+			continue // stored before anything else is done with it
 		}
 		if age >= c.cfg.PairTimeout && c.cl != nil && !pr.asked {
 			if !pr.asking {
@@ -473,9 +592,9 @@ func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owl
 	defer ps.ingestMu.Unlock()
 	ps.mu.Lock()
 	pr := ps.pending[epoch]
-	if pr != nil && (pr.complete() || pr.asking || pr.timingOut) {
+	if pr != nil && (pr.complete() || pr.asking || pr.timingOut || pr.unsaved()) {
 		ps.mu.Unlock()
-		return &owlv1.TakePendingResponse{}, nil // paired here, or busy
+		return &owlv1.TakePendingResponse{}, nil // paired here, or busy (a side not yet stored)
 	}
 	var s *side
 	if pr != nil {

@@ -183,7 +183,7 @@ func (c *Collector) promoteSide(ps *pathState, p store.Pending) (taken bool, err
 		s, err := decodeSide(p, c.cfg.Params)
 		if err == nil {
 			s.Received = c.now()
-			if _, err := c.pairSide(ps, s); err != nil {
+			if _, _, err := c.pairSide(ps, s, false); err != nil {
 				return false, err // the copy stays for the next try
 			}
 			taken = true

@@ -122,11 +122,19 @@ func (r *replicator) push(ec *owlv1.EpochCopy, done chan struct{}) {
 }
 
 // enqueueWrite queues the copies of what a store.Write of the epoch
-// worker holds (writeCopies).
-func (r *replicator) enqueueWrite(w store.Write) {
-	if r != nil {
-		r.enqueue(writeCopies(w)...)
+// worker holds (writeCopies) and returns a channel closed once the first
+// (the epoch's own result) is sent or given up.
+func (r *replicator) enqueueWrite(w store.Write) <-chan struct{} {
+	if r == nil {
+		return closedDone
 	}
+	copies := writeCopies(w)
+	if len(copies) == 0 {
+		return closedDone
+	}
+	done := r.enqueueWait(copies[0])
+	r.enqueue(copies[1:]...)
+	return done
 }
 
 // drop counts copies not sent, with a warning at most every

@@ -66,6 +66,7 @@ func (wk *worker) work(ctx context.Context, ps *pathState) {
 				return
 			}
 			wk.log.Error("reconciling epoch", "path", ps.path.Name, "epoch", e, "err", err)
+			saveUnsaved(wk.store, wk.repl, ps, e, false)
 		}
 	}
 }
@@ -143,7 +144,12 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	if err := wk.store.Apply(sw); err != nil {
 		return fmt.Errorf("storing result: %w", err)
 	}
-	wk.repl.enqueueWrite(sw)
+	sent := wk.repl.enqueueWrite(sw)
+	for _, s := range []*side{pr.up, pr.down} {
+		if s.unsaved != nil {
+			s.unsaved.finishAfter(sent)
+		}
+	}
 	if late := wk.finish(w); late > 0 {
 		wk.addConflicts(ps.path.Name, epoch, late)
 	}
