@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -162,6 +163,14 @@ type FlowsConfig struct {
 	// LDSLargePackets is the size (packets per epoch) of the flows the
 	// LDS is sized to measure well; smaller flows share cells.
 	LDSLargePackets int `yaml:"lds_large_packets"`
+	// LDSDigestBytes is how many low bytes of each LDS cell's digest (the
+	// xor of its packets' IDs) the probes send: 8, 4 or 2. A cell is used
+	// for a flow only when both sides agree on its count and digest; with
+	// n bytes, two different sets of packets of one count pass for the
+	// same with a chance of 2^-(8n) (4: one in four billion), and each
+	// byte less saves one per cell (a quarter of an LDS at 4, two fifths
+	// at 2). Probes older than this setting send 8.
+	LDSDigestBytes int `yaml:"lds_digest_bytes"`
 }
 
 // RDAConfig sizes RDAs and bounds what reconciling one epoch may cost.
@@ -211,7 +220,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
-		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSLargePackets: 128},
+		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSLargePackets: 128, LDSDigestBytes: 4},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
 		Reorder:         DefaultReorderConfig(),
@@ -321,6 +330,9 @@ func (c FlowsConfig) Validate(epochLen time.Duration, sketch lds.Config) error {
 	}
 	if c.LDSMinCols != 0 && (c.LDSMinCols < sketch.K || c.LDSMinCols > sketch.Cols) {
 		return fmt.Errorf("lds_min_cols %d must be 0 or in [params.lds.k %d, params.lds.cols %d]", c.LDSMinCols, sketch.K, sketch.Cols)
+	}
+	if !slices.Contains(lds.DigestWidths, c.LDSDigestBytes) {
+		return fmt.Errorf("lds_digest_bytes %d must be one of %v", c.LDSDigestBytes, lds.DigestWidths)
 	}
 	if c.LDSLargePackets < 1 {
 		return fmt.Errorf("lds_large_packets %d must be positive", c.LDSLargePackets)

@@ -103,6 +103,7 @@ func (wk *worker) listsOf(w *epochWork) (*listedEpoch, error) {
 		if err != nil {
 			return nil, err
 		}
+		_ = sk.SetDigestBytes(wk.cfg.Flows.LDSDigestBytes) // validated; stored at the width the probes send
 		for j, p := range l.Packets {
 			ps[j] = reconcile.Packet{ID: p.ID, Entry: reconcile.Entry{OffsetNS: p.OffsetNS, Flow: p.Flow, Weight: p.Weight}}
 			sk.Insert(p.Flow, p.ID, p.OffsetNS, p.Weight)

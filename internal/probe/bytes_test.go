@@ -27,15 +27,18 @@ import (
 // packets.
 func BenchmarkReportBytes(b *testing.B) {
 	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
-		for _, mode := range []string{"lists=false", "lists=true", "lds=fixed"} {
+		for _, mode := range []string{"lists=false", "lists=true", "lds=fixed", "digest=2"} {
 			b.Run(fmt.Sprintf("packets/s=%d/%s", rate, mode), func(b *testing.B) {
 				var reports []*owlv1.EpochReport
 				n := 0
 				for b.Loop() {
-					if mode == "lds=fixed" {
+					switch mode {
+					case "lds=fixed":
 						reports, n = fixedLDSReports(b, rate)
-					} else {
-						reports, n = oneEpochReports(b, rate, mode == "lists=true")
+					case "digest=2":
+						reports, n = oneEpochReports(b, rate, false, 2)
+					default:
+						reports, n = oneEpochReports(b, rate, mode == "lists=true", collector.DefaultConfig().Flows.LDSDigestBytes)
 					}
 				}
 				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols int
@@ -67,11 +70,12 @@ func BenchmarkReportBytes(b *testing.B) {
 }
 
 // fixedLDSReports is oneEpochReports without lists and with every LDS at
-// params.lds.cols (flows.lds_min_cols: 0).
+// params.lds.cols (flows.lds_min_cols: 0) and 8-byte digests, as before
+// LDS sizing.
 func fixedLDSReports(tb testing.TB, rate int) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
-	return runEpoch(p, link, frames, shift, 0, false), len(frames)
+	return runEpoch(p, link, frames, shift, 0, 8, false), len(frames)
 }
 
 // oneEpochReports runs one epoch of exactly rate packets of synthetic
@@ -79,20 +83,20 @@ func fixedLDSReports(tb testing.TB, rate int) ([]*owlv1.EpochReport, int) {
 // collector would set it in steady state: the RDA at rda.min_buckets (256,
 // a path with little loss), the sample at the rate for
 // params.sample.target and the LDS at the size the collector settles on
-// for such epochs (nextLDSCols); lists lets reports carry exact lists. It returns
-// the reports and the packets.
-func oneEpochReports(tb testing.TB, rate int, lists bool) ([]*owlv1.EpochReport, int) {
+// for such epochs (nextLDSCols) with digests of digest bytes; lists lets
+// reports carry exact lists. It returns the reports and the packets.
+func oneEpochReports(tb testing.TB, rate int, lists bool, digest int) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
 	cols := p.LDS.Cols
 	for range 4 { // the collector's resizing, until it settles
-		next := nextLDSCols(tb, p, cols, runEpoch(p, link, frames, shift, cols, false)[0].GetLds())
+		next := nextLDSCols(tb, p, cols, runEpoch(p, link, frames, shift, cols, digest, false)[0].GetLds())
 		if next == cols {
 			break
 		}
 		cols = next
 	}
-	return runEpoch(p, link, frames, shift, cols, lists), len(frames)
+	return runEpoch(p, link, frames, shift, cols, digest, lists), len(frames)
 }
 
 // epochTraffic is one epoch of exactly rate packets of synthetic traffic
@@ -136,9 +140,9 @@ func nextLDSCols(tb testing.TB, p params.Params, cur int, b []byte) int {
 }
 
 // runEpoch feeds frames to an upstream probe's pipeline for one path
-// whose sample shift and LDS size (0: the parameters') are set, and
-// returns its reports.
-func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift, ldsCols int, lists bool) []*owlv1.EpochReport {
+// whose sample shift, LDS size (0: the parameters') and LDS digest bytes
+// are set, and returns its reports.
+func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift, ldsCols, digest int, lists bool) []*owlv1.EpochReport {
 	var reports []*owlv1.EpochReport
 	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
 	rep := &reporter{caches: newCacheStore(4, 1<<24), topFlows: 20, clock: clock, grid: p.Epoch, exactLists: lists,
@@ -146,7 +150,7 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift, 
 	var stats counters
 	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: 256, SampleShift: uint32(shift), LdsCols: uint32(ldsCols)}}})
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: 256, SampleShift: uint32(shift), LdsCols: uint32(ldsCols)}}, LdsDigestBytes: uint32(digest)})
 	pl.setPaths(set)
 	_ = pl.setLink(link)
 	for _, f := range frames {
@@ -154,4 +158,27 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift, 
 	}
 	pl.flush()
 	return reports
+}
+
+// A probe sends LDS digests of the width its collector's path
+// configuration names (wire version 2 under 8 bytes), full ones (version
+// 1, which every collector reads) from a collector that names none, and
+// refuses a width LDS cannot carry.
+func TestLDSDigestFromCollector(t *testing.T) {
+	p := params.Default()
+	link, frames, shift := epochTraffic(t, p, 2_000)
+	for _, c := range []struct{ asked, want int }{{0, 8}, {8, 8}, {4, 4}, {2, 2}} {
+		reports := runEpoch(p, link, frames, shift, 256, c.asked, false)
+		b := reports[0].GetLds()
+		l, err := lds.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantVersion := map[bool]byte{true: 1, false: 2}[c.want == 8]; l.DigestBytes() != c.want || b[4] != wantVersion {
+			t.Errorf("asked for %d: %d-byte digests in version %d, want %d in %d", c.asked, l.DigestBytes(), b[4], c.want, wantVersion)
+		}
+	}
+	if _, err := newPathSet(&owlv1.PathConfig{LdsDigestBytes: 3}); err == nil {
+		t.Error("3-byte digests accepted")
+	}
 }

@@ -289,16 +289,21 @@ func (s *trafficSide) rda(cfg rda.Config, buckets int) ([]byte, error) {
 	return b, nil
 }
 
-// ldsAt returns the side's LDS at cols cells per row in wire form (0: the
-// parameters'), built on first use from the side's packets and kept (a
-// few sizes), as a probe sized by its collector builds it.
-func (s *trafficSide) ldsAt(t *Traffic, cols int) ([]byte, error) {
-	if cols == 0 || cols == t.params.LDS.Cols {
+// ldsAt returns the side's LDS at cols cells per row (0: the
+// parameters') with digests of digest bytes in wire form, built on first
+// use from the side's packets and kept (a few shapes), as a probe sized
+// by its collector builds it.
+func (s *trafficSide) ldsAt(t *Traffic, cols, digest int) ([]byte, error) {
+	if cols == 0 {
+		cols = t.params.LDS.Cols
+	}
+	if cols == t.params.LDS.Cols && digest == 8 {
 		return s.lds, nil
 	}
+	key := cols<<4 | digest
 	s.sizedMu.Lock()
 	defer s.sizedMu.Unlock()
-	if b, ok := s.ldss[cols]; ok {
+	if b, ok := s.ldss[key]; ok {
 		return b, nil
 	}
 	cfg := t.params.LDS
@@ -307,6 +312,9 @@ func (s *trafficSide) ldsAt(t *Traffic, cols int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lds of %d cells per row: %w", cols, err)
 	}
+	if err := ls.SetDigestBytes(digest); err != nil {
+		return nil, err
+	}
 	for _, p := range s.packets {
 		ls.Insert(t.flowHashes[p.flow], p.id, p.offsetNS, 1)
 	}
@@ -314,7 +322,7 @@ func (s *trafficSide) ldsAt(t *Traffic, cols int) ([]byte, error) {
 	if len(s.ldss) >= cachedSizes {
 		clear(s.ldss) // sizes change seldom
 	}
-	s.ldss[cols] = b
+	s.ldss[key] = b
 	return b, nil
 }
 
@@ -389,6 +397,9 @@ type Emulated struct {
 	roles   map[string]owlv1.Role
 	buckets map[string]int // RDA buckets per bank the collector set, by path
 	ldsCols sync.Map       // path name → LDS cells per row the collector set (scheduled)
+	// ldsDigest is the LDS digest bytes the collector asks for (8 until
+	// it says).
+	ldsDigest atomic.Int32
 
 	reports, bytes, fetches, rebuilds, releases, repairErrors atomic.Uint64
 	reported                                                  atomic.Int64 // the newest epoch reported
@@ -489,7 +500,11 @@ func (e *Emulated) report(a emulatedPath, epoch int64) (*owlv1.EpochReport, erro
 	if err != nil {
 		return nil, err
 	}
-	lb, err := s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch))
+	digest := int(e.ldsDigest.Load())
+	if digest == 0 { // no path configuration yet
+		digest = 8
+	}
+	lb, err := s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch), digest)
 	if err != nil {
 		return nil, err
 	}
@@ -562,6 +577,14 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 	var paths []emulatedPath
 	roles := map[string]owlv1.Role{}
 	sizes := map[string]int{}
+	digest := 8
+	if n := int(pc.GetLdsDigestBytes()); n != 0 {
+		if !slices.Contains(lds.DigestWidths, n) {
+			return fmt.Errorf("lds_digest_bytes %d: must be one of %v", n, lds.DigestWidths)
+		}
+		digest = n
+	}
+	e.ldsDigest.Store(int32(digest))
 	for _, a := range pc.GetPaths() {
 		name, role := a.GetPath().GetName(), a.GetRole()
 		if role != owlv1.Role_ROLE_UPSTREAM && role != owlv1.Role_ROLE_DOWNSTREAM {

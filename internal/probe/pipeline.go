@@ -3,6 +3,7 @@ package probe
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,11 +39,21 @@ type assignment struct {
 // was opened with, so that a new configuration applies from the next epoch.
 type pathSet struct {
 	paths []assignment
+	// ldsDigest is how many bytes of each LDS cell's digest the reports
+	// carry (the collector's lds_digest_bytes; 8 from one that does not
+	// say).
+	ldsDigest int
 }
 
 // newPathSet compiles the paths of a PathConfig message.
 func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
-	s := &pathSet{}
+	s := &pathSet{ldsDigest: 8}
+	if n := int(pc.GetLdsDigestBytes()); n != 0 {
+		if !slices.Contains(lds.DigestWidths, n) {
+			return nil, fmt.Errorf("lds_digest_bytes %d: must be one of %v", n, lds.DigestWidths)
+		}
+		s.ldsDigest = n
+	}
 	for _, pa := range pc.GetPaths() {
 		p, err := netpath.FromProto(pa.GetPath())
 		if err != nil {
@@ -438,7 +449,8 @@ func (r *reporter) report(ce closedEpoch) {
 	clock := r.clock(r.grid.StartNS(ce.epoch), r.grid.EndNS(ce.epoch))
 	partial := r.partial(ce.epoch)
 	for i, a := range ed.set.paths {
-		b, _ := ed.ldas[i].MarshalBinary() // does not fail
+		b, _ := ed.ldas[i].MarshalBinary()              // does not fail
+		_ = ed.ldss[i].SetDigestBytes(ed.set.ldsDigest) // checked by newPathSet
 		sb, _ := ed.ldss[i].MarshalBinary()
 		var rb []byte
 		if ed.rdas[i] != nil {

@@ -87,19 +87,29 @@ type Reader struct {
 
 // NewReader checks the envelope of b and returns a Reader positioned after it.
 func NewReader(b []byte, kind Kind, version byte) (*Reader, error) {
+	r, _, err := NewReaderOf(b, kind, version, version)
+	return r, err
+}
+
+// NewReaderOf is NewReader for a kind read in versions [oldest, newest]:
+// it returns the version of b too.
+func NewReaderOf(b []byte, kind Kind, oldest, newest byte) (*Reader, byte, error) {
 	if len(b) < headerLen {
-		return nil, fmt.Errorf("%w: %s: %d bytes is shorter than the header", ErrFormat, kind, len(b))
+		return nil, 0, fmt.Errorf("%w: %s: %d bytes is shorter than the header", ErrFormat, kind, len(b))
 	}
 	if string(b[:len(magic)]) != magic {
-		return nil, fmt.Errorf("%w: %s: bad magic %q", ErrFormat, kind, b[:len(magic)])
+		return nil, 0, fmt.Errorf("%w: %s: bad magic %q", ErrFormat, kind, b[:len(magic)])
 	}
 	if Kind(b[3]) != kind {
-		return nil, fmt.Errorf("%w: expected %s, got %s", ErrFormat, kind, Kind(b[3]))
+		return nil, 0, fmt.Errorf("%w: expected %s, got %s", ErrFormat, kind, Kind(b[3]))
 	}
-	if b[4] != version {
-		return nil, fmt.Errorf("%w: %s: unsupported version %d (want %d)", ErrFormat, kind, b[4], version)
+	if b[4] < oldest || b[4] > newest {
+		if oldest == newest {
+			return nil, 0, fmt.Errorf("%w: %s: unsupported version %d (want %d)", ErrFormat, kind, b[4], newest)
+		}
+		return nil, 0, fmt.Errorf("%w: %s: unsupported version %d (want %d to %d)", ErrFormat, kind, b[4], oldest, newest)
 	}
-	return &Reader{kind: kind, b: b, off: headerLen}, nil
+	return &Reader{kind: kind, b: b, off: headerLen}, b[4], nil
 }
 
 func (r *Reader) fail(field, why string) {

@@ -3796,9 +3796,13 @@ type PathConfig struct {
 	// the Hello and clock status. Empty: a collector older than this field,
 	// which takes epoch reports and COLATE vectors only. A probe does not
 	// send a collector what it would not take (it would end the stream).
-	Accepts       []Reject_Kind `protobuf:"varint,4,rep,packed,name=accepts,proto3,enum=owl.v1.Reject_Kind" json:"accepts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Accepts []Reject_Kind `protobuf:"varint,4,rep,packed,name=accepts,proto3,enum=owl.v1.Reject_Kind" json:"accepts,omitempty"`
+	// lds_digest_bytes is how many low bytes of each LDS cell's digest the
+	// probe sends (2 or 4: LDS wire version 2; 8: version 1). 0: a
+	// collector older than this field, which reads version 1 only: 8.
+	LdsDigestBytes uint32 `protobuf:"varint,5,opt,name=lds_digest_bytes,json=ldsDigestBytes,proto3" json:"lds_digest_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PathConfig) Reset() {
@@ -3857,6 +3861,13 @@ func (x *PathConfig) GetAccepts() []Reject_Kind {
 		return x.Accepts
 	}
 	return nil
+}
+
+func (x *PathConfig) GetLdsDigestBytes() uint32 {
+	if x != nil {
+		return x.LdsDigestBytes
+	}
+	return 0
 }
 
 // PathAssignment is a path and the probe's role on it.
@@ -7601,13 +7612,14 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x1d\n" +
 	"\n" +
-	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\xc4\x01\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\xee\x01\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
 	"\x10colate_collector\x18\x02 \x01(\tR\x0fcolateCollector\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12-\n" +
-	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\"\xd1\x01\n" +
+	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\x12(\n" +
+	"\x10lds_digest_bytes\x18\x05 \x01(\rR\x0eldsDigestBytes\"\xd1\x01\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +

@@ -32,7 +32,15 @@ const (
 	MaxWeight = 1 << 16
 )
 
-const version = 1
+// Wire versions: 1 carries 8-byte digests; 2 names its digest width
+// (DigestBytes), so that a collector that reads 2 can ask for shorter ones.
+const (
+	version       = 1
+	versionDigest = 2
+)
+
+// DigestWidths are the digest widths in bytes a wire form may carry.
+var DigestWidths = []int{2, 4, 8}
 
 // Config sets the shape of an LDS; both ends of a path must use the same.
 type Config struct {
@@ -106,6 +114,40 @@ type LDS struct {
 	cfg   Config
 	zeros []uint8 // per row: leading zeros a packet hash needs to be sampled
 	cells []Cell  // row-major
+	// digestBytes is how many low bytes of each cell's digest the wire
+	// form carries (0: all 8).
+	digestBytes uint8
+}
+
+// SetDigestBytes sets how many low bytes of each cell's digest the wire
+// form carries: 8 (the default, wire version 1, which every collector
+// reads), 4 or 2 (version 2, for collectors that ask for it). A
+// digest's low bytes are the xor of the low bytes of the IDs, so shorter
+// digests still tell cells apart, with a chance of 2^-(8·n) of taking two
+// different sets of packets of one count for the same.
+func (l *LDS) SetDigestBytes(n int) error {
+	if !slices.Contains(DigestWidths, n) {
+		return fmt.Errorf("lds digest of %d bytes: must be one of %v", n, DigestWidths)
+	}
+	l.digestBytes = uint8(n)
+	return nil
+}
+
+// DigestBytes is how many bytes of each digest the wire form carries.
+func (l *LDS) DigestBytes() int {
+	if l.digestBytes == 0 {
+		return 8
+	}
+	return int(l.digestBytes)
+}
+
+// digestMask keeps the bytes of a digest that both sketches carry.
+func digestMask(a, b *LDS) uint64 {
+	n := min(a.DigestBytes(), b.DigestBytes())
+	if n >= 8 {
+		return math.MaxUint64
+	}
+	return 1<<(8*n) - 1
 }
 
 // New returns an empty LDS.
@@ -123,7 +165,7 @@ func New(cfg Config) (*LDS, error) {
 // and returns how many it read and the bytes they took. It stops at the
 // first cell it cannot read; decode reads that one field by field, for
 // the error.
-func readCells(b []byte, cells []Cell, total int) (read, n int) {
+func readCells(b []byte, cells []Cell, total, width int) (read, n int) {
 	for read < total {
 		sum, k := binary.Varint(b[n:])
 		if k <= 0 {
@@ -136,11 +178,11 @@ func readCells(b []byte, cells []Cell, total int) (read, n int) {
 		end := n + k + k2
 		var digest uint64
 		if count > 0 {
-			if len(b)-end < 8 {
+			if len(b)-end < width {
 				break
 			}
-			digest = binary.LittleEndian.Uint64(b[end:])
-			end += 8
+			digest = readDigest(b[end:], width)
+			end += width
 		}
 		if cells != nil {
 			cells[read] = Cell{SumNS: sum, Count: count, Digest: digest}
@@ -148,6 +190,18 @@ func readCells(b []byte, cells []Cell, total int) (read, n int) {
 		read, n = read+1, end
 	}
 	return read, n
+}
+
+// readDigest reads a digest of width bytes, little-endian; b holds them.
+func readDigest(b []byte, width int) uint64 {
+	switch width {
+	case 8:
+		return binary.LittleEndian.Uint64(b)
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b))
+	default:
+		return uint64(binary.LittleEndian.Uint16(b))
+	}
 }
 
 // emptyLike is New for a valid cfg, its cells taken from reuse when it
@@ -326,6 +380,7 @@ type cellCand struct {
 // sets est's count-min packet counts and loss.
 func flowCells(up, down *LDS, flow uint64, w uint64, est *FlowEstimate) []cellCand {
 	cfg := up.cfg
+	mask := digestMask(up, down)
 	var cands []cellCand
 	for r := 0; r < cfg.Rows; r++ {
 		p := cfg.rate(r)
@@ -336,7 +391,7 @@ func flowCells(up, down *LDS, flow uint64, w uint64, est *FlowEstimate) []cellCa
 			a, d := up.cells[r*cfg.Cols+j], down.cells[r*cfg.Cols+j]
 			upN += a.Count
 			downN += d.Count
-			if a.Count == d.Count && a.Digest == d.Digest && a.Count > 0 {
+			if a.Count == d.Count && (a.Digest^d.Digest)&mask == 0 && a.Count > 0 {
 				cands = append(cands, cellCand{row: r, sum: d.SumNS - a.SumNS, count: float64(a.Count), scaled: float64(a.Count) / p})
 			}
 		}
@@ -423,12 +478,18 @@ func rowSpread(cfg Config, cs []cellCand, best int, mean float64, w uint64) (sam
 
 // AppendBinary appends the wire form:
 //
-//	envelope (kind 'S', version 1) | rows (1) | cols (uvarint) | k (1) |
-//	sampling flag (1) [+ rows exponents] | seed (8 LE) |
+//	envelope (kind 'S', version 1, or 2 for digests under 8 bytes) |
+//	rows (1) | cols (uvarint) | k (1) | sampling flag (1) [+ rows
+//	exponents] | seed (8 LE) | version 2: digest bytes (1) |
 //	per cell, row-major: sum (zig-zag varint), count (uvarint), digest
-//	(8 LE, only when count > 0)
+//	(its low digest bytes, LE, only when count > 0)
 func (l *LDS) AppendBinary(b []byte) ([]byte, error) {
-	b = synopsis.AppendHeader(b, synopsis.KindLDS, version)
+	width := l.DigestBytes()
+	v := byte(version)
+	if width < 8 {
+		v = versionDigest
+	}
+	b = synopsis.AppendHeader(b, synopsis.KindLDS, v)
 	b = append(b, byte(l.cfg.Rows))
 	b = binary.AppendUvarint(b, uint64(l.cfg.Cols))
 	b = append(b, byte(l.cfg.K))
@@ -439,11 +500,21 @@ func (l *LDS) AppendBinary(b []byte) ([]byte, error) {
 		b = append(b, l.cfg.RowSampleLog2...)
 	}
 	b = binary.LittleEndian.AppendUint64(b, l.cfg.Seed)
+	if v == versionDigest {
+		b = append(b, byte(width))
+	}
 	for _, c := range l.cells {
 		b = binary.AppendVarint(b, c.SumNS)
 		b = binary.AppendUvarint(b, c.Count)
 		if c.Count > 0 {
-			b = binary.LittleEndian.AppendUint64(b, c.Digest)
+			switch width {
+			case 8:
+				b = binary.LittleEndian.AppendUint64(b, c.Digest)
+			case 4:
+				b = binary.LittleEndian.AppendUint32(b, uint32(c.Digest))
+			default:
+				b = binary.LittleEndian.AppendUint16(b, uint16(c.Digest))
+			}
 		}
 	}
 	return b, nil
@@ -492,7 +563,7 @@ func decode(b []byte, keep bool) (*LDS, error) { return decodeInto(nil, b, keep)
 // decodeInto is decode, taking the cells from reuse when it has the
 // capacity for them.
 func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
-	rd, err := synopsis.NewReader(b, synopsis.KindLDS, version)
+	rd, v, err := synopsis.NewReaderOf(b, synopsis.KindLDS, version, versionDigest)
 	if err != nil {
 		return nil, err
 	}
@@ -513,6 +584,13 @@ func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
 		rd.Fail("sampling", "must be 0 or 1")
 	}
 	cfg.Seed = rd.Uint64("seed")
+	width := 8
+	if v == versionDigest {
+		width = int(rd.Byte("digest bytes"))
+		if rd.Err() == nil && (width == 8 || !slices.Contains(DigestWidths, width)) {
+			rd.Fail("digest bytes", fmt.Sprintf("%d: version 2 carries 2 or 4", width))
+		}
+	}
 	if rd.Err() != nil {
 		return nil, rd.Err()
 	}
@@ -526,7 +604,8 @@ func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
 	if keep {
 		l = emptyLike(cfg, reuse)
 	}
-	read, n := readCells(rd.Rest(), l.cells, cfg.Rows*cfg.Cols) // l.cells nil without keep
+	l.digestBytes = uint8(width)
+	read, n := readCells(rd.Rest(), l.cells, cfg.Rows*cfg.Cols, width) // l.cells nil without keep
 	rd.Skip(n)
 	var scratch Cell
 	for i := read; i < cfg.Rows*cfg.Cols; i++ { // from a cell readCells could not read, for the error
@@ -538,7 +617,12 @@ func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
 		c.Count = rd.Uvarint("cell count", math.MaxUint64)
 		c.Digest = 0
 		if c.Count > 0 {
-			c.Digest = rd.Uint64("cell digest")
+			if rd.Remaining() < width {
+				rd.Fail("cell digest", "truncated")
+				break
+			}
+			c.Digest = readDigest(rd.Rest(), width)
+			rd.Skip(width)
 		}
 	}
 	if err := rd.Done(); err != nil {

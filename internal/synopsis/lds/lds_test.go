@@ -61,6 +61,16 @@ func TestDigestRejectsSwappedPackets(t *testing.T) {
 	if _, err := EstimateFlow(up, down, 7, 1, DefaultOptions()); !errors.Is(err, ErrNoCell) {
 		t.Fatalf("cell with swapped packets used: %v", err)
 	}
+	// So do their low 2 bytes.
+	_ = up.SetDigestBytes(2)
+	_ = down.SetDigestBytes(2)
+	ub, _ := up.MarshalBinary()
+	db, _ := down.MarshalBinary()
+	u, _ := Decode(ub)
+	d, _ := Decode(db)
+	if _, err := EstimateFlow(u, d, 7, 1, DefaultOptions()); !errors.Is(err, ErrNoCell) {
+		t.Fatalf("2-byte digests: cell with swapped packets used: %v", err)
+	}
 }
 
 func TestLossAndCounts(t *testing.T) {
@@ -129,6 +139,72 @@ func TestMergeAndWire(t *testing.T) {
 	}
 }
 
+// Shorter digests (wire version 2) give the per-flow estimates of full
+// ones, on their own and against a full-width other side; version 1 stays
+// what it was for 8 bytes.
+func TestDigestWidths(t *testing.T) {
+	cfg := Config{Rows: 4, Cols: 256, K: 4, RowSampleLog2: []uint8{3, 1, 0, 0}, Seed: 5}
+	up, _ := New(cfg)
+	down, _ := New(cfg)
+	r := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < 40_000; i++ {
+		f, id, ts := r.Uint64N(300), r.Uint64(), r.Int64N(1e9)
+		up.Insert(f, id, ts, 1)
+		switch {
+		case r.IntN(100) == 0: // lost
+		case r.IntN(200) == 0: // lost, and a packet of the previous epoch in its place
+			down.Insert(f, r.Uint64(), r.Int64N(1e6), 1)
+		default:
+			down.Insert(f, id, ts+1000+int64(f), 1)
+		}
+	}
+	encode := func(l *LDS, width int) *LDS {
+		t.Helper()
+		c := l.Clone()
+		if err := c.SetDigestBytes(width); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := c.MarshalBinary()
+		if want := map[bool]byte{true: 1, false: 2}[width == 8]; b[4] != want {
+			t.Fatalf("%d-byte digests in wire version %d, want %d", width, b[4], want)
+		}
+		d, err := Decode(b)
+		if err != nil || d.DigestBytes() != width {
+			t.Fatalf("%d-byte digests: decoded %v bytes, %v", width, d.DigestBytes(), err)
+		}
+		t.Logf("%d-byte digests: %d bytes", width, len(b))
+		return d
+	}
+	full := [2]*LDS{encode(up, 8), encode(down, 8)}
+	for _, pair := range [][2]int{{4, 4}, {2, 2}, {8, 2}, {4, 8}} {
+		u, d := encode(up, pair[0]), encode(down, pair[1])
+		for f := uint64(0); f < 300; f++ {
+			want, werr := EstimateFlow(full[0], full[1], f, 1, DefaultOptions())
+			got, gerr := EstimateFlow(u, d, f, 1, DefaultOptions())
+			if (werr == nil) != (gerr == nil) || got != want {
+				t.Fatalf("digests of %v bytes, flow %d: %+v (%v), full digests %+v (%v)", pair, f, got, gerr, want, werr)
+			}
+		}
+	}
+	for _, w := range []int{0, 1, 3, 16} {
+		if err := up.SetDigestBytes(w); err == nil {
+			t.Errorf("a digest of %d bytes accepted", w)
+		}
+	}
+	// Version 2 names 2 or 4; anything else is refused.
+	l := up.Clone()
+	_ = l.SetDigestBytes(2)
+	b, _ := l.MarshalBinary()
+	at := bytes.Index(b, binary.LittleEndian.AppendUint64(nil, cfg.Seed)) + 8
+	for _, w := range []byte{0, 3, 8} {
+		bad := slices.Clone(b)
+		bad[at] = w
+		if _, err := Decode(bad); !errors.Is(err, synopsis.ErrFormat) || !strings.Contains(err.Error(), "digest bytes") {
+			t.Errorf("version 2 with %d-byte digests: %v", w, err)
+		}
+	}
+}
+
 func TestSize(t *testing.T) {
 	// The paper's example (§3): 146,000 flows, 4.2% of them large, k = 1,
 	// ε = e^-4.2: R = 4 and about 70,000 counters.
@@ -152,6 +228,9 @@ func FuzzDecode(f *testing.F) {
 	huge := append(synopsis.AppendHeader(nil, synopsis.KindLDS, version), MaxRows)
 	huge = append(binary.AppendUvarint(huge, MaxCols), MaxK, 0)
 	f.Add(binary.LittleEndian.AppendUint64(huge, 4))
+	_ = l.SetDigestBytes(2)
+	short, _ := l.MarshalBinary()
+	f.Add(short)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var l *LDS
 		var cfg Config
