@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -114,6 +115,9 @@ type collectorProc struct {
 	logPath string
 	exited  chan struct{} // closed when the process exited
 	waitErr error         // set before exited is closed
+	// peakAnon is the most anonymous resident memory (RssAnon) seen:
+	// VmHWM counts the store's mapped file too.
+	peakAnon atomic.Int64
 }
 
 // spawnCollectors starts n collectors of paths in dir on loopback, the
@@ -254,7 +258,8 @@ func (p *collectorProc) stop(d time.Duration) {
 // false when they could not be read (the process is gone).
 type procStats struct {
 	cpu       time.Duration
-	peakBytes int64
+	peakBytes int64 // VmHWM
+	peakAnon  int64 // the most RssAnon seen (sampleAnon)
 	ok        bool
 }
 
@@ -290,17 +295,60 @@ func (p *collectorProc) stats() (procStats, error) {
 	if err != nil {
 		return s, fmt.Errorf("collector %s: %w", p.name, err)
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return s, fmt.Errorf("collector %s: VmHWM %q: %w", p.name, v, err)
-			}
-			s.peakBytes = kb << 10
-		}
+	if s.peakBytes, err = statusBytes(status, "VmHWM"); err != nil {
+		return s, fmt.Errorf("collector %s: %w", p.name, err)
 	}
+	if anon, err := statusBytes(status, "RssAnon"); err == nil {
+		p.noteAnon(anon)
+	}
+	s.peakAnon = p.peakAnon.Load()
 	s.ok = true
 	return s, nil
+}
+
+// statusBytes reads a field in kB of /proc/PID/status.
+func statusBytes(status []byte, field string) (int64, error) {
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s %q: %w", field, v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/PID/status", field)
+}
+
+// noteAnon keeps the most anonymous memory seen.
+func (p *collectorProc) noteAnon(b int64) {
+	for {
+		old := p.peakAnon.Load()
+		if b <= old || p.peakAnon.CompareAndSwap(old, b) {
+			return
+		}
+	}
+}
+
+// sampleAnon reads the collector's anonymous resident memory every 200 ms
+// until ctx ends (the kernel keeps no peak of it).
+func (p *collectorProc) sampleAnon(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+			if err != nil {
+				return // exited
+			}
+			if anon, err := statusBytes(status, "RssAnon"); err == nil {
+				p.noteAnon(anon)
+			}
+		}
+	}
 }
 
 // tail is the end of a log file, for an error message.

@@ -258,6 +258,9 @@ func (l *loadRun) measure(ctx context.Context) (*summary, error) {
 	pctx, stopProgress := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { l.progress(pctx, before.at) })
+	for _, p := range l.procs {
+		wg.Go(func() { p.sampleAnon(pctx) })
+	}
 	sendErr := l.send(ctx)
 	sendEnd := time.Now()
 	var waitErr error

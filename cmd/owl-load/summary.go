@@ -83,6 +83,9 @@ type collectorCost struct {
 	CPUSeconds        float64 `json:"cpu_seconds"`
 	CPUMsPerPathEpoch float64 `json:"cpu_ms_per_path_epoch"`
 	PeakBytes         int64   `json:"peak_rss_bytes"`
+	// PeakAnonBytes leaves out the store's mapped file, which the
+	// kernel can drop (sampled every 200 ms).
+	PeakAnonBytes int64 `json:"peak_anon_bytes"`
 }
 
 // summarize sums up the run between two snapshots.
@@ -119,7 +122,7 @@ func (l *loadRun) summarize(before, after snapshot, sendEnd time.Time) *summary 
 			continue // exited: run says so
 		}
 		cpu := after.procs[i].cpu - before.procs[i].cpu
-		cc := collectorCost{Name: p.name, CPUSeconds: cpu.Seconds(), PeakBytes: after.procs[i].peakBytes}
+		cc := collectorCost{Name: p.name, CPUSeconds: cpu.Seconds(), PeakBytes: after.procs[i].peakBytes, PeakAnonBytes: after.procs[i].peakAnon}
 		if s.OK > 0 {
 			cc.CPUMsPerPathEpoch = cpu.Seconds() * 1000 / float64(s.OK)
 		}
@@ -265,7 +268,8 @@ func (s *summary) print(w io.Writer, format string) error {
 	line("reports", "%d sent, %d acknowledged, %d dropped; %s to the collectors (%s per report); answered %d fetches, %d rebuilds (%d errors)",
 		s.Reports, s.Acked, s.Dropped, bytesText(float64(s.ReportBytes)), bytesText(float64(s.ReportBytes)/float64(max(1, s.Reports))), s.Fetches, s.Rebuilds, s.RepairErrors)
 	for _, c := range s.CollectorCosts {
-		line("collector "+c.Name, "CPU %.2f s (%.3f ms per path-epoch), peak RSS %s", c.CPUSeconds, c.CPUMsPerPathEpoch, bytesText(float64(c.PeakBytes)))
+		line("collector "+c.Name, "CPU %.2f s (%.3f ms per path-epoch), peak RSS %s (anonymous %s, the rest the store's mapped file)",
+			c.CPUSeconds, c.CPUMsPerPathEpoch, bytesText(float64(c.PeakBytes)), bytesText(float64(c.PeakAnonBytes)))
 	}
 	if n := len(s.CollectorCosts); n > 1 {
 		var cpu, perPE float64

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
@@ -82,6 +83,9 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	// The process's memory, CPU and garbage collection (go_*, process_*).
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.addColate()
 	m.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_total", Help: "Epoch reports received, by probe."}, []string{"probe"})
 	m.reportBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_report_synopsis_bytes_total", Help: "Synopsis bytes received, by path."}, []string{"path"})

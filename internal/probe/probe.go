@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
@@ -481,6 +482,8 @@ func (p *Probe) serveMetrics(ctx context.Context, g *errgroup.Group) error {
 // metrics registers the probe's counters.
 func (p *Probe) metrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
+	// The process's memory, CPU and garbage collection (go_*, process_*).
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
 	}
