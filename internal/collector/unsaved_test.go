@@ -194,6 +194,22 @@ func TestLoneSideWrittenAfterWait(t *testing.T) {
 	}
 }
 
+// storedThenHeld sends path p's epoch (n packets of a constant delay, an
+// ldaPair seed) as a stored upstream side and a downstream side from a
+// stream, held in memory: it returns the second side's wait.
+func storedThenHeld(t testing.TB, c *Collector, epoch int64, n int, delayNS int64, seed uint64) *saveWait {
+	t.Helper()
+	up, down := ldaPair(t, c.cfg.Params.LDA, n, delayNS, seed)
+	if err := c.report("a", report("p", epoch, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	_, unsaved, err := c.takeReport("b", report("p", epoch, owlv1.Role_ROLE_DOWNSTREAM, down), true)
+	if err != nil || unsaved == nil {
+		t.Fatalf("second side: wait %v, err %v", unsaved, err)
+	}
+	return unsaved
+}
+
 // A collector that stops between taking the second side and storing the
 // result has not acknowledged it: the probe sends it again to the
 // restarted collector, which finds the first side stored, and the epoch
@@ -201,14 +217,8 @@ func TestLoneSideWrittenAfterWait(t *testing.T) {
 func TestUnsavedSideSentAgainAfterRestart(t *testing.T) {
 	cfg := heldConfig(t)
 	c := newIdle(t, cfg)
-	up, down := ldaPair(t, cfg.Params.LDA, 300, 999, 6)
-	if err := c.report("a", report("p", 11, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
-		t.Fatal(err)
-	}
-	_, unsaved, err := c.takeReport("b", report("p", 11, owlv1.Role_ROLE_DOWNSTREAM, down), true)
-	if err != nil || unsaved == nil {
-		t.Fatalf("second side: wait %v, err %v", unsaved, err)
-	}
+	_, down := ldaPair(t, cfg.Params.LDA, 300, 999, 6)
+	unsaved := storedThenHeld(t, c, 11, 300, 999, 6)
 	select {
 	case <-unsaved.done:
 		t.Fatal("second side's wait ended with no result stored")
@@ -221,7 +231,7 @@ func TestUnsavedSideSentAgainAfterRestart(t *testing.T) {
 	if got := pendingRoles(t, c2, "p", 11); len(got) != 1 || got[0] != owlv1.Role_ROLE_UPSTREAM {
 		t.Fatalf("pending rows after restart: %v", got)
 	}
-	_, unsaved, err = c2.takeReport("b", report("p", 11, owlv1.Role_ROLE_DOWNSTREAM, down), true)
+	_, unsaved, err := c2.takeReport("b", report("p", 11, owlv1.Role_ROLE_DOWNSTREAM, down), true)
 	if err != nil || unsaved == nil {
 		t.Fatalf("second side again: wait %v, err %v", unsaved, err)
 	}
@@ -241,14 +251,7 @@ func TestUnsavedSideSavedWhenReconcileFails(t *testing.T) {
 	cfg := heldConfig(t)
 	c := newIdle(t, cfg)
 	defer c.Close()
-	up, down := ldaPair(t, cfg.Params.LDA, 200, 50, 7)
-	if err := c.report("a", report("p", 12, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
-		t.Fatal(err)
-	}
-	_, unsaved, err := c.takeReport("b", report("p", 12, owlv1.Role_ROLE_DOWNSTREAM, down), true)
-	if err != nil || unsaved == nil {
-		t.Fatalf("second side: wait %v, err %v", unsaved, err)
-	}
+	unsaved := storedThenHeld(t, c, 12, 200, 50, 7)
 	saveUnsaved(c.store, c.repl, c.paths["p"], 12, false)
 	select {
 	case <-unsaved.done:
