@@ -327,60 +327,92 @@ func sharingOne(v *Vector, f, start uint64) uint64 {
 // adds goes into the flow's sum. Whether a counter is left out must not
 // depend on the flow's own packets, or the scaling up to m counters is
 // biased. (Real-link runs had downloads 0.8–1.03% high this way, against
-// ± 13.7 µs claimed, two downloads sharing a counter.) Over seeds, the
-// error must stay within 4 standard errors as the estimate states them.
+// ± 13.7 µs claimed, two downloads sharing a counter.) The light case is
+// a download's ACKs (about 95 packets an epoch, under 5 per counter)
+// sharing a counter with another download (880 an epoch): its delays lie
+// on the ACKs' line, and real-link runs had the ACKs 3% and 45% high
+// (every epoch 35–60%) until the flow tables told that counter apart for
+// light flows too. Over seeds, the error must stay within 4 standard
+// errors as the estimate states them.
 func TestRobustSameWayFlowSharingACounter(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		rate, other, many int
+	}{
+		{"heavy", 850, 2 * 850, 0},
+		{"light", 95, 880, 0},
+		{"light among small flows", 95, 880, 300},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := 0
+			for seed := range uint64(8) {
+				if z := robustSharingRun(t, seed, c.rate, c.other, c.many); math.Abs(z) > 4 {
+					bad++
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%d of 8 runs more than 4 standard errors off", bad)
+			}
+		})
+	}
+}
+
+// robustSharingRun sends 30 epochs of a flow of rate packets an epoch,
+// another flow sharing one of its counters with up to other packets an
+// epoch (a random count, the other flow's delays twice the flow's), and
+// many flows of 1–3 packets each, and returns the robust estimate's error
+// in its standard errors.
+func robustSharingRun(t *testing.T, seed uint64, rate, other, many int) float64 {
+	t.Helper()
 	cfg := testConfig()
 	cfg.Counters = 1 << 16
 	second := int64(time.Second)
-	const epochs, rate = 30, 850
-	bad := 0
-	for seed := range uint64(8) {
-		rng := rand.New(rand.NewPCG(seed, 11))
-		var sv, rv []*Vector
-		for e := range int64(epochs + 1) {
-			s, _ := New(cfg, e*second)
-			r, _ := New(cfg, e*second)
-			sv, rv = append(sv, s), append(rv, r)
+	const epochs = 30
+	rng := rand.New(rand.NewPCG(seed, 11))
+	var sv, rv []*Vector
+	for e := range int64(epochs + 1) {
+		s, _ := New(cfg, e*second)
+		r, _ := New(cfg, e*second)
+		sv, rv = append(sv, s), append(rv, r)
+	}
+	f := rng.Uint64()
+	sharer := sharingOne(sv[0], f, rng.Uint64N(1<<40))
+	var sum, n float64
+	send := func(fh uint64, e int64, d int64) float64 {
+		ts := e*second + rng.Int64N(second)
+		id := rng.Uint64()
+		sv[ts/second].Insert(fh, id, ts)
+		rv[(ts+d)/second].Insert(fh, id, ts+d)
+		return float64(d)
+	}
+	for e := range int64(epochs) {
+		for range rate {
+			sum += send(f, e, int64(5e6+rng.Float64()*1e6))
+			n++
 		}
-		f := rng.Uint64()
-		other := sharingOne(sv[0], f, rng.Uint64N(1<<40))
-		var sum, n float64
-		send := func(fh uint64, e int64, d int64) float64 {
-			ts := e*second + rng.Int64N(second)
-			id := rng.Uint64()
-			sv[ts/second].Insert(fh, id, ts)
-			rv[(ts+d)/second].Insert(fh, id, ts+d)
-			return float64(d)
+		for range rng.IntN(other) + other/2 {
+			send(sharer, e, int64(9e6+rng.Float64()*2e6))
 		}
-		for e := range int64(epochs) {
-			for range rate {
-				sum += send(f, e, int64(5e6+rng.Float64()*1e6))
-				n++
-			}
-			for range rng.IntN(2 * rate) {
-				send(other, e, int64(9e6+rng.Float64()*2e6))
-			}
-		}
-		q := NewQuery(f, -1, nil).Robust()
-		for e := range sv {
-			if err := q.AddPair(sv[e], rv[e], NewPairStats(sv[e], rv[e])); err != nil {
-				t.Fatal(err)
+		for range many {
+			g := rng.Uint64()
+			for range 1 + rng.IntN(3) {
+				send(g, e, int64(5e6+rng.Float64()*5e6))
 			}
 		}
-		est, err := q.Estimate()
-		if err != nil {
+	}
+	q := NewQuery(f, -1, nil).Robust()
+	for e := range sv {
+		if err := q.AddPair(sv[e], rv[e], NewPairStats(sv[e], rv[e])); err != nil {
 			t.Fatal(err)
 		}
-		mu := sum / n
-		z := (est.MeanNS - mu) / est.MeanErrNS
-		t.Logf("seed %d: %.2f µs, truth %.2f µs (%+.3f%%), ± %.2f µs (z %+.1f), %d counters left out",
-			seed, est.MeanNS/1e3, mu/1e3, 100*(est.MeanNS-mu)/mu, est.MeanErrNS/1e3, z, est.LeftOut)
-		if math.Abs(z) > 4 {
-			bad++
-		}
 	}
-	if bad > 0 {
-		t.Errorf("%d of 8 runs more than 4 standard errors off", bad)
+	est, err := q.Estimate()
+	if err != nil {
+		t.Fatal(err)
 	}
+	mu := sum / n
+	z := (est.MeanNS - mu) / est.MeanErrNS
+	t.Logf("seed %d: %.2f µs, truth %.2f µs (%+.3f%%), ± %.2f µs (z %+.1f), %d counters left out",
+		seed, est.MeanNS/1e3, mu/1e3, 100*(est.MeanNS-mu)/mu, est.MeanErrNS/1e3, z, est.LeftOut)
+	return z
 }

@@ -94,15 +94,13 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 	ln := fitLine(up, own, st.Cut)
 	p := max(s.FlowPackets(flowHash), r.FlowPackets(flowHash))
 	perCounter := float64(p) / float64(m)
-	// Below massMinPackets per counter, as for the mass test, no
-	// counter is left out for sharing: for so light a flow most of the
-	// others are heavy enough to matter (and, with many flows, most of
-	// its counters are shared).
-	var shared []bool
-	known := perCounter < massMinPackets
-	if !known {
-		shared, known = sharedCounters(s, r, flowHash, p)
-	}
+	// The flow tables say which counters another flow shares, light
+	// flows included: a light flow's counter shared with a heavy flow
+	// going the same way lies on the light flow's line (both ratios are
+	// delay over time into the epoch), so only the tables tell it apart.
+	// Without them (a table was full), the mass test does, for flows
+	// heavy enough for it.
+	shared, known := sharedCounters(s, r, flowHash, p)
 	massCut, downCut := math.Inf(1), math.Inf(1)
 	if !known {
 		massCut, downCut = massCuts(up, own, perCounter)
