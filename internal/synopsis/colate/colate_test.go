@@ -329,7 +329,19 @@ func BenchmarkRobustQuery(b *testing.B) {
 // of the one-sided timestamps it did not get), the robust one leaves the
 // flows' hit counters out and stays close.
 func TestRobustUnderOneSidedNoise(t *testing.T) {
-	tp := record(t, testConfig(), 300, 200, 20_000, 7)
+	// A light flow's counters hold a few packets each: telling a
+	// one-sided packet from the tail of its delays is harder. (At 60
+	// packets a flow: 88.3% within 5% before light flows were told apart
+	// by their typical counter, 93.7% after.)
+	for _, perFlow := range []int{200, 60} {
+		t.Run(fmt.Sprintf("%d packets a flow", perFlow), func(t *testing.T) { robustUnderOneSidedNoise(t, perFlow) })
+	}
+}
+
+// robustUnderOneSidedNoise: 300 flows of perFlow packets each (200 is
+// 10 a counter; 60, 3 a counter, a light flow).
+func robustUnderOneSidedNoise(t *testing.T, perFlow int) {
+	tp := record(t, testConfig(), 300, perFlow, 20_000, 7)
 	var paper, robust []float64
 	st := NewPairStats(tp.s, tp.r)
 	for fh, tr := range tp.truth {
@@ -358,8 +370,8 @@ func TestRobustUnderOneSidedNoise(t *testing.T) {
 		}
 		return float64(n) / float64(len(x))
 	}
-	t.Logf("300 flows of 200 packets, 20000 one-sided packets, n = 2^20, m = 20: within 5%%: paper %.1f%%, robust %.1f%%; within 1%%: paper %.1f%%, robust %.1f%%",
-		100*within(paper, 0.05), 100*within(robust, 0.05), 100*within(paper, 0.01), 100*within(robust, 0.01))
+	t.Logf("300 flows of %d packets, 20000 one-sided packets, n = 2^20, m = 20: within 5%%: paper %.1f%%, robust %.1f%%; within 1%%: paper %.1f%%, robust %.1f%%",
+		perFlow, 100*within(paper, 0.05), 100*within(robust, 0.05), 100*within(paper, 0.01), 100*within(robust, 0.01))
 	if within(robust, 0.05) < 0.9 || within(robust, 0.05) < within(paper, 0.05)+0.2 {
 		t.Errorf("robust estimate: %.1f%% of flows within 5%% (paper %.1f%%)", 100*within(robust, 0.05), 100*within(paper, 0.05))
 	}

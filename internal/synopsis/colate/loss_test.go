@@ -416,3 +416,83 @@ func robustSharingRun(t *testing.T, seed uint64, rate, other, many int) float64 
 		seed, est.MeanNS/1e3, mu/1e3, 100*(est.MeanNS-mu)/mu, est.MeanErrNS/1e3, z, est.LeftOut)
 	return z
 }
+
+// TestRobustLightFlowHeavyTailedDelays: a light flow (a download's ACKs,
+// about 90 packets an epoch, 4 or 5 per counter) whose delays have a heavy
+// tail, and no packet seen at one point only. A counter holding one of
+// the tail's packets lies far off the flow's line (a few packets'
+// delays against their times into the epoch), but it holds nothing to
+// leave out: taking it for a one-sided packet and recovering it through
+// the ratio drops the tail. (Real-link runs under load had such a flow
+// 5–30% low in the epochs where counters were left out, 3.5% over the
+// run.) Over seeds, the error must stay within 4 standard errors as the
+// estimate states them.
+func TestRobustLightFlowHeavyTailedDelays(t *testing.T) {
+	cfg := testConfig()
+	cfg.Counters = 1 << 16
+	second := int64(time.Second)
+	const epochs, rate = 30, 90
+	bad := 0
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 12))
+		var sv, rv []*Vector
+		for e := range int64(epochs + 1) {
+			s, _ := New(cfg, e*second)
+			r, _ := New(cfg, e*second)
+			sv, rv = append(sv, s), append(rv, r)
+		}
+		send := func(fh uint64, e int64, d int64) float64 {
+			ts := e*second + rng.Int64N(second)
+			id := rng.Uint64()
+			sv[ts/second].Insert(fh, id, ts)
+			rv[(ts+d)/second].Insert(fh, id, ts+d)
+			return float64(d)
+		}
+		// A delay of 1 ms and more: exponential with a 1.5 ms mean, and
+		// one packet in 20 queued 10–40 ms more.
+		delay := func() int64 {
+			d := 1e6 + rng.ExpFloat64()*1.5e6
+			if rng.IntN(20) == 0 {
+				d += 10e6 + rng.Float64()*30e6
+			}
+			return int64(d)
+		}
+		f, heavy := rng.Uint64(), rng.Uint64()
+		var sum, n float64
+		for e := range int64(epochs) {
+			for range rate {
+				sum += send(f, e, delay())
+				n++
+			}
+			for range 900 {
+				send(heavy, e, delay())
+			}
+			for range 300 {
+				g := rng.Uint64()
+				for range 1 + rng.IntN(3) {
+					send(g, e, delay())
+				}
+			}
+		}
+		q := NewQuery(f, -1, nil).Robust()
+		for e := range sv {
+			if err := q.AddPair(sv[e], rv[e], NewPairStats(sv[e], rv[e])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		est, err := q.Estimate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu := sum / n
+		z := (est.MeanNS - mu) / est.MeanErrNS
+		t.Logf("seed %d: %.2f µs, truth %.2f µs (%+.3f%%), ± %.2f µs (z %+.1f), %d counters left out",
+			seed, est.MeanNS/1e3, mu/1e3, 100*(est.MeanNS-mu)/mu, est.MeanErrNS/1e3, z, est.LeftOut)
+		if math.Abs(z) > 4 {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of 8 runs more than 4 standard errors off", bad)
+	}
+}

@@ -49,6 +49,13 @@ const lightFactor = 8
 // below it; one-sided packets mostly lie above.
 const shareCut = 1.0 / 64
 
+// lightOffLineFactor: for a light flow (below massMinPackets per
+// counter), a counter lies off the line only when it is more than this
+// many times the flow's typical |D_j| away from it. (At 8 times, a counter
+// of eight packets with one 40 ms delay among 1–3 ms ones was still taken
+// for a one-sided packet.)
+const lightOffLineFactor = 16
+
 // robustSample bounds the counters typicalDiff looks at.
 const robustSample = 4096
 
@@ -90,10 +97,26 @@ func median(sorted []float64) float64 {
 func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left []bool, noise float64) {
 	m := s.cfg.Subvector
 	up, own := flowCounters(s, r, flowHash)
-	foldCrossers(up, own, float64(s.cfg.Span)/float64(s.cfg.Unit))
-	ln := fitLine(up, own, st.Cut)
+	epoch := float64(s.cfg.Span) / float64(s.cfg.Unit)
 	p := max(s.FlowPackets(flowHash), r.FlowPackets(flowHash))
 	perCounter := float64(p) / float64(m)
+	light := perCounter < massMinPackets
+	foldCrossers(up, own, epoch)
+	if light {
+		foldEach(own, epoch)
+	}
+	ln := fitLine(up, own, st.Cut)
+	if light {
+		// A light flow's counters hold a few packets each: one packet
+		// of the delays' tail moves a counter off the line as far as a
+		// one-sided packet early in the epoch would. Leaving it out
+		// (or recovering it through the ratio) drops the tail, so only
+		// what the flow's delays do not reach is taken for a one-sided
+		// packet: more than lightOffLineFactor times the flow's typical
+		// counter. A one-sided packet earlier in the epoch than that is
+		// counted as delay.
+		ln.floor = lightOffLineFactor * typicalCounter(up, own)
+	}
 	// The flow tables say which counters another flow shares, light
 	// flows included: a light flow's counter shared with a heavy flow
 	// going the same way lies on the light flow's line (both ratios are
@@ -243,12 +266,24 @@ func foldCrossers(up, own []float64, epoch float64) {
 	}
 }
 
+// foldEach brings each difference in own that lies over half an epoch
+// below zero up by whole epochs: for a light flow, whose counters hold a
+// few packets each, the line cannot tell a crosser from the rest, but a
+// counter short by about an epoch holds one (its delay's remainder is in
+// the next epoch's difference, so that the two add up to it).
+func foldEach(own []float64, epoch float64) {
+	for j, d := range own {
+		own[j] += epoch * max(0, math.Round(-d/epoch))
+	}
+}
+
 // pairLine is the flow's line D ≈ ρ·S and how its counters lie off it.
 type pairLine struct {
 	rho        float64   // ρ, the ratio D/S of the line
 	off        []float64 // D_j − ρ·S_j per counter
 	oMed, oMAD float64   // median and MAD of off
 	scale      float64   // robust scale of off
+	floor      float64   // the least |off − oMed| taken for off the line
 }
 
 // fitLine takes the flow's line through the median ratio of its counters
@@ -320,7 +355,7 @@ func (ln *pairLine) classify(up, own []float64, massCut float64, shared []bool) 
 	offLine = make([]bool, m)
 	var sumD, sumS float64
 	for j := range own {
-		offLine[j] = math.Abs(ln.off[j]-ln.oMed) > outlierFactor*ln.scale
+		offLine[j] = math.Abs(ln.off[j]-ln.oMed) > max(outlierFactor*ln.scale, ln.floor)
 		left[j] = offLine[j] || up[j] > massCut || shared != nil && shared[j]
 		if !left[j] {
 			sumD += own[j]
@@ -424,6 +459,19 @@ func typicalDiff(s, r []uint64) float64 {
 	for i := 0; i < len(s); i += step {
 		if x := math.Abs(float64(r[i]) - float64(s[i])); x != 0 {
 			d = append(d, x)
+		}
+	}
+	slices.Sort(d)
+	return median(d)
+}
+
+// typicalCounter is the median |D_j| of the flow's counters that hold
+// some of its packets upstream.
+func typicalCounter(up, own []float64) float64 {
+	var d []float64
+	for j, s := range up {
+		if s > 0 {
+			d = append(d, math.Abs(own[j]))
 		}
 	}
 	slices.Sort(d)
