@@ -364,27 +364,12 @@ func TestRobustSameWayFlowSharingACounter(t *testing.T) {
 // in its standard errors.
 func robustSharingRun(t *testing.T, seed uint64, rate, other, many int) float64 {
 	t.Helper()
-	cfg := testConfig()
-	cfg.Counters = 1 << 16
-	second := int64(time.Second)
 	const epochs = 30
 	rng := rand.New(rand.NewPCG(seed, 11))
-	var sv, rv []*Vector
-	for e := range int64(epochs + 1) {
-		s, _ := New(cfg, e*second)
-		r, _ := New(cfg, e*second)
-		sv, rv = append(sv, s), append(rv, r)
-	}
+	sv, rv, send := epochVectors(epochs, rng)
 	f := rng.Uint64()
 	sharer := sharingOne(sv[0], f, rng.Uint64N(1<<40))
 	var sum, n float64
-	send := func(fh uint64, e int64, d int64) float64 {
-		ts := e*second + rng.Int64N(second)
-		id := rng.Uint64()
-		sv[ts/second].Insert(fh, id, ts)
-		rv[(ts+d)/second].Insert(fh, id, ts+d)
-		return float64(d)
-	}
 	for e := range int64(epochs) {
 		for range rate {
 			sum += send(f, e, int64(5e6+rng.Float64()*1e6))
@@ -400,6 +385,36 @@ func robustSharingRun(t *testing.T, seed uint64, rate, other, many int) float64 
 			}
 		}
 	}
+	return robustZ(t, seed, sv, rv, f, sum/n)
+}
+
+// epochVectors makes the vectors of two points for epochs 1 s epochs and
+// one more (n = 2^16), and send, which puts a packet of flow fh sent at a
+// random time of epoch e into them, seen d nanoseconds later downstream,
+// and returns d.
+func epochVectors(epochs int, rng *rand.Rand) (sv, rv []*Vector, send func(fh uint64, e, d int64) float64) {
+	cfg := testConfig()
+	cfg.Counters = 1 << 16
+	second := int64(time.Second)
+	for e := range int64(epochs + 1) {
+		s, _ := New(cfg, e*second)
+		r, _ := New(cfg, e*second)
+		sv, rv = append(sv, s), append(rv, r)
+	}
+	send = func(fh uint64, e, d int64) float64 {
+		ts := e*second + rng.Int64N(second)
+		id := rng.Uint64()
+		sv[ts/second].Insert(fh, id, ts)
+		rv[(ts+d)/second].Insert(fh, id, ts+d)
+		return float64(d)
+	}
+	return sv, rv, send
+}
+
+// robustZ estimates flow f robustly over the pairs of sv and rv and
+// returns its error from the true mean mu in its standard errors.
+func robustZ(t *testing.T, seed uint64, sv, rv []*Vector, f uint64, mu float64) float64 {
+	t.Helper()
 	q := NewQuery(f, -1, nil).Robust()
 	for e := range sv {
 		if err := q.AddPair(sv[e], rv[e], NewPairStats(sv[e], rv[e])); err != nil {
@@ -410,7 +425,6 @@ func robustSharingRun(t *testing.T, seed uint64, rate, other, many int) float64 
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu := sum / n
 	z := (est.MeanNS - mu) / est.MeanErrNS
 	t.Logf("seed %d: %.2f µs, truth %.2f µs (%+.3f%%), ± %.2f µs (z %+.1f), %d counters left out",
 		seed, est.MeanNS/1e3, mu/1e3, 100*(est.MeanNS-mu)/mu, est.MeanErrNS/1e3, z, est.LeftOut)
@@ -428,26 +442,11 @@ func robustSharingRun(t *testing.T, seed uint64, rate, other, many int) float64 
 // run.) Over seeds, the error must stay within 4 standard errors as the
 // estimate states them.
 func TestRobustLightFlowHeavyTailedDelays(t *testing.T) {
-	cfg := testConfig()
-	cfg.Counters = 1 << 16
-	second := int64(time.Second)
 	const epochs, rate = 30, 90
 	bad := 0
 	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 12))
-		var sv, rv []*Vector
-		for e := range int64(epochs + 1) {
-			s, _ := New(cfg, e*second)
-			r, _ := New(cfg, e*second)
-			sv, rv = append(sv, s), append(rv, r)
-		}
-		send := func(fh uint64, e int64, d int64) float64 {
-			ts := e*second + rng.Int64N(second)
-			id := rng.Uint64()
-			sv[ts/second].Insert(fh, id, ts)
-			rv[(ts+d)/second].Insert(fh, id, ts+d)
-			return float64(d)
-		}
+		sv, rv, send := epochVectors(epochs, rng)
 		// A delay of 1 ms and more: exponential with a 1.5 ms mean, and
 		// one packet in 20 queued 10–40 ms more.
 		delay := func() int64 {
@@ -474,21 +473,7 @@ func TestRobustLightFlowHeavyTailedDelays(t *testing.T) {
 				}
 			}
 		}
-		q := NewQuery(f, -1, nil).Robust()
-		for e := range sv {
-			if err := q.AddPair(sv[e], rv[e], NewPairStats(sv[e], rv[e])); err != nil {
-				t.Fatal(err)
-			}
-		}
-		est, err := q.Estimate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		mu := sum / n
-		z := (est.MeanNS - mu) / est.MeanErrNS
-		t.Logf("seed %d: %.2f µs, truth %.2f µs (%+.3f%%), ± %.2f µs (z %+.1f), %d counters left out",
-			seed, est.MeanNS/1e3, mu/1e3, 100*(est.MeanNS-mu)/mu, est.MeanErrNS/1e3, z, est.LeftOut)
-		if math.Abs(z) > 4 {
+		if z := robustZ(t, seed, sv, rv, f, sum/n); math.Abs(z) > 4 {
 			bad++
 		}
 	}
