@@ -214,7 +214,7 @@ func storedCopy(path string, se store.StoredEpoch) *owlv1.EpochCopy {
 		ec.Flows = append(ec.Flows, &owlv1.StoredFlow{Hash: f.Hash, Stats: f.Stats})
 	}
 	if se.LDS != nil {
-		ec.LdsUp, ec.LdsDown = se.LDS.Up, se.LDS.Down
+		ec.LdsPair, ec.LdsUp, ec.LdsDown = se.LDS.Pair, se.LDS.Up, se.LDS.Down
 	}
 	return ec
 }

@@ -466,8 +466,9 @@ func TestJudgeClocks(t *testing.T) {
 	}
 }
 
-// TestFlowQueries reports two flows of different delays with their LDSs and
-// top-flow lists, then asks for them over gRPC.
+// TestFlowQueries reports three flows of different delays with their LDSs
+// and top-flow lists naming two, then asks for them over gRPC: the third
+// from the sketches the collector kept.
 func TestFlowQueries(t *testing.T) {
 	cfg := testConfig(t)
 	c := newTest(t, cfg)
@@ -476,6 +477,7 @@ func TestFlowQueries(t *testing.T) {
 	q := owlv1.NewQueryServiceClient(conn)
 	heavy := capture.FlowKey{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 1, DstPort: 2, Proto: 6}
 	light := capture.FlowKey{Src: netip.MustParseAddr("10.0.0.3"), Dst: netip.MustParseAddr("10.0.0.4"), SrcPort: 3, DstPort: 4, Proto: 17}
+	unnamed := capture.FlowKey{Src: netip.MustParseAddr("10.0.0.5"), Dst: netip.MustParseAddr("10.0.0.6"), SrcPort: 5, DstPort: 6, Proto: 6}
 	upL, _ := lds.New(cfg.Params.LDS)
 	downL, _ := lds.New(cfg.Params.LDS)
 	r := rand.New(rand.NewPCG(1, 1))
@@ -483,7 +485,7 @@ func TestFlowQueries(t *testing.T) {
 		k       capture.FlowKey
 		n       int
 		delayNS int64
-	}{{heavy, 3000, 500_000}, {light, 400, 90_000}} {
+	}{{heavy, 3000, 500_000}, {light, 400, 90_000}, {unnamed, 800, 230_000}} {
 		h := f.k.Hash(c.cfg.Params.LDS.Seed)
 		for i := 0; i < f.n; i++ {
 			id, ts := r.Uint64(), r.Int64N(900_000_000)
@@ -522,6 +524,10 @@ func TestFlowQueries(t *testing.T) {
 	fs, err := q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: "p", Flow: netpath.FlowToProto(light)})
 	if err != nil || len(fs.GetStats()) != 1 || fs.GetStats()[0].GetMeanNs() != 90_000 || !fs.GetStats()[0].GetTop() {
 		t.Fatalf("GetFlowStats: %v, %v", fs, err)
+	}
+	fs, err = q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: "p", Flow: netpath.FlowToProto(unnamed)})
+	if err != nil || len(fs.GetStats()) != 1 || fs.GetStats()[0].GetMeanNs() != 230_000 || fs.GetStats()[0].GetTop() {
+		t.Fatalf("GetFlowStats of a flow no top list names: %v, %v", fs, err)
 	}
 	other := netpath.FlowToProto(capture.FlowKey{Src: netip.MustParseAddr("10.9.9.9"), Dst: netip.MustParseAddr("10.9.9.8"), Proto: 17})
 	fs, err = q.GetFlowStats(ctx, &owlv1.GetFlowStatsRequest{Path: "p", Flow: other})

@@ -713,7 +713,7 @@ func addHandoverSeeds(f *testing.F, copies, exported []*owlv1.EpochCopy, taken *
 	for _, ec := range exported {
 		add(ec, handExport)
 		bad := proto.CloneOf(ec)
-		for _, s := range [][]byte{bad.LdsUp, bad.LdsDown, bad.Boundary} {
+		for _, s := range [][]byte{bad.LdsPair, bad.LdsUp, bad.LdsDown, bad.Boundary} {
 			if len(s) > 0 {
 				s[len(s)/2] ^= 0x81
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/reconcile"
+	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 
 	"google.golang.org/protobuf/proto"
@@ -170,7 +171,7 @@ func TestLDSShapeMismatch(t *testing.T) {
 		t.Errorf("result of sketches of two shapes: note %q, mean %v", r.GetFlowsNote(), r.GetMeanNs())
 	}
 	n := 0
-	err := c.store.LDSPairs("p", 0, 100, func(int64, []byte, []byte) bool { n++; return true })
+	err := c.store.LDSPairs("p", 0, 100, func(store.LDSPair) bool { n++; return true })
 	if err != nil || n != 0 {
 		t.Errorf("stored %d sketch pairs of two shapes (%v)", n, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -16,7 +17,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
-	"github.com/owl-latency/owl/internal/synopsis/lds"
+	"github.com/owl-latency/owl/internal/store"
 )
 
 // queryService serves QueryService.
@@ -217,20 +218,19 @@ func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsR
 	h := f.Hash(s.c.cfg.Params.LDS.Seed)
 	var out []*owlv1.FlowStats
 	var decodeErr error
-	err = s.c.store.LDSPairs(req.GetPath(), lo, hi, func(e int64, upB, downB []byte) bool {
+	err = s.c.store.LDSPairs(req.GetPath(), lo, hi, func(p store.LDSPair) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		if fs, err := s.c.store.FlowResult(req.GetPath(), e, h); err == nil && fs != nil {
+		if fs, err := s.c.store.FlowResult(req.GetPath(), p.Epoch, h); err == nil && fs != nil {
 			out = append(out, fs)
 		} else {
-			up, err1 := lds.Decode(upB)
-			down, err2 := lds.Decode(downB)
-			if err := errors.Join(err1, err2); err != nil {
-				decodeErr = err
+			up, down, err := decodeLDSPair(p)
+			if err != nil {
+				decodeErr = fmt.Errorf("the sketches of %s epoch %d: %w", p.Path, p.Epoch, err)
 				return false
 			}
-			out = append(out, s.c.worker.estimateFlow(req.GetPath(), e, up, down, f))
+			out = append(out, s.c.worker.estimateFlow(req.GetPath(), p.Epoch, up, down, f))
 		}
 		if len(out) > limit {
 			out = out[1:]

@@ -52,7 +52,7 @@ func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
 			continue
 		}
 		addCopy(&w, ec)
-		if len(ec.GetFlows()) > 0 || len(ec.GetLdsUp())+len(ec.GetLdsDown()) > 0 {
+		if len(ec.GetFlows()) > 0 || len(ec.GetLdsPair())+len(ec.GetLdsUp())+len(ec.GetLdsDown()) > 0 {
 			flows = append(flows, store.EpochRef{Path: ec.GetPath(), Epoch: ec.GetEpoch()})
 		}
 	}
@@ -85,9 +85,14 @@ func (c *Collector) checkCopy(ec *owlv1.EpochCopy) error {
 			return fmt.Errorf("a per-flow result is of %q epoch %d", f.GetStats().GetPath(), f.GetStats().GetEpoch())
 		}
 	}
+	if p := ec.GetLdsPair(); len(p) > 0 {
+		// Stored, sketches that do not decode would fail every
+		// GetFlowStats over their epoch.
+		if _, _, err := lds.DecodePair(p); err != nil {
+			return fmt.Errorf("its sketches: %w", err)
+		}
+	}
 	if up, down := ec.GetLdsUp(), ec.GetLdsDown(); len(up)+len(down) > 0 {
-		// Stored, a sketch that does not decode would fail every
-		// GetFlowStats over its epoch.
 		if _, err := lds.Check(up); err != nil {
 			return fmt.Errorf("its upstream sketch: %w", err)
 		}
@@ -117,7 +122,10 @@ func addCopy(w *store.Write, ec *owlv1.EpochCopy) {
 	for _, f := range ec.GetFlows() {
 		w.Flows = append(w.Flows, store.FlowResult{Hash: f.GetHash(), Stats: f.GetStats()})
 	}
-	if len(ec.GetLdsUp())+len(ec.GetLdsDown()) > 0 {
+	switch {
+	case len(ec.GetLdsPair()) > 0:
+		w.LDS = append(w.LDS, store.LDSPair{EpochRef: ref, Pair: ec.GetLdsPair()})
+	case len(ec.GetLdsUp())+len(ec.GetLdsDown()) > 0:
 		w.LDS = append(w.LDS, store.LDSPair{EpochRef: ref, Up: ec.GetLdsUp(), Down: ec.GetLdsDown()})
 	}
 	if ec.GetBoundary() != nil {

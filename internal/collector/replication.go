@@ -199,7 +199,7 @@ func writeCopies(w store.Write) []*owlv1.EpochCopy {
 	}
 	for _, p := range w.LDS {
 		ec := get(p.EpochRef)
-		ec.LdsUp, ec.LdsDown = p.Up, p.Down
+		ec.LdsPair, ec.LdsUp, ec.LdsDown = p.Pair, p.Up, p.Down
 	}
 	for _, b := range w.Boundaries {
 		get(b.EpochRef).Boundary = b.Data

@@ -147,7 +147,6 @@ func (s *Store) StoredEpochs(path string, from int64, limit int, skip func(epoch
 
 // storedEpoch reads what goes with the result v stored under k.
 func storedEpoch(tx *bolt.Tx, path string, k, v []byte) (StoredEpoch, error) {
-	epoch := keyEpoch(k)
 	se := StoredEpoch{Result: &owlv1.PathStats{}}
 	if err := proto.Unmarshal(v, se.Result); err != nil {
 		return se, fmt.Errorf("result %x: %w", k, err)
@@ -161,12 +160,11 @@ func storedEpoch(tx *bolt.Tx, path string, k, v []byte) (StoredEpoch, error) {
 		se.Flows = append(se.Flows, f)
 	}
 	if lv := tx.Bucket(bucketLDS).Get(k); lv != nil {
-		n, m := binary.Uvarint(lv)
-		if m <= 0 || uint64(len(lv)-m) < n {
-			return se, fmt.Errorf("lds record %x is malformed", k)
+		p, err := parseLDS(k, bytes.Clone(lv))
+		if err != nil {
+			return se, err
 		}
-		se.LDS = &LDSPair{EpochRef: EpochRef{Path: path, Epoch: epoch},
-			Up: bytes.Clone(lv[m : m+int(n)]), Down: bytes.Clone(lv[m+int(n):])}
+		se.LDS = &p
 	}
 	se.Boundary = bytes.Clone(tx.Bucket(bucketBoundary).Get(k))
 	return se, nil

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 var (
@@ -331,10 +332,39 @@ type FlowResult struct {
 	Stats *owlv1.FlowStats
 }
 
-// LDSPair is the two sides' LDS of one path and epoch, in wire form.
+// LDSPair is the two sides' LDS of one path and epoch: Pair in the pair
+// form (lds.AppendPair), or, as collectors stored them before it, Up and
+// Down, each side's wire form.
 type LDSPair struct {
 	EpochRef
+	Pair     []byte
 	Up, Down []byte
+}
+
+// ldsRecord is what putLDS stores for p: the pair form, or the
+// upstream's length and then both wire forms. A record of the second
+// kind starts with a length: never the pair form's envelope.
+func ldsRecord(p LDSPair) []byte {
+	if p.Pair != nil {
+		return p.Pair
+	}
+	v := binary.AppendUvarint(nil, uint64(len(p.Up)))
+	return append(append(v, p.Up...), p.Down...)
+}
+
+// parseLDS reads a record putLDS stored under k.
+func parseLDS(k, v []byte) (LDSPair, error) {
+	p := LDSPair{EpochRef: EpochRef{Path: string(k[:len(k)-9]), Epoch: keyEpoch(k)}}
+	if lds.IsPair(v) {
+		p.Pair = v
+		return p, nil
+	}
+	n, m := binary.Uvarint(v)
+	if m <= 0 || uint64(len(v)-m) < n {
+		return p, fmt.Errorf("lds record %x is malformed", k)
+	}
+	p.Up, p.Down = v[m:m+int(n)], v[m+int(n):]
+	return p, nil
 }
 
 func flowKey(path string, epoch int64, hash uint64) []byte {
@@ -399,13 +429,11 @@ func putFlows(tx *bolt.Tx, fs []FlowResult, vals [][]byte) error {
 	return nil
 }
 
-// putLDS stores sketch pairs: the upstream's length, then both.
+// putLDS stores sketch pairs (ldsRecord).
 func putLDS(tx *bolt.Tx, ps []LDSPair) error {
 	b := tx.Bucket(bucketLDS)
 	for _, p := range ps {
-		v := binary.AppendUvarint(nil, uint64(len(p.Up)))
-		v = append(append(v, p.Up...), p.Down...)
-		if err := b.Put(epochKey(p.Path, p.Epoch), v); err != nil {
+		if err := b.Put(epochKey(p.Path, p.Epoch), ldsRecord(p)); err != nil {
 			return err
 		}
 	}
@@ -642,18 +670,18 @@ func (s *Store) FlowResult(path string, epoch int64, hash uint64) (*owlv1.FlowSt
 }
 
 // LDSPairs calls fn with the stored sketches of a path's epochs in
-// [from, to], oldest first, until it returns false.
-func (s *Store) LDSPairs(path string, from, to int64, fn func(epoch int64, up, down []byte) bool) error {
+// [from, to], oldest first, until it returns false. The pair's bytes are
+// valid only during the call.
+func (s *Store) LDSPairs(path string, from, to int64, fn func(p LDSPair) bool) error {
 	return s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketLDS).Cursor()
 		end := epochKey(path, to)
 		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-			n, m := binary.Uvarint(v)
-			if m <= 0 || uint64(len(v)-m) < n {
-				return fmt.Errorf("lds record %x is malformed", k)
+			p, err := parseLDS(k, v)
+			if err != nil {
+				return err
 			}
-			e := int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ (1 << 63))
-			if !fn(e, v[m:m+int(n)], v[m+int(n):]) {
+			if !fn(p) {
 				return nil
 			}
 		}

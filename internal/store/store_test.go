@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -206,6 +208,50 @@ func TestDeleteFlows(t *testing.T) {
 		_ = s.FlowResults(path, 0, 100, func(uint64, *owlv1.FlowStats) bool { n++; return true })
 		if !slices.Equal(got, want) || n != len(want) {
 			t.Errorf("%s: sketches of %v and %d per-flow results, want %v", path, got, n, want)
+		}
+	}
+}
+
+// TestLDSRecords: a pair form and a pair of wire forms (what collectors
+// stored before the pair form) are both read back as they were stored,
+// by LDSPairs and by a replica's copy.
+func TestLDSRecords(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	u, _ := lds.New(lds.Config{Rows: 1, Cols: 8, K: 1, Seed: 1})
+	u.Insert(1, 2, 3, 1)
+	pair, _ := lds.AppendPair(nil, u, u)
+	wire, _ := u.MarshalBinary()
+	stored := []LDSPair{
+		{EpochRef: EpochRef{Path: "p", Epoch: 1}, Up: wire, Down: append([]byte{9}, wire...)},
+		{EpochRef: EpochRef{Path: "p", Epoch: 2}, Pair: pair},
+	}
+	w := Write{LDS: stored}
+	for _, p := range stored {
+		w.Results = append(w.Results, &owlv1.PathStats{Path: p.Path, Epoch: p.Epoch})
+	}
+	if err := s.Apply(w); err != nil {
+		t.Fatal(err)
+	}
+	var got []LDSPair
+	if err := s.LDSPairs("p", 0, 10, func(p LDSPair) bool {
+		got = append(got, LDSPair{EpochRef: p.EpochRef, Pair: bytes.Clone(p.Pair), Up: bytes.Clone(p.Up), Down: bytes.Clone(p.Down)})
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	copies, err := s.StoredEpochs("p", 0, 10, func(int64) bool { return false })
+	if err != nil || len(copies) != 2 {
+		t.Fatalf("stored epochs: %d, %v", len(copies), err)
+	}
+	for i, want := range stored {
+		for _, p := range []LDSPair{got[i], *copies[i].LDS} {
+			if p.EpochRef != want.EpochRef || !bytes.Equal(p.Pair, want.Pair) || !bytes.Equal(p.Up, want.Up) || !bytes.Equal(p.Down, want.Down) {
+				t.Errorf("epoch %d: read back %+v, stored %+v", want.Epoch, p, want)
+			}
 		}
 	}
 }

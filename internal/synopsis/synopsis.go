@@ -31,6 +31,8 @@ const (
 	KindSample Kind = 'T'
 	// KindList is an epoch's exact list of packets.
 	KindList Kind = 'X'
+	// KindLDSPair is an epoch's two LDS as the collector keeps them.
+	KindLDSPair Kind = 'P'
 )
 
 // String names the kind.
@@ -46,6 +48,8 @@ func (k Kind) String() string {
 		return "sample"
 	case KindList:
 		return "exact list"
+	case KindLDSPair:
+		return "LDS pair"
 	}
 	return fmt.Sprintf("kind %#x", byte(k))
 }

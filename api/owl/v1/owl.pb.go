@@ -374,8 +374,11 @@ type EpochCopy struct {
 	// result is unset while the epoch waits for a side.
 	Result *PathStats    `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
 	Flows  []*StoredFlow `protobuf:"bytes,4,rep,name=flows,proto3" json:"flows,omitempty"`
-	// lds_up and lds_down are the epoch's sketches (wire form), kept for
-	// queries of any flow; both empty when there are none.
+	// lds_pair is the epoch's two sketches in the pair form the collector
+	// keeps for queries of any flow; empty when there are none. lds_up and
+	// lds_down are each side's wire form, as collectors sent them before
+	// the pair form: still taken.
+	LdsPair []byte `protobuf:"bytes,10,opt,name=lds_pair,json=ldsPair,proto3" json:"lds_pair,omitempty"`
 	LdsUp   []byte `protobuf:"bytes,5,opt,name=lds_up,json=ldsUp,proto3" json:"lds_up,omitempty"`
 	LdsDown []byte `protobuf:"bytes,6,opt,name=lds_down,json=ldsDown,proto3" json:"lds_down,omitempty"`
 	// boundary is the record matching packets across the epoch's end.
@@ -444,6 +447,13 @@ func (x *EpochCopy) GetResult() *PathStats {
 func (x *EpochCopy) GetFlows() []*StoredFlow {
 	if x != nil {
 		return x.Flows
+	}
+	return nil
+}
+
+func (x *EpochCopy) GetLdsPair() []byte {
+	if x != nil {
+		return x.LdsPair
 	}
 	return nil
 }
@@ -7347,12 +7357,14 @@ var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
-	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x92\x02\n" +
+	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x02\n" +
 	"\tEpochCopy\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12)\n" +
 	"\x06result\x18\x03 \x01(\v2\x11.owl.v1.PathStatsR\x06result\x12(\n" +
-	"\x05flows\x18\x04 \x03(\v2\x12.owl.v1.StoredFlowR\x05flows\x12\x15\n" +
+	"\x05flows\x18\x04 \x03(\v2\x12.owl.v1.StoredFlowR\x05flows\x12\x19\n" +
+	"\blds_pair\x18\n" +
+	" \x01(\fR\aldsPair\x12\x15\n" +
 	"\x06lds_up\x18\x05 \x01(\fR\x05ldsUp\x12\x19\n" +
 	"\blds_down\x18\x06 \x01(\fR\aldsDown\x12\x1a\n" +
 	"\bboundary\x18\a \x01(\fR\bboundary\x12$\n" +

@@ -489,17 +489,7 @@ func (l *LDS) AppendBinary(b []byte) ([]byte, error) {
 	if width < 8 {
 		v = versionDigest
 	}
-	b = synopsis.AppendHeader(b, synopsis.KindLDS, v)
-	b = append(b, byte(l.cfg.Rows))
-	b = binary.AppendUvarint(b, uint64(l.cfg.Cols))
-	b = append(b, byte(l.cfg.K))
-	if len(l.cfg.RowSampleLog2) == 0 {
-		b = append(b, 0)
-	} else {
-		b = append(b, 1)
-		b = append(b, l.cfg.RowSampleLog2...)
-	}
-	b = binary.LittleEndian.AppendUint64(b, l.cfg.Seed)
+	b = appendConfig(synopsis.AppendHeader(b, synopsis.KindLDS, v), l.cfg)
 	if v == versionDigest {
 		b = append(b, byte(width))
 	}
@@ -567,23 +557,7 @@ func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cfg Config
-	cfg.Rows = int(rd.Byte("rows"))
-	cfg.Cols = int(rd.Uvarint("cols", MaxCols))
-	cfg.K = int(rd.Byte("k"))
-	switch rd.Byte("sampling") {
-	case 0:
-	case 1:
-		if cfg.Rows <= MaxRows && rd.Need("row sampling", cfg.Rows) {
-			cfg.RowSampleLog2 = make([]uint8, cfg.Rows)
-			for i := range cfg.RowSampleLog2 {
-				cfg.RowSampleLog2[i] = rd.Byte("row sampling")
-			}
-		}
-	default:
-		rd.Fail("sampling", "must be 0 or 1")
-	}
-	cfg.Seed = rd.Uint64("seed")
+	cfg := readConfig(rd)
 	width := 8
 	if v == versionDigest {
 		width = int(rd.Byte("digest bytes"))
@@ -591,11 +565,8 @@ func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
 			rd.Fail("digest bytes", fmt.Sprintf("%d: version 2 carries 2 or 4", width))
 		}
 	}
-	if rd.Err() != nil {
-		return nil, rd.Err()
-	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
+	if err := checkConfig(rd, cfg); err != nil {
+		return nil, err
 	}
 	if !rd.Need("cells", 2*cfg.Rows*cfg.Cols) {
 		return nil, rd.Err()
@@ -629,4 +600,52 @@ func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// appendConfig appends the shape of a sketch: rows (1) | cols (uvarint) |
+// k (1) | sampling flag (1) [+ rows exponents] | seed (8 LE).
+func appendConfig(b []byte, cfg Config) []byte {
+	b = append(b, byte(cfg.Rows))
+	b = binary.AppendUvarint(b, uint64(cfg.Cols))
+	b = append(b, byte(cfg.K))
+	if len(cfg.RowSampleLog2) == 0 {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = append(b, cfg.RowSampleLog2...)
+	}
+	return binary.LittleEndian.AppendUint64(b, cfg.Seed)
+}
+
+// readConfig reads what appendConfig wrote; checkConfig checks it.
+func readConfig(rd *synopsis.Reader) Config {
+	var cfg Config
+	cfg.Rows = int(rd.Byte("rows"))
+	cfg.Cols = int(rd.Uvarint("cols", MaxCols))
+	cfg.K = int(rd.Byte("k"))
+	switch rd.Byte("sampling") {
+	case 0:
+	case 1:
+		if cfg.Rows <= MaxRows && rd.Need("row sampling", cfg.Rows) {
+			cfg.RowSampleLog2 = make([]uint8, cfg.Rows)
+			for i := range cfg.RowSampleLog2 {
+				cfg.RowSampleLog2[i] = rd.Byte("row sampling")
+			}
+		}
+	default:
+		rd.Fail("sampling", "must be 0 or 1")
+	}
+	cfg.Seed = rd.Uint64("seed")
+	return cfg
+}
+
+// checkConfig returns the reader's first error, or cfg's.
+func checkConfig(rd *synopsis.Reader, cfg Config) error {
+	if rd.Err() != nil {
+		return rd.Err()
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
+	}
+	return nil
 }
