@@ -58,9 +58,9 @@ type metrics struct {
 	watchersRefused prometheus.Counter
 	flowMean        *prometheus.GaugeVec
 	flowPackets     *prometheus.GaugeVec
-	// flowLabels are the flow labels each path's series have now.
-	flowLabelsMu sync.Mutex
-	flowLabels   map[string][]string
+	// flowSeries are each path's top-flow series now, by flow label.
+	flowSeriesMu sync.Mutex
+	flowSeries   map[string]map[string]flowGauges
 
 	clockUnc      *prometheus.GaugeVec
 	clockFlagged  *prometheus.GaugeVec
@@ -128,7 +128,7 @@ func newMetrics() *metrics {
 	m.rebuilds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_rebuilds_total", Help: "Late-binding rebuilds of RDAs at a larger size."}, []string{"path"})
 	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
 	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
-	m.flowLabels = map[string][]string{}
+	m.flowSeries = map[string]map[string]flowGauges{}
 	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_shed_total",
 		Help: "Reports turned away, unacknowledged (the probe sends them again), by probe and reason: the backlog was over max_pending_bytes (pending_bytes), or the probe's reports held over its share of it (probe_share)."}, []string{"probe", "reason"})
 	m.conflicting = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_conflicting_reports_total", Help: "Reports sent again with other content than the side already held or used, by probe (the result keeps the first, and counts them)."}, []string{"probe"})
@@ -294,23 +294,42 @@ func (m *metrics) flows(path string, top []*owlv1.FlowStats, n int) {
 	if len(top) == 0 {
 		return
 	}
-	// The path's series of the previous epoch go by name: a partial
-	// match would scan every path's series, on every path-epoch.
-	m.flowLabelsMu.Lock()
-	defer m.flowLabelsMu.Unlock()
-	for _, label := range m.flowLabels[path] {
-		m.flowMean.DeleteLabelValues(path, label)
-		m.flowPackets.DeleteLabelValues(path, label)
-	}
-	labels := make([]string, 0, min(n, len(top)))
+	// A flow still among the top keeps its series; those of the flows
+	// that left go by name (a partial match would scan every path's
+	// series, on every path-epoch).
+	m.flowSeriesMu.Lock()
+	defer m.flowSeriesMu.Unlock()
+	old, now := m.flowSeries[path], make(map[string]flowGauges, min(n, len(top)))
 	for _, f := range top[:min(n, len(top))] {
 		k := f.GetFlow()
 		label := fmt.Sprintf("%d %s:%d>%s:%d", k.GetProtocol(), k.GetSrc(), k.GetSrcPort(), k.GetDst(), k.GetDstPort())
-		labels = append(labels, label)
-		m.flowPackets.WithLabelValues(path, label).Set(f.GetPackets())
-		if f.GetEstimated() {
-			m.flowMean.WithLabelValues(path, label).Set(f.GetMeanNs() / 1e9)
+		g, ok := old[label]
+		if !ok {
+			g.packets = m.flowPackets.WithLabelValues(path, label)
+		}
+		delete(old, label)
+		g.packets.Set(f.GetPackets())
+		switch {
+		case f.GetEstimated() && g.mean == nil:
+			g.mean = m.flowMean.WithLabelValues(path, label)
+			fallthrough
+		case f.GetEstimated():
+			g.mean.Set(f.GetMeanNs() / 1e9)
+		case g.mean != nil:
+			m.flowMean.DeleteLabelValues(path, label)
+			g.mean = nil
+		}
+		now[label] = g
+	}
+	for label, g := range old {
+		m.flowPackets.DeleteLabelValues(path, label)
+		if g.mean != nil {
+			m.flowMean.DeleteLabelValues(path, label)
 		}
 	}
-	m.flowLabels[path] = labels
+	m.flowSeries[path] = now
 }
+
+// flowGauges are one top flow's series: mean is nil while it has no
+// estimate.
+type flowGauges struct{ packets, mean prometheus.Gauge }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -52,6 +53,9 @@ type probeState struct {
 	replay  bool
 	refused uint64        // what it sent that was refused
 	limiter *rate.Limiter // its reports' rate (nil: no bound)
+	// reportsTotal is its series of owl_collector_reports_total, looked
+	// up once: it is counted on every report.
+	reportsTotal prometheus.Counter
 }
 
 // newRegistry makes a registry for the probes of paths; with COLATE on,
@@ -189,12 +193,18 @@ func (r *registry) clockUpdate(probe string, st *owlv1.ClockStatus) {
 // sawReport counts a report of a probe.
 func (r *registry) sawReport(probe string) {
 	r.probesMu.Lock()
-	if ps := r.probes[probe]; ps != nil {
-		ps.lastSeen = r.now()
-		ps.reports++
+	defer r.probesMu.Unlock()
+	ps := r.probes[probe]
+	if ps == nil {
+		r.m.reports.WithLabelValues(probe).Inc()
+		return
 	}
-	r.probesMu.Unlock()
-	r.m.reports.WithLabelValues(probe).Inc()
+	ps.lastSeen = r.now()
+	ps.reports++
+	if ps.reportsTotal == nil {
+		ps.reportsTotal = r.m.reports.WithLabelValues(probe)
+	}
+	ps.reportsTotal.Inc()
 }
 
 // session returns a probe's newest open session, or nil.

@@ -384,6 +384,25 @@ func decodeConfig(r *synopsis.Reader) (Config, error) {
 	return cfg, nil
 }
 
+// readCells reads cells from b until they are all read or one cannot be,
+// and returns how many it read and the bytes they took: one loop over the
+// bytes, where the Reader's field by field would check each field.
+func readCells(b []byte, cells []cell) (read, n int) {
+	for read < len(cells) {
+		sum, k := binary.Varint(b[n:])
+		if k <= 0 {
+			break
+		}
+		count, k2 := binary.Uvarint(b[n+k:])
+		if k2 <= 0 {
+			break
+		}
+		cells[read] = cell{sumNS: sum, count: count}
+		read, n = read+1, n+k+k2
+	}
+	return read, n
+}
+
 // Decode parses a wire form. It rejects truncated, oversized or trailing
 // input and parameters out of range with an error wrapping synopsis.ErrFormat.
 func Decode(b []byte) (*LDA, error) {
@@ -405,7 +424,9 @@ func Decode(b []byte) (*LDA, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range l.cells {
+	read, n := readCells(r.Rest(), l.cells)
+	r.Skip(n)
+	for i := read; i < len(l.cells); i++ { // from a cell readCells could not read, for the error
 		l.cells[i].sumNS = r.Varint("cell sum")
 		l.cells[i].count = r.Uvarint("cell count", math.MaxUint64)
 	}

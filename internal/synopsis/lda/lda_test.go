@@ -338,3 +338,17 @@ func BenchmarkEstimate(b *testing.B) {
 		_, _ = EstimatePair(up, down, DefaultOptions())
 	}
 }
+
+// BenchmarkDecode: an epoch of 5,000 packets, as a collector decodes
+// each report's LDA.
+func BenchmarkDecode(b *testing.B) {
+	up, _, _ := pair(b, DefaultConfig(), 5000, func(i int) int64 { return int64(i) * 200_000 }, func(int) bool { return false })
+	w, _ := up.MarshalBinary()
+	b.SetBytes(int64(len(w)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode(w); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
