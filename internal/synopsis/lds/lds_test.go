@@ -363,3 +363,36 @@ func TestDecodeCellErrors(t *testing.T) {
 		t.Errorf("overlong count: %v", err)
 	}
 }
+
+// TestSkipVarint: skipVarint measures what binary.Varint reads, and
+// fails where it fails.
+func TestSkipVarint(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	cases := [][]byte{nil, {0x80}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02},
+		bytes.Repeat([]byte{0x80}, 11), bytes.Repeat([]byte{0x80}, 10)}
+	for range 2000 {
+		b := binary.AppendVarint(nil, int64(r.Uint64())>>r.IntN(64))
+		cases = append(cases, b, b[:len(b)-1], append(b, 7))
+	}
+	for _, b := range cases {
+		if _, want := binary.Varint(b); skipVarint(b) != want {
+			t.Fatalf("% x: skipVarint %d, binary.Varint %d", b, skipVarint(b), want)
+		}
+	}
+}
+
+func BenchmarkCheck(b *testing.B) {
+	l, _ := New(Config{Rows: 4, Cols: 512, K: 4, Seed: 1})
+	r := rand.New(rand.NewPCG(1, 1))
+	for range 5000 {
+		l.Insert(r.Uint64N(100), r.Uint64(), r.Int64N(1e9), 1)
+	}
+	_ = l.SetDigestBytes(4)
+	w, _ := l.MarshalBinary()
+	b.SetBytes(int64(len(w)))
+	for b.Loop() {
+		if _, err := Check(w); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
