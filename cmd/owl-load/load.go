@@ -197,6 +197,12 @@ func (l *loadRun) firstEpoch(ctx context.Context) (int64, error) {
 	for _, s := range resp.GetStats() {
 		first = max(first, s.GetEpoch()+1)
 	}
+	// The collector refuses epochs that start more than max_epoch_ahead
+	// (a minute by default) after its clock.
+	if ahead := time.Duration(l.grid.StartNS(first+int64(l.cfg.epochs)-1) - l.grid.StartNS(now)); first > start && ahead > 30*time.Second {
+		return 0, fmt.Errorf("the collector at %s holds results of %s up to epoch %d, from an earlier run: this run's %d epochs after it would end %v ahead of the clock, and the collector refuses epochs far ahead; send fewer epochs, wait, or start the collector on an empty data directory",
+			l.seed, l.paths[0].Name, first-1, l.cfg.epochs, ahead.Round(time.Second))
+	}
 	return first, nil
 }
 
