@@ -458,9 +458,9 @@ func checkFlows(t *testing.T, q owlv1.QueryServiceClient, truths map[int64]map[c
 		// packets (cells with a lost packet are out), so its mean is off
 		// by sampling, a few standard errors of the true spread, plus
 		// up to 1% from colliding flows.
-		bound := 4*ft.StddevNS/math.Sqrt(s.GetSamples()) + 0.01*ft.MeanNS
-		fmt.Fprintf(&b, "epoch %d: %d packets, true %.3f µs, LDS %.3f µs ± %.3f (%.2f%%, bound %.2f%%), %.0f samples\n", s.GetEpoch(), ft.SameEpoch,
-			ft.MeanNS/1e3, s.GetMeanNs()/1e3, s.GetStderrNs()/1e3, 100*rel, 100*bound/ft.MeanNS, s.GetSamples())
+		bound := 4*ft.StddevNS/math.Sqrt(math.Max(s.GetObserved(), 1)) + 0.01*ft.MeanNS
+		fmt.Fprintf(&b, "epoch %d: %d packets, true %.3f µs, LDS %.3f µs ± %.3f (%.2f%%, bound %.2f%%), %.0f samples, %.0f observed\n", s.GetEpoch(), ft.SameEpoch,
+			ft.MeanNS/1e3, s.GetMeanNs()/1e3, s.GetStderrNs()/1e3, 100*rel, 100*bound/ft.MeanNS, s.GetSamples(), s.GetObserved())
 		if !s.GetEstimated() || math.Abs(s.GetMeanNs()-ft.MeanNS) > bound {
 			t.Errorf("flow %v epoch %d: LDS mean %.1f ns, truth %.1f ns: off by %.1f ns, bound %.1f ns", fk, s.GetEpoch(), s.GetMeanNs(), ft.MeanNS, math.Abs(s.GetMeanNs()-ft.MeanNS), bound)
 		}

@@ -29,9 +29,12 @@ func (wk *worker) estimateFlow(path string, epoch int64, up, down *lds.LDS, f ca
 	}
 	if err == nil {
 		fs.Estimated = true
-		fs.MeanNs, fs.StddevNs, fs.Samples = est.MeanNS, est.StddevNS, est.Samples
-		if est.Samples > 0 {
-			fs.StderrNs = est.StddevNS / math.Sqrt(est.Samples)
+		fs.MeanNs, fs.StddevNs, fs.Samples, fs.Observed = est.MeanNS, est.StddevNS, est.Samples, est.Observed
+		if est.Observed > 0 {
+			// The mean is of the packets in the cells: a row that
+			// samples 1/8 of them stands for 8 times as many, but its
+			// mean is no better for it.
+			fs.StderrNs = est.StddevNS / math.Sqrt(est.Observed)
 		}
 	}
 	return fs

@@ -276,6 +276,7 @@ func (s queryService) TopFlows(ctx context.Context, req *owlv1.TopFlowsRequest) 
 			a.fs.Estimated = true
 			a.delaySum += f.GetMeanNs() * f.GetSamples()
 			a.sampleSum += f.GetSamples()
+			a.fs.Observed += f.GetObserved()
 		}
 		return ctx.Err() == nil
 	})

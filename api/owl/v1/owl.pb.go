@@ -6373,10 +6373,13 @@ type FlowStats struct {
 	Start *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
 	Flow  *FlowKey               `protobuf:"bytes,4,opt,name=flow,proto3" json:"flow,omitempty"`
 	// mean and stddev (rough, from the spread of the flow's cells) of the
-	// one-way delay, in nanoseconds; samples is the packet count behind them.
+	// one-way delay, in nanoseconds; samples is the packet count behind them,
+	// scaled back from the sketch's row sampling (the packets they stand
+	// for); observed the packets the mean was taken over, not scaled.
 	MeanNs   float64 `protobuf:"fixed64,5,opt,name=mean_ns,json=meanNs,proto3" json:"mean_ns,omitempty"`
 	StddevNs float64 `protobuf:"fixed64,6,opt,name=stddev_ns,json=stddevNs,proto3" json:"stddev_ns,omitempty"`
 	Samples  float64 `protobuf:"fixed64,7,opt,name=samples,proto3" json:"samples,omitempty"`
+	Observed float64 `protobuf:"fixed64,14,opt,name=observed,proto3" json:"observed,omitempty"`
 	// packets estimates the flow's packets upstream (count-min from the
 	// sketch, or the RAP counter for top flows); lost its lost packets.
 	Packets float64 `protobuf:"fixed64,8,opt,name=packets,proto3" json:"packets,omitempty"`
@@ -6388,7 +6391,7 @@ type FlowStats struct {
 	// epochs is the number of epochs a TopFlows entry sums up.
 	Epochs uint32 `protobuf:"varint,12,opt,name=epochs,proto3" json:"epochs,omitempty"`
 	// stderr_ns is the standard error of mean_ns from sampling alone
-	// (stddev / √samples; 0 when the flow's cells do not allow a stddev).
+	// (stddev / √observed; 0 when the flow's cells do not allow a stddev).
 	// The sketch uses a subset of the flow's packets: expect the mean within a
 	// few standard errors, plus what colliding flows add.
 	StderrNs      float64 `protobuf:"fixed64,13,opt,name=stderr_ns,json=stderrNs,proto3" json:"stderr_ns,omitempty"`
@@ -6471,6 +6474,13 @@ func (x *FlowStats) GetStddevNs() float64 {
 func (x *FlowStats) GetSamples() float64 {
 	if x != nil {
 		return x.Samples
+	}
+	return 0
+}
+
+func (x *FlowStats) GetObserved() float64 {
+	if x != nil {
+		return x.Observed
 	}
 	return 0
 }
@@ -7855,7 +7865,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\"?\n" +
 	"\x14GetFlowStatsResponse\x12'\n" +
-	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05stats\"\xef\x02\n" +
+	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05stats\"\x8b\x03\n" +
 	"\tFlowStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -7863,7 +7873,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04flow\x18\x04 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12\x17\n" +
 	"\amean_ns\x18\x05 \x01(\x01R\x06meanNs\x12\x1b\n" +
 	"\tstddev_ns\x18\x06 \x01(\x01R\bstddevNs\x12\x18\n" +
-	"\asamples\x18\a \x01(\x01R\asamples\x12\x18\n" +
+	"\asamples\x18\a \x01(\x01R\asamples\x12\x1a\n" +
+	"\bobserved\x18\x0e \x01(\x01R\bobserved\x12\x18\n" +
 	"\apackets\x18\b \x01(\x01R\apackets\x12\x12\n" +
 	"\x04lost\x18\t \x01(\x01R\x04lost\x12\x10\n" +
 	"\x03top\x18\n" +

@@ -348,6 +348,10 @@ type FlowEstimate struct {
 	// from sampling) packet count behind it. Zero when no cell is usable.
 	MeanNS  float64
 	Samples float64
+	// Observed is the packets the mean was taken over (at least: those
+	// of the row that holds the most of them), not scaled back from
+	// sampling: the standard error of the mean is StddevNS/√Observed.
+	Observed float64
 	// StddevNS is a rough standard deviation, from the spread of the
 	// selected cells of one row (zero when fewer than two cells allow).
 	StddevNS float64
@@ -390,6 +394,16 @@ func EstimateFlow(up, down *LDS, flow uint64, w uint64, opts Options) (FlowEstim
 	// (rows hold the same packets again), scaled back from sampling.
 	best := bestRow(perRow)
 	est.Samples, est.StddevNS = rowSpread(cfg, perRow[best], best, est.MeanNS, w)
+	// Observed: the packets the mean was taken over, not scaled back.
+	// Rows hold the same packets again, so the row with the most is a
+	// lower bound of how many different packets that is.
+	for _, cs := range perRow {
+		var n float64
+		for _, c := range cs {
+			n += c.count
+		}
+		est.Observed = max(est.Observed, n/float64(w))
+	}
 	return est, nil
 }
 
