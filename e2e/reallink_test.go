@@ -475,8 +475,8 @@ func checkRealLink(t testing.TB, path string, res map[int64]*owlv1.PathStats, tr
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "path %s: owl vs ground truth (tshark header fields, tcpdump at both points)\n", path)
-	fmt.Fprintf(&b, "%10s %6s %5s %5s %5s %5s %4s %6s %6s %12s %12s %9s %12s %8s %11s %11s %7s %6s %s\n", "epoch", "sent", "lost", "owl", "cross", "owl", "dup",
-		"n", "owl n", "true µs", "owl µs", "err", "LDA µs", "LDA err", "true std", "owl std", "err", "m", "est")
+	fmt.Fprintf(&b, "%10s %6s %5s %5s %5s %5s %4s %6s %6s %12s %12s %9s %12s %8s %11s %11s %7s %6s %s %s\n", "epoch", "sent", "lost", "owl", "cross", "owl", "dup",
+		"n", "owl n", "true µs", "owl µs", "err", "LDA µs", "LDA err", "true std", "owl std", "err", "m", "est", "std from")
 	exact, checked := 0, 0
 	firstSent := last
 	for e := first; e <= last; e++ {
@@ -505,9 +505,16 @@ func checkRealLink(t testing.TB, path string, res map[int64]*owlv1.PathStats, tr
 			ldaRel = math.Abs(r.GetLdaMeanNs()-tr.mean()) / tr.mean()
 		}
 		stdRel := math.Abs(r.GetStddevNs()-tr.std()) / tr.std()
-		fmt.Fprintf(&b, "%10d %6d %5d %5.0f %5d %5d %4d %6d %6d %12.3f %12.3f %9.2e %12.3f %7.2f%% %11.3f %11.3f %6.1f%% %6d %s\n", e, tr.sent, tr.lost, r.GetLost(),
+		from := r.GetEstimator()
+		switch {
+		case r.GetStddevExact():
+			from = "exact"
+		case r.GetStddevFromSample():
+			from = "sample"
+		}
+		fmt.Fprintf(&b, "%10d %6d %5d %5.0f %5d %5d %4d %6d %6d %12.3f %12.3f %9.2e %12.3f %7.2f%% %11.3f %11.3f %6.1f%% %6d %s %s\n", e, tr.sent, tr.lost, r.GetLost(),
 			tr.crossed, r.GetBoundaryMatched(), tr.dups, tr.n, r.GetSamples(), tr.mean()/1e3, r.GetMeanNs()/1e3, rel, r.GetLdaMeanNs()/1e3, 100*ldaRel,
-			tr.std()/1e3, r.GetStddevNs()/1e3, 100*stdRel, r.GetRdaBuckets(), r.GetEstimator())
+			tr.std()/1e3, r.GetStddevNs()/1e3, 100*stdRel, r.GetRdaBuckets(), r.GetEstimator(), from)
 		if r.GetEstimator() == "rda" && r.GetDecoded() && r.GetUnusableBuckets() == 0 && e != last {
 			// The last epoch is left out: nothing follows it upstream, so
 			// what crossed its end is not matched the same way.
@@ -583,7 +590,9 @@ func checkRealLinkFlows(t testing.TB, q owlv1.QueryServiceClient, path string, t
 			}
 			m := fa.sum / float64(fa.n)
 			sd := math.Sqrt(math.Max(fa.sq/float64(fa.n)-m*m, 0))
-			bound := 4*sd/math.Sqrt(math.Max(s.GetSamples(), 1)) + 0.01*m
+			// Observed, not samples: a row sampling 1/8 stands for
+			// 8 times its packets, but its mean is of the packets in it.
+			bound := 4*sd/math.Sqrt(math.Max(s.GetObserved(), 1)) + 0.01*m
 			if !s.GetEstimated() || math.Abs(s.GetMeanNs()-m) > bound {
 				t.Errorf("flow %v epoch %d: LDS %.1f ns, truth %.1f ns, bound %.1f ns", fk, s.GetEpoch(), s.GetMeanNs(), m, bound)
 				outside++

@@ -188,7 +188,7 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 	res.SampleRate = sj.cfg.Rate()
 	res.SampleDelays = uint64(len(sj.delays))
 	res.Quantiles, res.DelayMinNs, res.DelayMaxNs, res.DelaySketch = nil, 0, 0, nil
-	res.SampleMeanNs, res.SampleStddevNs, res.StddevExact = 0, 0, false
+	res.SampleMeanNs, res.SampleStddevNs, res.StddevExact, res.StddevFromSample = 0, 0, false, false
 	var notes []string
 	if sj.narrowed&narrowedSides != 0 {
 		notes = append(notes, fmt.Sprintf("the sides sampled at different rates; joined at the lower, 1/%.0f", 1/res.SampleRate))
@@ -207,8 +207,17 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 	res.DelaySketch = encodeDelaySketch(sj.delays, 1/sj.cfg.Rate())
 	exact := sj.cfg.Rate() == 1 && sj.ambiguous == 0
 	res.SampleMeanNs, res.SampleStddevNs = meanStddev(sj.delays)
-	if exact && res.GetEstimator() == "rda" && res.GetDecoded() && res.GetUnusableBuckets() == 0 && res.GetSamples() == uint64(len(sj.delays)) {
-		res.StddevNs, res.StddevExact = res.SampleStddevNs, true
+	exactMean := res.GetEstimator() == "rda" && res.GetDecoded() && res.GetUnusableBuckets() == 0
+	switch {
+	case exactMean && exact && res.GetSamples() == uint64(len(sj.delays)):
+		res.StddevNs, res.StddevExact, res.StddevFromSample = res.SampleStddevNs, true, true
+	case exactMean && len(sj.delays) >= int(res.GetRdaBuckets()):
+		// The sampled delays' spread around the exact mean: one degree
+		// of freedom a delay, where RDA's estimate has about one a
+		// bucket (on the real link, 1.5% off on average against 3.2%
+		// for RDA at 256 buckets, at most 6.6% against 24%).
+		d := res.SampleMeanNs - res.GetMeanNs()
+		res.StddevNs, res.StddevFromSample = math.Sqrt(res.SampleStddevNs*res.SampleStddevNs+d*d), true
 	}
 	qs, err := sample.Quantiles(sj.delays, quantilesAsked, quantileConfidence, exact)
 	if err != nil { // the quantiles and confidence are constants in range

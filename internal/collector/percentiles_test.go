@@ -222,7 +222,7 @@ func TestExactStddevFromTheSample(t *testing.T) {
 		samples uint64
 		exact   bool
 	}{{4, true}, {5, false}} {
-		res := &owlv1.PathStats{Estimator: "rda", Decoded: true, Samples: tc.samples, StddevNs: 123}
+		res := &owlv1.PathStats{Estimator: "rda", Decoded: true, Samples: tc.samples, StddevNs: 123, RdaBuckets: 256}
 		(&sampleJoin{cfg: cfg, delays: delays}).apply(res)
 		const mean, std = 1_000_400, 324.037034920393 // of delays (population)
 		if math.Abs(res.GetSampleMeanNs()-mean) > 1e-6 || math.Abs(res.GetSampleStddevNs()-std) > 1e-6 {
@@ -235,6 +235,43 @@ func TestExactStddevFromTheSample(t *testing.T) {
 			t.Errorf("exact: stddev %v, the sample's %v", res.GetStddevNs(), res.GetSampleStddevNs())
 		case !tc.exact && res.GetStddevNs() != 123:
 			t.Errorf("not exact: RDA's stddev replaced by %v", res.GetStddevNs())
+		}
+	}
+}
+
+// TestSampledStddevAroundTheExactMean: where RDA's mean is exact and a
+// sampled join holds at least as many delays as the RDA has buckets, the
+// standard deviation is the delays' spread around that mean; with fewer
+// delays, or a mean that is not exact, RDA's estimate stays.
+func TestSampledStddevAroundTheExactMean(t *testing.T) {
+	cfg, _ := sample.ForShift(7, 2)
+	r := rand.New(rand.NewPCG(4, 4))
+	delays := make([]int64, 300)
+	for i := range delays {
+		delays[i] = 1_000_000 + int64(r.ExpFloat64()*200_000)
+	}
+	slices.Sort(delays)
+	const exactMean = 1_190_000.0
+	var sq float64
+	for _, d := range delays {
+		sq += (float64(d) - exactMean) * (float64(d) - exactMean)
+	}
+	want := math.Sqrt(sq / float64(len(delays)))
+	for _, tc := range []struct {
+		name     string
+		buckets  uint32
+		unusable uint32
+		sampled  bool
+	}{{"more delays than buckets", 256, 0, true}, {"as many", 300, 0, true}, {"fewer", 512, 0, false}, {"a bucket left out", 256, 1, false}} {
+		res := &owlv1.PathStats{Estimator: "rda", Decoded: true, MeanNs: exactMean, Samples: 1200, StddevNs: 123, RdaBuckets: tc.buckets, UnusableBuckets: tc.unusable}
+		(&sampleJoin{cfg: cfg, delays: delays}).apply(res)
+		switch {
+		case res.GetStddevFromSample() != tc.sampled || res.GetStddevExact():
+			t.Errorf("%s: stddev_from_sample %t, stddev_exact %t", tc.name, res.GetStddevFromSample(), res.GetStddevExact())
+		case tc.sampled && math.Abs(res.GetStddevNs()-want) > 1e-6*want:
+			t.Errorf("%s: stddev %v, want the spread around the exact mean %v (the sample's own: %v)", tc.name, res.GetStddevNs(), want, res.GetSampleStddevNs())
+		case !tc.sampled && res.GetStddevNs() != 123:
+			t.Errorf("%s: RDA's stddev replaced by %v", tc.name, res.GetStddevNs())
 		}
 	}
 }

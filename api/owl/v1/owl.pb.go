@@ -5873,9 +5873,15 @@ type PathStats struct {
 	// stddev_exact is set when the sample holds every delivered packet
 	// (rate 1, nothing left out, as many delays as the exact RDA count):
 	// stddev_ns is then the sample's, exact, instead of RDA's estimate.
-	SampleMeanNs   float64 `protobuf:"fixed64,44,opt,name=sample_mean_ns,json=sampleMeanNs,proto3" json:"sample_mean_ns,omitempty"`
-	SampleStddevNs float64 `protobuf:"fixed64,45,opt,name=sample_stddev_ns,json=sampleStddevNs,proto3" json:"sample_stddev_ns,omitempty"`
-	StddevExact    bool    `protobuf:"varint,46,opt,name=stddev_exact,json=stddevExact,proto3" json:"stddev_exact,omitempty"`
+	// stddev_from_sample is set when stddev_ns is the sample's spread
+	// around the exact mean (RDA decoded, no bucket left out): exact, or
+	// sampled with at least as many delays as the RDA has buckets (a bank's
+	// buckets give RDA's estimate about that many degrees of freedom, the
+	// sample's delays one each).
+	SampleMeanNs     float64 `protobuf:"fixed64,44,opt,name=sample_mean_ns,json=sampleMeanNs,proto3" json:"sample_mean_ns,omitempty"`
+	SampleStddevNs   float64 `protobuf:"fixed64,45,opt,name=sample_stddev_ns,json=sampleStddevNs,proto3" json:"sample_stddev_ns,omitempty"`
+	StddevExact      bool    `protobuf:"varint,46,opt,name=stddev_exact,json=stddevExact,proto3" json:"stddev_exact,omitempty"`
+	StddevFromSample bool    `protobuf:"varint,48,opt,name=stddev_from_sample,json=stddevFromSample,proto3" json:"stddev_from_sample,omitempty"`
 	// flows_note says why the epoch has no per-flow results although both
 	// sides sent an LDS (the two sketches had different shapes: the path's
 	// LDS was resized between the two sides' epochs).
@@ -6232,6 +6238,13 @@ func (x *PathStats) GetSampleStddevNs() float64 {
 func (x *PathStats) GetStddevExact() bool {
 	if x != nil {
 		return x.StddevExact
+	}
+	return false
+}
+
+func (x *PathStats) GetStddevFromSample() bool {
+	if x != nil {
+		return x.StddevFromSample
 	}
 	return false
 }
@@ -7798,7 +7811,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bvalue_ns\x18\x02 \x01(\x01R\avalueNs\x12\x13\n" +
 	"\x05lo_ns\x18\x03 \x01(\x01R\x04loNs\x12\x13\n" +
 	"\x05hi_ns\x18\x04 \x01(\x01R\x04hiNs\x12\x14\n" +
-	"\x05exact\x18\x05 \x01(\bR\x05exact\"\x93\x0e\n" +
+	"\x05exact\x18\x05 \x01(\bR\x05exact\"\xc1\x0e\n" +
 	"\tPathStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -7855,7 +7868,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\fdelay_sketch\x18+ \x01(\fR\vdelaySketch\x12$\n" +
 	"\x0esample_mean_ns\x18, \x01(\x01R\fsampleMeanNs\x12(\n" +
 	"\x10sample_stddev_ns\x18- \x01(\x01R\x0esampleStddevNs\x12!\n" +
-	"\fstddev_exact\x18. \x01(\bR\vstddevExact\x12\x1d\n" +
+	"\fstddev_exact\x18. \x01(\bR\vstddevExact\x12,\n" +
+	"\x12stddev_from_sample\x180 \x01(\bR\x10stddevFromSample\x12\x1d\n" +
 	"\n" +
 	"flows_note\x18/ \x01(\tR\tflowsNote\"\xc0\x01\n" +
 	"\x13GetFlowStatsRequest\x12\x12\n" +
