@@ -53,6 +53,8 @@ type Collector struct {
 	pendingBytes   atomic.Int64
 	pendingByProbe atomic.Pointer[map[string]int64]
 	lastShedWarn   atomic.Int64 // unix ns of the last warning about shedding
+	// paused are the streams asked to hold their reports.
+	paused pausedStreams
 }
 
 // New opens the store, loads the reports a previous run left waiting and
@@ -163,9 +165,21 @@ func (ps *pathState) eachPending(fn func(*side)) {
 	}
 }
 
-// bytes is the size of the side's synopses in wire form.
+// bytes is the memory the side's synopses take: their wire form, and
+// the LDA, RDA and sample decoded when it came (together about twice the
+// wire form again).
 func (s *side) bytes() int {
-	return len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds()) + len(s.Report.GetList())
+	n := len(s.Report.GetLda()) + len(s.Report.GetRda()) + len(s.Report.GetLds()) + len(s.Report.GetList()) + len(s.Report.GetSample())
+	if s.lda != nil {
+		n += s.lda.HeapBytes()
+	}
+	if s.rda != nil {
+		n += s.rda.HeapBytes()
+	}
+	if s.sample != nil {
+		n += s.sample.HeapBytes()
+	}
+	return n
 }
 
 // measureBacklog counts the synopsis bytes held in the pairing tables, in
@@ -199,6 +213,7 @@ func (c *Collector) backlogLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			c.measureBacklog()
+			c.resumePaused()
 		}
 	}
 }
@@ -207,11 +222,11 @@ func (c *Collector) backlogLoop(ctx context.Context) {
 var errBusy = errors.New("the collector is behind: its backlog of reports is over max_pending_bytes; reconnect later")
 
 // overBacklog says whether a new report of probe must wait: the reports
-// held in memory are over MaxPendingBytes. The report is counted as shed,
-// with a warning at most every 10 s.
-func (c *Collector) overBacklog(probe string) bool {
+// held in memory are over slack times MaxPendingBytes. The report is
+// counted as shed, with a warning at most every 10 s.
+func (c *Collector) overBacklog(probe string, slack float64) bool {
 	max := c.cfg.MaxPendingBytes
-	if max <= 0 || c.pendingBytes.Load() <= max {
+	if max <= 0 || float64(c.pendingBytes.Load()) <= slack*float64(max) {
 		return false
 	}
 	c.m.shed.WithLabelValues(probe, "pending_bytes").Inc()

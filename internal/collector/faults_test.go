@@ -208,6 +208,16 @@ func gauge(t *testing.T, c *Collector, name string) float64 {
 	return 0
 }
 
+// heldBytes is what a side of r, once held, counts in the backlog.
+func heldBytes(t *testing.T, c *Collector, probe string, r *owlv1.EpochReport) int {
+	t.Helper()
+	s, err := c.decodeReport(probe, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.bytes()
+}
+
 // TestBacklogGauges: a lone side shows in the backlog until its pair
 // comes and the epoch is reconciled.
 func TestBacklogGauges(t *testing.T) {
@@ -217,8 +227,9 @@ func TestBacklogGauges(t *testing.T) {
 	if err := c.report("a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
 		t.Fatal(err)
 	}
-	if n, b := gauge(t, c, "owl_collector_pending_sides"), gauge(t, c, "owl_collector_pending_synopsis_bytes"); n != 1 || b != float64(len(up)) {
-		t.Errorf("one side in: %v sides, %v bytes; want 1 and %d", n, b, len(up))
+	want := heldBytes(t, c, "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up))
+	if n, b := gauge(t, c, "owl_collector_pending_sides"), gauge(t, c, "owl_collector_pending_synopsis_bytes"); n != 1 || b != float64(want) || want < 2*len(up) {
+		t.Errorf("one side in: %v sides, %v bytes; want 1 and %d (the wire form's %d and the decoded LDA)", n, b, want, len(up))
 	}
 	if err := c.report("b", report("p", 1, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
 		t.Fatal(err)
@@ -265,7 +276,7 @@ func TestBacklogBound(t *testing.T) {
 	c := newTest(t, cfg)
 	defer c.Close()
 	up, _ := ldaPair(t, c.cfg.Params.LDA, 50, 1000, 1)
-	c.cfg.MaxPendingBytes = int64(len(up))
+	c.cfg.MaxPendingBytes = int64(heldBytes(t, c, "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up)))
 	c.cfg.Limits.MaxPendingShare = 1 // the bound of all probes (TestPendingShare: of one)
 	if err := c.report("a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
 		t.Fatal(err)

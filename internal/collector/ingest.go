@@ -45,6 +45,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 		addr = p.Addr.String()
 	}
 	sess := newSession(h.GetProbeId(), stream)
+	sess.pauses = h.GetPauses()
 	defer close(sess.done)
 	if reason := c.gate.probeIDRefused(stream.Context(), h.GetProbeId()); reason != "" {
 		id, _ := security.FromContext(stream.Context())
@@ -315,7 +316,7 @@ func (c *Collector) takeColate(probe string, v *owlv1.ColateVector) error {
 // it can never be used; a *notOwner that another collector takes it.
 // Other errors are failures of the collector.
 func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
-	_, _, err := c.takeReport(probe, r, false)
+	_, _, err := c.takeReport(probe, r, false, false)
 	return err
 }
 
@@ -326,7 +327,10 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 // stored (its other side was in) returns its wait instead: it is
 // acknowledged once that ends.
 func (c *Collector) reportReplicated(sess *session, r *owlv1.EpochReport) (*saveWait, error) {
-	copied, unsaved, err := c.takeReport(sess.probe, r, c.cfg.WriteLoneAfter > 0)
+	copied, unsaved, err := c.takeReport(sess.probe, r, c.cfg.WriteLoneAfter > 0, sess.pauses)
+	if err == nil {
+		c.pauseIfBehind(sess, r.GetPath(), r.GetEpoch())
+	}
 	if err == nil && copied != nil {
 		select {
 		case <-copied:
@@ -338,24 +342,34 @@ func (c *Collector) reportReplicated(sess *session, r *owlv1.EpochReport) (*save
 
 // takeReport is report, and what pairSide returns; unsaved lets a side
 // whose other side is in be placed without a store write (its probe
-// waits for the result).
-func (c *Collector) takeReport(probe string, r *owlv1.EpochReport, unsaved bool) (<-chan struct{}, *saveWait, error) {
+// waits for the result). A probe that pauses is paused past the backlog's
+// bound, or its share of it, and turned away only past pauseSlack times
+// the backlog's bound: turning a probe away for its share alone could
+// leave two probes each waiting for the other's reports.
+func (c *Collector) takeReport(probe string, r *owlv1.EpochReport, unsaved, pauses bool) (<-chan struct{}, *saveWait, error) {
 	c.probes.sawReport(probe)
 	ps, err := c.checkReport(probe, r)
 	if err != nil {
 		return nil, nil, err
 	}
+	slack := 1.0
+	if pauses {
+		slack = pauseSlack
+	}
 	// Before decoding: a report turned away costs no more.
-	if c.overBacklog(probe) {
+	if c.overBacklog(probe, slack) {
 		return nil, nil, errBusy
 	}
-	if c.overShare(probe) {
+	if !pauses && c.overShare(probe, 1) {
 		return nil, nil, errProbeShare
 	}
 	s, err := c.decodeReport(probe, r)
 	if err != nil {
 		return nil, nil, err
 	}
+	// Counted now, so that a burst of reports meets the bound before
+	// measureBacklog counts the tables again.
+	c.pendingBytes.Add(int64(s.bytes()))
 	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds()) + len(r.GetList())))
 	return c.pairSide(ps, s, unsaved)
 }

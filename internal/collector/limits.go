@@ -326,13 +326,9 @@ func (c *Collector) pace(ctx context.Context, probe string, lim *rate.Limiter) e
 	}
 }
 
-// errProbeShare ends a probe's stream when its reports hold more than its
-// share of the pending budget.
-var errProbeShare = errors.New("this probe's reports waiting for their other side are over its share of the collector's backlog (limits.max_pending_share of max_pending_bytes); reconnect later")
-
-// overShare says whether a report of probe must wait: the reports of the
-// probe held in memory are over its share of MaxPendingBytes.
-func (c *Collector) overShare(probe string) bool {
+// shareExceeded says whether the reports of probe held in memory are
+// over slack times its share of MaxPendingBytes.
+func (c *Collector) shareExceeded(probe string, slack float64) bool {
 	max := c.cfg.MaxPendingBytes
 	share := c.cfg.Limits.MaxPendingShare
 	if max <= 0 || share >= 1 {
@@ -342,7 +338,17 @@ func (c *Collector) overShare(probe string) bool {
 	if m := c.pendingByProbe.Load(); m != nil {
 		held = (*m)[probe]
 	}
-	if float64(held) <= share*float64(max) {
+	return float64(held) > slack*share*float64(max)
+}
+
+// errProbeShare ends a probe's stream when its reports hold more than its
+// share of the pending budget.
+var errProbeShare = errors.New("this probe's reports waiting for their other side are over its share of the collector's backlog (limits.max_pending_share of max_pending_bytes); reconnect later")
+
+// overShare says whether a report of probe must wait: the reports of the
+// probe held in memory are over slack times its share of MaxPendingBytes.
+func (c *Collector) overShare(probe string, slack float64) bool {
+	if !c.shareExceeded(probe, slack) {
 		return false
 	}
 	c.m.shed.WithLabelValues(probe, "probe_share").Inc()

@@ -564,7 +564,7 @@ func TestPendingShare(t *testing.T) {
 	c := newTest(t, cfg)
 	defer c.Close()
 	up, _ := ldaPair(t, c.cfg.Params.LDA, 50, 1000, 1)
-	c.cfg.MaxPendingBytes = int64(4 * len(up))
+	c.cfg.MaxPendingBytes = int64(4 * heldBytes(t, c, "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up)))
 	c.cfg.Limits.MaxPendingShare = 0.5 // 2 reports of a probe
 	for e := int64(1); e <= 3; e++ {   // the third at its share, taken
 		if err := c.report("a", report("p", e, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {

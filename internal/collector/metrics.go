@@ -50,6 +50,7 @@ type metrics struct {
 	exchanged  *prometheus.CounterVec
 
 	shed        *prometheus.CounterVec
+	pauses      *prometheus.CounterVec
 	conflicting *prometheus.CounterVec
 	rateWait    *prometheus.CounterVec
 	// probesRefused counts Hellos of ids not kept, watchersRefused
@@ -131,11 +132,13 @@ func newMetrics() *metrics {
 	m.flowSeries = map[string]map[string]flowGauges{}
 	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_shed_total",
 		Help: "Reports turned away, unacknowledged (the probe sends them again), by probe and reason: the backlog was over max_pending_bytes (pending_bytes), or the probe's reports held over its share of it (probe_share)."}, []string{"probe", "reason"})
+	m.pauses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_probe_pauses_total",
+		Help: "Times a probe was asked to hold its reports (Pause): the backlog, or the probe's share of it, was over max_pending_bytes and its report waited for its other side."}, []string{"probe"})
 	m.conflicting = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_conflicting_reports_total", Help: "Reports sent again with other content than the side already held or used, by probe (the result keeps the first, and counts them)."}, []string{"probe"})
 	m.rateWait = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_report_rate_wait_seconds_total", Help: "Time the collector waited before reading a probe's stream on, to keep its reports and COLATE vectors within limits.reports_per_second, by probe."}, []string{"probe"})
 	m.probesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_probes_refused_total", Help: "Probe streams refused at their Hello, by reason: an id no path names with COLATE off (not_in_paths), past limits.max_probes (max_probes), or of a probe with limits.max_streams_per_probe streams open already (max_streams_per_probe)."}, []string{"reason"})
 	m.watchersRefused = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_watchers_refused_total", Help: "WatchPathStats streams refused because limits.max_watchers were open."})
-	for _, x := range []prometheus.Collector{m.shed, m.conflicting, m.rateWait, m.probesRefused, m.watchersRefused} {
+	for _, x := range []prometheus.Collector{m.shed, m.pauses, m.conflicting, m.rateWait, m.probesRefused, m.watchersRefused} {
 		f(x)
 	}
 	m.flowMean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_delay_mean_seconds", Help: "Mean one-way delay of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
@@ -244,7 +247,7 @@ func (m *metrics) probeClock(probe string, c *owlv1.ClockStatus) {
 // forgetProbe deletes every series of a probe.
 func (m *metrics) forgetProbe(probe string) {
 	l := prometheus.Labels{"probe": probe}
-	for _, v := range []*prometheus.CounterVec{m.reports, m.mismatch, m.shed, m.conflicting, m.rateWait,
+	for _, v := range []*prometheus.CounterVec{m.reports, m.mismatch, m.shed, m.pauses, m.conflicting, m.rateWait,
 		m.colateVectors, m.colatePackets, m.colateBytesIn, m.colateOverflow, m.colateFullTables} {
 		v.DeletePartialMatch(l)
 	}

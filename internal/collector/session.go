@@ -37,6 +37,12 @@ type session struct {
 
 	waitingMu sync.Mutex // guards waiting
 	waiting   map[uint64]chan *owlv1.ProbeMessage
+
+	// pauses says the probe honours Pause (its Hello); paused is set
+	// while it is asked to hold its reports, since pausedAt (unix ns).
+	pauses   bool
+	paused   atomic.Bool
+	pausedAt atomic.Int64
 }
 
 var requestIDs atomic.Uint64

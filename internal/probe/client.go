@@ -76,6 +76,7 @@ type client struct {
 
 	connected atomic.Bool
 	sessions  atomic.Uint64
+	pauses    atomic.Uint64 // times a collector paused a stream
 	// accepts is the kinds of messages the collector takes, from its
 	// latest path configuration.
 	accepts     atomic.Pointer[map[owlv1.Reject_Kind]bool]
@@ -192,6 +193,10 @@ var errRestart = errors.New("routes changed")
 type stream struct {
 	owlv1.ProbeService_ConnectClient
 	sendMu sync.Mutex
+	// paused is set while the collector asks for no more reports on this
+	// stream (Pause); pauseChanged wakes the sending loop when it changes.
+	paused       atomic.Bool
+	pauseChanged chan struct{}
 }
 
 func (s *stream) send(m *owlv1.ProbeMessage) error {
@@ -236,8 +241,10 @@ func (c *client) open(ctx context.Context) (*stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening stream: %w", err)
 	}
-	st := &stream{ProbeService_ConnectClient: cs}
-	if err := st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: c.h.hello()}}); err != nil {
+	st := &stream{ProbeService_ConnectClient: cs, pauseChanged: make(chan struct{}, 1)}
+	hello := c.h.hello()
+	hello.Pauses = true
+	if err := st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: hello}}); err != nil {
 		return nil, fmt.Errorf("sending hello: %w", err)
 	}
 	first, err := st.Recv()
@@ -280,6 +287,17 @@ func (c *client) dispatch(st *stream, m *owlv1.CollectorMessage, wg *sync.WaitGr
 		}
 	case *owlv1.CollectorMessage_Reject:
 		return c.rejected(m.Reject)
+	case *owlv1.CollectorMessage_Pause:
+		if m.Pause.GetPaused() {
+			c.pauses.Add(1)
+		}
+		if st.paused.Swap(m.Pause.GetPaused()) != m.Pause.GetPaused() {
+			c.log.Info("collector asks to pause sending", "collector", c.addr, "paused", m.Pause.GetPaused(), "unacked", c.spool.len())
+			select {
+			case st.pauseChanged <- struct{}{}:
+			default:
+			}
+		}
 	case *owlv1.CollectorMessage_RdaSize:
 		if err := c.h.setRDASize(m.RdaSize); err != nil {
 			c.log.Error("ignoring RDA size", "path", m.RdaSize.GetPath(), "err", err)
@@ -356,7 +374,8 @@ func sendFailed(what string, err error, errc <-chan error) error {
 }
 
 // sendSpooled sends every spooled message routed here, as it comes, and
-// the clock status every clockEvery, until the session ends.
+// the clock status every clockEvery, until the session ends. While the
+// collector pauses the stream, spooled messages wait.
 func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error) error {
 	var sent uint64 // highest seq sent on this stream
 	clockTick := time.NewTicker(clockEvery)
@@ -364,6 +383,9 @@ func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error)
 	for {
 		changed := c.spool.wait()
 		for _, m := range c.spool.after(sent) {
+			if st.paused.Load() {
+				break
+			}
 			switch {
 			case c.routes != nil && !c.routes.keep(m):
 			case !c.takes(m):
@@ -383,6 +405,7 @@ func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error)
 		case <-c.restart:
 			return errRestart
 		case <-changed:
+		case <-st.pauseChanged:
 		case <-clockTick.C:
 			if err := st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Clock{Clock: c.h.clockStatus()}}); err != nil {
 				return sendFailed("sending clock status", err, errc)

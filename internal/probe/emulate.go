@@ -538,6 +538,9 @@ type EmulatedStats struct {
 	// RepairErrors those answered with an error; Releases the epochs the
 	// collectors were done with.
 	Fetches, Rebuilds, RepairErrors, Releases uint64
+	// Sessions counts the streams opened, Pauses the times a collector
+	// asked for no more reports for a while.
+	Sessions, Pauses uint64
 }
 
 // Acked is the number of reports the collectors acknowledged.
@@ -547,7 +550,9 @@ func (s EmulatedStats) Acked() uint64 {
 
 // Stats returns the probe's totals so far.
 func (e *Emulated) Stats() EmulatedStats {
+	sessions, pauses := e.router.sessionsAndPauses()
 	return EmulatedStats{
+		Sessions: sessions, Pauses: pauses,
 		Reports: e.reports.Load(), Bytes: e.bytes.Load(),
 		Unacked: e.spool.len(), Dropped: e.spool.droppedTotal(),
 		Fetches: e.fetches.Load(), Rebuilds: e.rebuilds.Load(), RepairErrors: e.repairErrors.Load(),

@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -334,5 +335,72 @@ func waitResults(t *testing.T, q owlv1.QueryServiceClient, path string, n int) [
 			t.Fatalf("path %s: %d of %d results after 20s (last error %v)", path, len(r.GetStats()), n, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPausedNotCutOff: one probe reports epoch after epoch of ten paths
+// before the other has reported any, far past the collector's
+// max_pending_bytes. The collector pauses it instead of ending its stream:
+// every epoch comes out exact and each probe kept its one stream.
+func TestPausedNotCutOff(t *testing.T) {
+	var paths []netpath.Path
+	for i := range 10 {
+		paths = append(paths, netpath.Path{Name: fmt.Sprintf("load-%d", i), Upstream: "load-p0", Downstream: "load-p1"})
+	}
+	tr, err := NewTraffic(params.Default(), TrafficConfig{Packets: 2000, Loss: 0.01, Flows: 20, Variants: 2, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A side held takes about 80 KB: the first probe's 80 reports are
+	// four times its share.
+	addr := startCollector(t, paths, func(c *collector.Config) { c.MaxPendingBytes = 3 << 20 })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	var probes []*Emulated
+	for _, id := range []string{"load-p0", "load-p1"} {
+		e := NewEmulated(id, addr, tr, log)
+		probes = append(probes, e)
+		go func() { done <- e.Run(ctx) }()
+		select {
+		case <-e.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("probe %s: no path configuration", id)
+		}
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range probes {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	first, _ := tr.Params().Epoch.Of(time.Now().UnixNano())
+	first -= 20
+	const epochs = 8
+	for ep := first; ep < first+epochs; ep++ {
+		probes[0].Report(ep)
+		time.Sleep(150 * time.Millisecond) // as a replay would, measured between
+	}
+	for ep := first; ep < first+epochs; ep++ {
+		probes[1].Report(ep)
+		time.Sleep(150 * time.Millisecond)
+	}
+	q := queryClient(t, addr)
+	for _, p := range paths {
+		for _, r := range waitResults(t, q, p.Name, epochs) {
+			tru := tr.Truth(p.Name, r.GetEpoch())
+			if r.GetEstimator() != "rda" || !r.GetDecoded() || r.GetUnusableBuckets() != 0 || r.GetLost() != float64(tru.Lost) {
+				t.Errorf("%s epoch %d: %s, decoded %t, %d buckets left out, lost %v of %d (%s)", p.Name, r.GetEpoch(), r.GetEstimator(), r.GetDecoded(), r.GetUnusableBuckets(), r.GetLost(), tru.Lost, r.GetDetail())
+			}
+		}
+	}
+	s0, s1 := probes[0].Stats(), probes[1].Stats()
+	if s0.Pauses == 0 || s0.Sessions != 1 || s1.Sessions != 1 {
+		t.Errorf("first probe paused %d times; streams opened: %d and %d, want 1 each", s0.Pauses, s0.Sessions, s1.Sessions)
+	}
+	if sent := uint64(len(paths) * epochs); s0.Reports != sent || s0.Bytes == 0 {
+		t.Errorf("first probe: %+v", s0)
 	}
 }

@@ -289,6 +289,18 @@ func (r *router) stopIdle(addr string) {
 
 // connected says whether every collector the probe sends to has an open
 // stream.
+// sessionsAndPauses sums, over the router's clients, the streams opened
+// and the times a collector paused one.
+func (r *router) sessionsAndPauses() (sessions, pauses uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rc := range r.clients {
+		sessions += rc.c.sessions.Load()
+		pauses += rc.c.pauses.Load()
+	}
+	return sessions, pauses
+}
+
 func (r *router) connected() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -268,7 +268,7 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46, 0}
 }
 
 type TopRTTPrefixesRequest_Order int32
@@ -314,7 +314,7 @@ func (x TopRTTPrefixesRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopRTTPrefixesRequest_Order.Descriptor instead.
 func (TopRTTPrefixesRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -363,7 +363,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -1692,7 +1692,10 @@ type Hello struct {
 	// replay is true when the probe reads capture files: its epochs may be
 	// far in the past. A live probe's epochs must be near the collector's
 	// clock.
-	Replay        bool `protobuf:"varint,5,opt,name=replay,proto3" json:"replay,omitempty"`
+	Replay bool `protobuf:"varint,5,opt,name=replay,proto3" json:"replay,omitempty"`
+	// pauses is true when the probe honours Pause: a collector that falls
+	// behind pauses it instead of ending its stream.
+	Pauses        bool `protobuf:"varint,6,opt,name=pauses,proto3" json:"pauses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1758,6 +1761,13 @@ func (x *Hello) GetClock() *ClockStatus {
 func (x *Hello) GetReplay() bool {
 	if x != nil {
 		return x.Replay
+	}
+	return false
+}
+
+func (x *Hello) GetPauses() bool {
+	if x != nil {
+		return x.Pauses
 	}
 	return false
 }
@@ -3026,6 +3036,7 @@ type CollectorMessage struct {
 	//	*CollectorMessage_Release
 	//	*CollectorMessage_SampleRate
 	//	*CollectorMessage_LdsSize
+	//	*CollectorMessage_Pause
 	Msg           isCollectorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3149,6 +3160,15 @@ func (x *CollectorMessage) GetLdsSize() *LDSSize {
 	return nil
 }
 
+func (x *CollectorMessage) GetPause() *Pause {
+	if x != nil {
+		if x, ok := x.Msg.(*CollectorMessage_Pause); ok {
+			return x.Pause
+		}
+	}
+	return nil
+}
+
 type isCollectorMessage_Msg interface {
 	isCollectorMessage_Msg()
 }
@@ -3189,6 +3209,10 @@ type CollectorMessage_LdsSize struct {
 	LdsSize *LDSSize `protobuf:"bytes,9,opt,name=lds_size,json=ldsSize,proto3,oneof"`
 }
 
+type CollectorMessage_Pause struct {
+	Pause *Pause `protobuf:"bytes,10,opt,name=pause,proto3,oneof"`
+}
+
 func (*CollectorMessage_Paths) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_Ack) isCollectorMessage_Msg() {}
@@ -3207,6 +3231,55 @@ func (*CollectorMessage_SampleRate) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_LdsSize) isCollectorMessage_Msg() {}
 
+func (*CollectorMessage_Pause) isCollectorMessage_Msg() {}
+
+// Pause tells a probe to hold the reports and vectors it has not sent yet
+// (paused) or to send them again: the collector is behind. A paused probe
+// keeps answering requests (fetches, rebuilds) and sending its clock.
+type Pause struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paused        bool                   `protobuf:"varint,1,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pause) Reset() {
+	*x = Pause{}
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pause) ProtoMessage() {}
+
+func (x *Pause) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pause.ProtoReflect.Descriptor instead.
+func (*Pause) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Pause) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 // Release tells a probe that the collector is done with epochs of a path:
 // their result is stored, and the probe may drop their caches. A probe that
 // replays files waits for the release of every epoch it reported before it
@@ -3220,7 +3293,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3305,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3318,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -3265,7 +3338,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3350,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3363,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -3326,7 +3399,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3411,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3424,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -3408,7 +3481,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3493,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3506,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -3492,7 +3565,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3577,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3590,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -3559,7 +3632,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +3644,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +3657,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -3619,7 +3692,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +3704,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3717,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RDASize) GetPath() string {
@@ -3675,7 +3748,7 @@ type SampleRate struct {
 
 func (x *SampleRate) Reset() {
 	*x = SampleRate{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +3760,7 @@ func (x *SampleRate) String() string {
 func (*SampleRate) ProtoMessage() {}
 
 func (x *SampleRate) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +3773,7 @@ func (x *SampleRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleRate.ProtoReflect.Descriptor instead.
 func (*SampleRate) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SampleRate) GetPath() string {
@@ -3742,7 +3815,7 @@ type LDSSize struct {
 
 func (x *LDSSize) Reset() {
 	*x = LDSSize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +3827,7 @@ func (x *LDSSize) String() string {
 func (*LDSSize) ProtoMessage() {}
 
 func (x *LDSSize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +3840,7 @@ func (x *LDSSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSSize.ProtoReflect.Descriptor instead.
 func (*LDSSize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LDSSize) GetPath() string {
@@ -3817,7 +3890,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +3902,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +3915,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -3903,7 +3976,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3915,7 +3988,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3928,7 +4001,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -3985,7 +4058,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4070,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4083,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -4051,7 +4124,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +4136,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +4149,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Reject) GetPath() string {
@@ -4121,7 +4194,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4133,7 +4206,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4146,7 +4219,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Path) GetName() string {
@@ -4193,7 +4266,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4205,7 +4278,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4218,7 +4291,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -4264,7 +4337,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4349,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4362,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 type ListProbesResponse struct {
@@ -4306,7 +4379,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4318,7 +4391,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4331,7 +4404,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -4380,7 +4453,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4465,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4478,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -4486,7 +4559,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4498,7 +4571,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4511,7 +4584,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 type ListPathsResponse struct {
@@ -4523,7 +4596,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4535,7 +4608,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4548,7 +4621,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -4574,7 +4647,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4586,7 +4659,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4599,7 +4672,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -4654,7 +4727,7 @@ type GetPathDelayDistributionRequest struct {
 
 func (x *GetPathDelayDistributionRequest) Reset() {
 	*x = GetPathDelayDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4666,7 +4739,7 @@ func (x *GetPathDelayDistributionRequest) String() string {
 func (*GetPathDelayDistributionRequest) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4679,7 +4752,7 @@ func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetPathDelayDistributionRequest) GetPath() string {
@@ -4743,7 +4816,7 @@ type GetPathDelayDistributionResponse struct {
 
 func (x *GetPathDelayDistributionResponse) Reset() {
 	*x = GetPathDelayDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +4828,7 @@ func (x *GetPathDelayDistributionResponse) String() string {
 func (*GetPathDelayDistributionResponse) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +4841,7 @@ func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetPathDelayDistributionResponse) GetEpochs() uint32 {
@@ -4855,7 +4928,7 @@ type GetRTTDistributionRequest struct {
 
 func (x *GetRTTDistributionRequest) Reset() {
 	*x = GetRTTDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +4940,7 @@ func (x *GetRTTDistributionRequest) String() string {
 func (*GetRTTDistributionRequest) ProtoMessage() {}
 
 func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +4953,7 @@ func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetRTTDistributionRequest) GetProbe() string {
@@ -4950,7 +5023,7 @@ type GetRTTDistributionResponse struct {
 
 func (x *GetRTTDistributionResponse) Reset() {
 	*x = GetRTTDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5035,7 @@ func (x *GetRTTDistributionResponse) String() string {
 func (*GetRTTDistributionResponse) ProtoMessage() {}
 
 func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5048,7 @@ func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetRTTDistributionResponse) GetEpochs() uint32 {
@@ -5055,7 +5128,7 @@ type TopRTTPrefixesRequest struct {
 
 func (x *TopRTTPrefixesRequest) Reset() {
 	*x = TopRTTPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5067,7 +5140,7 @@ func (x *TopRTTPrefixesRequest) String() string {
 func (*TopRTTPrefixesRequest) ProtoMessage() {}
 
 func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5080,7 +5153,7 @@ func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TopRTTPrefixesRequest) GetProbe() string {
@@ -5130,7 +5203,7 @@ type TopRTTPrefixesResponse struct {
 
 func (x *TopRTTPrefixesResponse) Reset() {
 	*x = TopRTTPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +5215,7 @@ func (x *TopRTTPrefixesResponse) String() string {
 func (*TopRTTPrefixesResponse) ProtoMessage() {}
 
 func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +5228,7 @@ func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TopRTTPrefixesResponse) GetPrefixes() []*RTTPrefix {
@@ -5198,7 +5271,7 @@ type ListReorderedPrefixesRequest struct {
 
 func (x *ListReorderedPrefixesRequest) Reset() {
 	*x = ListReorderedPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5210,7 +5283,7 @@ func (x *ListReorderedPrefixesRequest) String() string {
 func (*ListReorderedPrefixesRequest) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5223,7 +5296,7 @@ func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListReorderedPrefixesRequest) GetProbe() string {
@@ -5289,7 +5362,7 @@ type ListReorderedPrefixesResponse struct {
 
 func (x *ListReorderedPrefixesResponse) Reset() {
 	*x = ListReorderedPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5301,7 +5374,7 @@ func (x *ListReorderedPrefixesResponse) String() string {
 func (*ListReorderedPrefixesResponse) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5314,7 +5387,7 @@ func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListReorderedPrefixesResponse) GetEpochs() uint32 {
@@ -5386,7 +5459,7 @@ type ReorderedPrefix struct {
 
 func (x *ReorderedPrefix) Reset() {
 	*x = ReorderedPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5398,7 +5471,7 @@ func (x *ReorderedPrefix) String() string {
 func (*ReorderedPrefix) ProtoMessage() {}
 
 func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5411,7 +5484,7 @@ func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderedPrefix.ProtoReflect.Descriptor instead.
 func (*ReorderedPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReorderedPrefix) GetPrefix() string {
@@ -5484,7 +5557,7 @@ type RTTPrefix struct {
 
 func (x *RTTPrefix) Reset() {
 	*x = RTTPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5496,7 +5569,7 @@ func (x *RTTPrefix) String() string {
 func (*RTTPrefix) ProtoMessage() {}
 
 func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5509,7 +5582,7 @@ func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTPrefix.ProtoReflect.Descriptor instead.
 func (*RTTPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RTTPrefix) GetPrefix() string {
@@ -5558,7 +5631,7 @@ type CDFPoint struct {
 
 func (x *CDFPoint) Reset() {
 	*x = CDFPoint{}
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5570,7 +5643,7 @@ func (x *CDFPoint) String() string {
 func (*CDFPoint) ProtoMessage() {}
 
 func (x *CDFPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5583,7 +5656,7 @@ func (x *CDFPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CDFPoint.ProtoReflect.Descriptor instead.
 func (*CDFPoint) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CDFPoint) GetAtNs() float64 {
@@ -5612,7 +5685,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5624,7 +5697,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5637,7 +5710,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -5664,7 +5737,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5676,7 +5749,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5689,7 +5762,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -5716,7 +5789,7 @@ type DelayQuantile struct {
 
 func (x *DelayQuantile) Reset() {
 	*x = DelayQuantile{}
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5728,7 +5801,7 @@ func (x *DelayQuantile) String() string {
 func (*DelayQuantile) ProtoMessage() {}
 
 func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5741,7 +5814,7 @@ func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
 func (*DelayQuantile) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DelayQuantile) GetQ() float64 {
@@ -5892,7 +5965,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5904,7 +5977,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5917,7 +5990,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PathStats) GetPath() string {
@@ -6270,7 +6343,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6282,7 +6355,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6295,7 +6368,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -6342,7 +6415,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6354,7 +6427,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6367,7 +6440,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -6414,7 +6487,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6426,7 +6499,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6439,7 +6512,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -6554,7 +6627,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6566,7 +6639,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6579,7 +6652,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -6626,7 +6699,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6638,7 +6711,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6651,7 +6724,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -6688,7 +6761,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6700,7 +6773,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6713,7 +6786,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -6820,7 +6893,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6832,7 +6905,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6845,7 +6918,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -6987,7 +7060,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6999,7 +7072,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7012,7 +7085,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -7054,7 +7127,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7066,7 +7139,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7079,7 +7152,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -7112,7 +7185,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7124,7 +7197,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7137,7 +7210,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -7204,7 +7277,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7216,7 +7289,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7229,7 +7302,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
 }
 
 type ListCollectorsResponse struct {
@@ -7241,7 +7314,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7253,7 +7326,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7266,7 +7339,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -7299,7 +7372,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[81]
+	mi := &file_owl_v1_owl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7311,7 +7384,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[81]
+	mi := &file_owl_v1_owl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7324,7 +7397,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -7476,13 +7549,14 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tresponses\x18\x02 \x01(\x04R\tresponses\x12\x18\n" +
 	"\amatched\x18\x03 \x01(\x04R\amatched\x12\x1c\n" +
 	"\tambiguous\x18\x04 \x01(\x04R\tambiguous\x12'\n" +
-	"\x0fprefixes_folded\x18\x05 \x01(\x04R\x0eprefixesFolded\"\xaf\x01\n" +
+	"\x0fprefixes_folded\x18\x05 \x01(\x04R\x0eprefixesFolded\"\xc7\x01\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12)\n" +
 	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\x12\x16\n" +
-	"\x06replay\x18\x05 \x01(\bR\x06replay\"\xf1\x02\n" +
+	"\x06replay\x18\x05 \x01(\bR\x06replay\x12\x16\n" +
+	"\x06pauses\x18\x06 \x01(\bR\x06pauses\"\xf1\x02\n" +
 	"\x0eSynopsisParams\x122\n" +
 	"\bidentity\x18\x01 \x01(\v2\x16.owl.v1.IdentityParamsR\bidentity\x12)\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x13.owl.v1.EpochParamsR\x05epoch\x12#\n" +
@@ -7585,7 +7659,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tcorrected\x18\b \x01(\bR\tcorrected\x12\x16\n" +
 	"\x06detail\x18\t \x01(\tR\x06detail\x12(\n" +
 	"\x10measured_unix_ns\x18\n" +
-	" \x01(\x03R\x0emeasuredUnixNs\"\xb2\x03\n" +
+	" \x01(\x03R\x0emeasuredUnixNs\"\xd9\x03\n" +
 	"\x10CollectorMessage\x12*\n" +
 	"\x05paths\x18\x01 \x01(\v2\x12.owl.v1.PathConfigH\x00R\x05paths\x12\x1f\n" +
 	"\x03ack\x18\x02 \x01(\v2\v.owl.v1.AckH\x00R\x03ack\x12(\n" +
@@ -7596,8 +7670,12 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\arelease\x18\a \x01(\v2\x0f.owl.v1.ReleaseH\x00R\arelease\x125\n" +
 	"\vsample_rate\x18\b \x01(\v2\x12.owl.v1.SampleRateH\x00R\n" +
 	"sampleRate\x12,\n" +
-	"\blds_size\x18\t \x01(\v2\x0f.owl.v1.LDSSizeH\x00R\aldsSizeB\x05\n" +
-	"\x03msg\"3\n" +
+	"\blds_size\x18\t \x01(\v2\x0f.owl.v1.LDSSizeH\x00R\aldsSize\x12%\n" +
+	"\x05pause\x18\n" +
+	" \x01(\v2\r.owl.v1.PauseH\x00R\x05pauseB\x05\n" +
+	"\x03msg\"\x1f\n" +
+	"\x05Pause\x12\x16\n" +
+	"\x06paused\x18\x01 \x01(\bR\x06paused\"3\n" +
 	"\aRelease\x12(\n" +
 	"\x06epochs\x18\x01 \x03(\v2\x10.owl.v1.EpochRefR\x06epochs\"4\n" +
 	"\bEpochRef\x12\x12\n" +
@@ -8026,7 +8104,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                                // 0: owl.v1.Role
 	(ClockState)(0),                          // 1: owl.v1.ClockState
@@ -8067,65 +8145,66 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*Counters)(nil),                         // 36: owl.v1.Counters
 	(*ClockStatus)(nil),                      // 37: owl.v1.ClockStatus
 	(*CollectorMessage)(nil),                 // 38: owl.v1.CollectorMessage
-	(*Release)(nil),                          // 39: owl.v1.Release
-	(*EpochRef)(nil),                         // 40: owl.v1.EpochRef
-	(*FetchRequest)(nil),                     // 41: owl.v1.FetchRequest
-	(*FetchReply)(nil),                       // 42: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                   // 43: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                     // 44: owl.v1.RebuildReply
-	(*RDASize)(nil),                          // 45: owl.v1.RDASize
-	(*SampleRate)(nil),                       // 46: owl.v1.SampleRate
-	(*LDSSize)(nil),                          // 47: owl.v1.LDSSize
-	(*PathConfig)(nil),                       // 48: owl.v1.PathConfig
-	(*PathAssignment)(nil),                   // 49: owl.v1.PathAssignment
-	(*Ack)(nil),                              // 50: owl.v1.Ack
-	(*Reject)(nil),                           // 51: owl.v1.Reject
-	(*Path)(nil),                             // 52: owl.v1.Path
-	(*Selector)(nil),                         // 53: owl.v1.Selector
-	(*ListProbesRequest)(nil),                // 54: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),               // 55: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                        // 56: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),                 // 57: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),                // 58: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),              // 59: owl.v1.GetPathStatsRequest
-	(*GetPathDelayDistributionRequest)(nil),  // 60: owl.v1.GetPathDelayDistributionRequest
-	(*GetPathDelayDistributionResponse)(nil), // 61: owl.v1.GetPathDelayDistributionResponse
-	(*GetRTTDistributionRequest)(nil),        // 62: owl.v1.GetRTTDistributionRequest
-	(*GetRTTDistributionResponse)(nil),       // 63: owl.v1.GetRTTDistributionResponse
-	(*TopRTTPrefixesRequest)(nil),            // 64: owl.v1.TopRTTPrefixesRequest
-	(*TopRTTPrefixesResponse)(nil),           // 65: owl.v1.TopRTTPrefixesResponse
-	(*ListReorderedPrefixesRequest)(nil),     // 66: owl.v1.ListReorderedPrefixesRequest
-	(*ListReorderedPrefixesResponse)(nil),    // 67: owl.v1.ListReorderedPrefixesResponse
-	(*ReorderedPrefix)(nil),                  // 68: owl.v1.ReorderedPrefix
-	(*RTTPrefix)(nil),                        // 69: owl.v1.RTTPrefix
-	(*CDFPoint)(nil),                         // 70: owl.v1.CDFPoint
-	(*GetPathStatsResponse)(nil),             // 71: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),            // 72: owl.v1.WatchPathStatsRequest
-	(*DelayQuantile)(nil),                    // 73: owl.v1.DelayQuantile
-	(*PathStats)(nil),                        // 74: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),              // 75: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),             // 76: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                        // 77: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                  // 78: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),                 // 79: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),    // 80: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil),   // 81: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),         // 82: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),        // 83: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),                 // 84: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),            // 85: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),           // 86: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                    // 87: owl.v1.CollectorInfo
-	nil,                                      // 88: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),            // 89: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 90: google.protobuf.Duration
+	(*Pause)(nil),                            // 39: owl.v1.Pause
+	(*Release)(nil),                          // 40: owl.v1.Release
+	(*EpochRef)(nil),                         // 41: owl.v1.EpochRef
+	(*FetchRequest)(nil),                     // 42: owl.v1.FetchRequest
+	(*FetchReply)(nil),                       // 43: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                   // 44: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                     // 45: owl.v1.RebuildReply
+	(*RDASize)(nil),                          // 46: owl.v1.RDASize
+	(*SampleRate)(nil),                       // 47: owl.v1.SampleRate
+	(*LDSSize)(nil),                          // 48: owl.v1.LDSSize
+	(*PathConfig)(nil),                       // 49: owl.v1.PathConfig
+	(*PathAssignment)(nil),                   // 50: owl.v1.PathAssignment
+	(*Ack)(nil),                              // 51: owl.v1.Ack
+	(*Reject)(nil),                           // 52: owl.v1.Reject
+	(*Path)(nil),                             // 53: owl.v1.Path
+	(*Selector)(nil),                         // 54: owl.v1.Selector
+	(*ListProbesRequest)(nil),                // 55: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),               // 56: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                        // 57: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),                 // 58: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),                // 59: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),              // 60: owl.v1.GetPathStatsRequest
+	(*GetPathDelayDistributionRequest)(nil),  // 61: owl.v1.GetPathDelayDistributionRequest
+	(*GetPathDelayDistributionResponse)(nil), // 62: owl.v1.GetPathDelayDistributionResponse
+	(*GetRTTDistributionRequest)(nil),        // 63: owl.v1.GetRTTDistributionRequest
+	(*GetRTTDistributionResponse)(nil),       // 64: owl.v1.GetRTTDistributionResponse
+	(*TopRTTPrefixesRequest)(nil),            // 65: owl.v1.TopRTTPrefixesRequest
+	(*TopRTTPrefixesResponse)(nil),           // 66: owl.v1.TopRTTPrefixesResponse
+	(*ListReorderedPrefixesRequest)(nil),     // 67: owl.v1.ListReorderedPrefixesRequest
+	(*ListReorderedPrefixesResponse)(nil),    // 68: owl.v1.ListReorderedPrefixesResponse
+	(*ReorderedPrefix)(nil),                  // 69: owl.v1.ReorderedPrefix
+	(*RTTPrefix)(nil),                        // 70: owl.v1.RTTPrefix
+	(*CDFPoint)(nil),                         // 71: owl.v1.CDFPoint
+	(*GetPathStatsResponse)(nil),             // 72: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),            // 73: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                    // 74: owl.v1.DelayQuantile
+	(*PathStats)(nil),                        // 75: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),              // 76: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),             // 77: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                        // 78: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                  // 79: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),                 // 80: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),    // 81: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil),   // 82: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),         // 83: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),        // 84: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),                 // 85: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),            // 86: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),           // 87: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                    // 88: owl.v1.CollectorInfo
+	nil,                                      // 89: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),            // 90: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 91: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	74,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	75,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
 	7,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
 	8,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	77,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	89,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	78,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	90,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
 	33,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	6,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
 	12,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
@@ -8133,8 +8212,8 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	33,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
 	22,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
 	33,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	42,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	44,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	43,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	45,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
 	37,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
 	26,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
 	19,  // 16: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
@@ -8159,124 +8238,125 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	25,  // 35: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
 	24,  // 36: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
 	37,  // 37: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	53,  // 38: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	54,  // 38: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
 	0,   // 39: owl.v1.EpochReport.role:type_name -> owl.v1.Role
 	36,  // 40: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
 	37,  // 41: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
 	35,  // 42: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
 	34,  // 43: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	88,  // 44: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	89,  // 44: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
 	1,   // 45: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	48,  // 46: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	50,  // 47: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	51,  // 48: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	41,  // 49: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	43,  // 50: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	45,  // 51: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	39,  // 52: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	46,  // 53: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	47,  // 54: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
-	40,  // 55: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	49,  // 56: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	23,  // 57: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	3,   // 58: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
-	52,  // 59: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 60: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 61: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	53,  // 62: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	56,  // 63: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	89,  // 64: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	37,  // 65: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	52,  // 66: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	89,  // 67: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 68: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	89,  // 69: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 70: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	73,  // 71: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	70,  // 72: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	89,  // 73: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 74: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	73,  // 75: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	70,  // 76: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	89,  // 77: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 78: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 79: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	69,  // 80: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	89,  // 81: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 82: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	68,  // 83: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	68,  // 84: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	68,  // 85: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	18,  // 86: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	74,  // 87: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	89,  // 88: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	90,  // 89: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 90: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	37,  // 91: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 92: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	36,  // 93: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	36,  // 94: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	89,  // 95: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	73,  // 96: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	34,  // 97: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	89,  // 98: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 99: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	77,  // 100: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	89,  // 101: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	34,  // 102: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	89,  // 103: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 104: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 105: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	77,  // 106: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	34,  // 107: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	89,  // 108: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 109: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	89,  // 110: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	89,  // 111: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	89,  // 112: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	89,  // 113: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	84,  // 114: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	89,  // 115: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	87,  // 116: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 117: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	54,  // 118: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	57,  // 119: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	59,  // 120: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	60,  // 121: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	62,  // 122: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	64,  // 123: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	66,  // 124: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	72,  // 125: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	75,  // 126: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	78,  // 127: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	80,  // 128: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	82,  // 129: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	85,  // 130: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 131: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 132: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 133: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	38,  // 134: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	55,  // 135: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	58,  // 136: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	71,  // 137: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	61,  // 138: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	63,  // 139: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	65,  // 140: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	67,  // 141: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	74,  // 142: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	76,  // 143: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	79,  // 144: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	81,  // 145: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	83,  // 146: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	86,  // 147: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 148: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 149: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 150: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	134, // [134:151] is the sub-list for method output_type
-	117, // [117:134] is the sub-list for method input_type
-	117, // [117:117] is the sub-list for extension type_name
-	117, // [117:117] is the sub-list for extension extendee
-	0,   // [0:117] is the sub-list for field type_name
+	49,  // 46: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	51,  // 47: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	52,  // 48: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	42,  // 49: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	44,  // 50: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	46,  // 51: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	40,  // 52: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	47,  // 53: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	48,  // 54: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
+	39,  // 55: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
+	41,  // 56: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	50,  // 57: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	23,  // 58: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	3,   // 59: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	53,  // 60: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 61: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 62: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	54,  // 63: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	57,  // 64: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	90,  // 65: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	37,  // 66: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	53,  // 67: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	90,  // 68: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 69: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	90,  // 70: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 71: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	74,  // 72: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	71,  // 73: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	90,  // 74: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 75: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	74,  // 76: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	71,  // 77: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	90,  // 78: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 79: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 80: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	70,  // 81: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	90,  // 82: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 83: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	69,  // 84: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	69,  // 85: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	69,  // 86: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	18,  // 87: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	75,  // 88: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	90,  // 89: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	91,  // 90: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 91: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	37,  // 92: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 93: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	36,  // 94: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	36,  // 95: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	90,  // 96: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	74,  // 97: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	34,  // 98: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	90,  // 99: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 100: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	78,  // 101: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	90,  // 102: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	34,  // 103: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	90,  // 104: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 105: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 106: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	78,  // 107: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	34,  // 108: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	90,  // 109: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 110: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	90,  // 111: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	90,  // 112: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	90,  // 113: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	90,  // 114: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	85,  // 115: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	90,  // 116: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	88,  // 117: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 118: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	55,  // 119: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	58,  // 120: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	60,  // 121: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	61,  // 122: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	63,  // 123: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	65,  // 124: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	67,  // 125: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	73,  // 126: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	76,  // 127: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	79,  // 128: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	81,  // 129: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	83,  // 130: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	86,  // 131: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 132: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 133: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 134: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	38,  // 135: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	56,  // 136: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	59,  // 137: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	72,  // 138: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	62,  // 139: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	64,  // 140: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	66,  // 141: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	68,  // 142: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	75,  // 143: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	77,  // 144: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	80,  // 145: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	82,  // 146: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	84,  // 147: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	87,  // 148: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 149: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 150: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 151: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	135, // [135:152] is the sub-list for method output_type
+	118, // [118:135] is the sub-list for method input_type
+	118, // [118:118] is the sub-list for extension type_name
+	118, // [118:118] is the sub-list for extension extendee
+	0,   // [0:118] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -8304,6 +8384,7 @@ func file_owl_v1_owl_proto_init() {
 		(*CollectorMessage_Release)(nil),
 		(*CollectorMessage_SampleRate)(nil),
 		(*CollectorMessage_LdsSize)(nil),
+		(*CollectorMessage_Pause)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -8311,7 +8392,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   83,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -19,6 +19,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"unsafe"
 
 	"github.com/owl-latency/owl/internal/synopsis"
 )
@@ -435,3 +436,6 @@ func Decode(b []byte) (*LDA, error) {
 	}
 	return l, nil
 }
+
+// HeapBytes is the memory its cells take.
+func (l *LDA) HeapBytes() int { return len(l.cells) * int(unsafe.Sizeof(cell{})) }

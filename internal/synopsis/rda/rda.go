@@ -15,6 +15,7 @@ package rda
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/owl-latency/owl/internal/synopsis"
 )
@@ -313,3 +314,6 @@ func decodeConfig(rd *synopsis.Reader) (Config, error) {
 	}
 	return cfg, nil
 }
+
+// HeapBytes is the memory its buckets take.
+func (r *RDA) HeapBytes() int { return len(r.buckets) * int(unsafe.Sizeof(Bucket{})) }

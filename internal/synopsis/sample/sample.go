@@ -16,6 +16,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"unsafe"
 
 	"github.com/owl-latency/owl/internal/synopsis"
 )
@@ -286,3 +287,6 @@ func Decode(b []byte) (*Sample, error) {
 	}
 	return s, nil
 }
+
+// HeapBytes is the memory its entries take.
+func (s *Sample) HeapBytes() int { return cap(s.entries) * int(unsafe.Sizeof(Entry{})) }

@@ -1,0 +1,96 @@
+package collector
+
+import (
+	"sync"
+	"time"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+// Flow control. A collector that falls behind holds more and more reports
+// in memory; past max_pending_bytes it used to end the streams of the
+// probes that sent them, which cut the repairs in flight on those streams
+// and made each probe send again all it had not had acknowledged. A probe
+// that says in its Hello that it pauses is instead asked to hold its
+// reports (Pause) while the backlog is over the bound, and to send them
+// again once it is back under resumeAt of it; it keeps answering requests
+// meanwhile. Only a probe whose report waits for its other side is paused:
+// the probe that is behind completes pairs, and pausing it would keep the
+// sides waiting for it in memory. Past pauseSlack times the bound (reports
+// sent before the pause arrived, or probes that do not pause), reports are
+// turned away as before.
+const (
+	pauseSlack = 2.0
+	resumeAt   = 0.8
+	// maxPause resumes a probe paused that long even while the backlog
+	// stays over the bound: the sides in memory may be waiting for its
+	// reports. It is paused again by its next report that waits.
+	maxPause = 2 * time.Second
+)
+
+// pausedStreams are the streams asked to hold their reports.
+type pausedStreams struct {
+	mu sync.Mutex
+	m  map[*session]struct{}
+}
+
+// pauseIfBehind pauses the stream of sess when the backlog, or its probe's
+// share of it, is over its bound, and the report just taken (path, epoch)
+// waits for its other side.
+func (c *Collector) pauseIfBehind(sess *session, path string, epoch int64) {
+	if !sess.pauses || sess.paused.Load() || !c.overBound(sess.probe, 1) || c.paired(path, epoch) {
+		return
+	}
+	sess.pausedAt.Store(c.now().UnixNano())
+	sess.paused.Store(true)
+	c.paused.mu.Lock()
+	if c.paused.m == nil {
+		c.paused.m = map[*session]struct{}{}
+	}
+	c.paused.m[sess] = struct{}{}
+	c.paused.mu.Unlock()
+	c.m.pauses.WithLabelValues(sess.probe).Inc()
+	c.log.Debug("pausing a probe: the backlog is over max_pending_bytes", "probe", sess.probe, "pending_bytes", c.pendingBytes.Load())
+	_ = sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Pause{Pause: &owlv1.Pause{Paused: true}}})
+}
+
+// overBound says whether the backlog, or the share of it of probe, is over
+// scale times its bound.
+func (c *Collector) overBound(probe string, scale float64) bool {
+	max := c.cfg.MaxPendingBytes
+	return max > 0 && (float64(c.pendingBytes.Load()) > scale*float64(max) || c.shareExceeded(probe, scale))
+}
+
+// paired says whether the epoch of path has both sides in.
+func (c *Collector) paired(path string, epoch int64) bool {
+	ps := c.paths[path]
+	if ps == nil {
+		return false
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	pr := ps.pending[epoch]
+	return pr != nil && pr.complete()
+}
+
+// resumePaused lets paused streams send again: those whose backlog is
+// back under resumeAt of its bound, and those paused for maxPause.
+func (c *Collector) resumePaused() {
+	now := c.now().UnixNano()
+	c.paused.mu.Lock()
+	defer c.paused.mu.Unlock()
+	for s := range c.paused.m {
+		select {
+		case <-s.done:
+			delete(c.paused.m, s)
+			continue
+		default:
+		}
+		if c.overBound(s.probe, resumeAt) && now-s.pausedAt.Load() < int64(maxPause) {
+			continue
+		}
+		delete(c.paused.m, s)
+		s.paused.Store(false)
+		_ = s.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Pause{Pause: &owlv1.Pause{Paused: false}}})
+	}
+}
