@@ -139,7 +139,7 @@ func (c *Collector) registerBacklog() {
 			}
 			return float64(n)
 		})))
-	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_pending_synopsis_bytes", Help: "Synopsis bytes (wire form) of the reports held in memory."},
+	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_pending_synopsis_bytes", Help: "Memory of the reports held for their other side or their worker: synopses in wire form and the LDA, RDA and sample decoded."},
 		backlog(func(ps *pathState) float64 { return float64(ps.pendingBytes()) })))
 	c.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_collector_queued_epochs", Help: "Epochs with both sides in, waiting for their path's worker."},
 		backlog(func(ps *pathState) float64 { return float64(len(ps.queue)) })))

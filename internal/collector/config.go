@@ -75,12 +75,17 @@ type Config struct {
 	DelayBounds DelayBounds `yaml:"delay_bounds"`
 	// MaxMessageBytes bounds a message from a probe.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
-	// MaxPendingBytes bounds the synopses (wire form) of the reports held
-	// in memory for their other side or their worker. Past it, a report
-	// ends its probe's stream unacknowledged: the probe keeps it and sends
-	// it again after its reconnect back-off, so that a collector that
-	// falls behind slows its probes down instead of growing (counted in
-	// owl_collector_reports_shed_total). 0: no bound.
+	// MaxPendingBytes bounds the memory of the reports held for their
+	// other side or their worker (wire form, and the LDA, RDA and sample
+	// decoded). Past it, a probe whose report waits for its other side is
+	// paused (Pause: it holds its reports and sends them once the backlog
+	// is under 80% of the bound, or after 2 s; counted in
+	// owl_collector_probe_pauses_total), so that a collector that falls
+	// behind slows its probes down instead of growing. Past twice the
+	// bound, or past the bound for probes that do not pause, a report
+	// ends its probe's stream unacknowledged: the probe sends it again
+	// after its reconnect back-off (owl_collector_reports_shed_total).
+	// 0: no bound.
 	MaxPendingBytes int64 `yaml:"max_pending_bytes"`
 	// ReadyFile, when set, receives the bound addresses as JSON once the
 	// collector listens (useful with port 0).

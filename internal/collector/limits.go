@@ -64,8 +64,9 @@ type LimitsConfig struct {
 	MaxWatchers int `yaml:"max_watchers"`
 	// MaxPendingShare is the share of max_pending_bytes the reports of
 	// one probe may hold while they wait for their other side or their
-	// worker: past it that probe's reports are turned away unacknowledged
-	// (it sends them later) while the other probes' are taken.
+	// worker: past it that probe is paused, or, if it does not pause, its
+	// reports are turned away unacknowledged (it sends them later), while
+	// the other probes' are taken.
 	MaxPendingShare float64 `yaml:"max_pending_share"`
 }
 
