@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -59,6 +60,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "collector:", err)
 		os.Exit(2)
+	}
+	if limit, ok := cfg.MemoryLimit(); ok && os.Getenv("GOMEMLIMIT") == "" {
+		// The process's, so set here and not by collector.New: tests run
+		// many collectors in one process.
+		debug.SetMemoryLimit(limit)
+		log.Info("soft memory limit", "bytes", limit)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -87,6 +87,13 @@ type Config struct {
 	// after its reconnect back-off (owl_collector_reports_shed_total).
 	// 0: no bound.
 	MaxPendingBytes int64 `yaml:"max_pending_bytes"`
+	// MemoryLimitBytes is the collector process's soft memory limit
+	// (Go's runtime/debug.SetMemoryLimit): nearing it, the garbage
+	// collector runs more often, trading CPU for memory. 0: twice
+	// max_pending_bytes and 512 MiB more (1.5 GiB by default), none when
+	// max_pending_bytes is 0; -1: none. The GOMEMLIMIT environment
+	// variable, when set, takes precedence.
+	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
 	// ReadyFile, when set, receives the bound addresses as JSON once the
 	// collector listens (useful with port 0).
 	ReadyFile string `yaml:"ready_file"`
@@ -197,6 +204,18 @@ type RDAConfig struct {
 	RequestTimeout time.Duration `yaml:"request_timeout"`
 }
 
+// MemoryLimit is the soft memory limit MemoryLimitBytes names, and false
+// when there is none.
+func (c Config) MemoryLimit() (int64, bool) {
+	switch {
+	case c.MemoryLimitBytes > 0:
+		return c.MemoryLimitBytes, true
+	case c.MemoryLimitBytes < 0 || c.MaxPendingBytes == 0:
+		return 0, false
+	}
+	return 2*c.MaxPendingBytes + 512<<20, true
+}
+
 // limits are the bounds reconcile.Epoch keeps to.
 func (c RDAConfig) limits() reconcile.Limits {
 	return reconcile.Limits{MinBuckets: c.MinBuckets, MaxBuckets: c.MaxBuckets, MaxRebuilds: c.MaxRebuilds}
@@ -242,6 +261,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPendingBytes < 0 {
 		return fmt.Errorf("max_pending_bytes %d must not be negative", c.MaxPendingBytes)
+	}
+	if c.MemoryLimitBytes < -1 {
+		return fmt.Errorf("memory_limit_bytes %d: give a size in bytes, 0 for the default or -1 for none", c.MemoryLimitBytes)
 	}
 	if err := c.Params.Validate(); err != nil {
 		return fmt.Errorf("params: %w", err)

@@ -677,3 +677,22 @@ func TestTakePendingNamesASide(t *testing.T) {
 		t.Errorf("no role: %v, want InvalidArgument", err)
 	}
 }
+
+// TestMemoryLimit: the soft memory limit follows max_pending_bytes unless
+// set or turned off; a size below -1 is refused.
+func TestMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		pending, limit, want int64
+		ok                   bool
+	}{{512 << 20, 0, 1536 << 20, true}, {512 << 20, 1 << 30, 1 << 30, true}, {512 << 20, -1, 0, false}, {0, 0, 0, false}, {0, 2 << 30, 2 << 30, true}} {
+		c := Config{MaxPendingBytes: tc.pending, MemoryLimitBytes: tc.limit}
+		if got, ok := c.MemoryLimit(); got != tc.want || ok != tc.ok {
+			t.Errorf("max_pending_bytes %d, memory_limit_bytes %d: %d, %t; want %d, %t", tc.pending, tc.limit, got, ok, tc.want, tc.ok)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.MemoryLimitBytes = t.TempDir(), -2
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "memory_limit_bytes") {
+		t.Errorf("memory_limit_bytes -2: %v", err)
+	}
+}
