@@ -292,7 +292,9 @@ func (c *client) dispatch(st *stream, m *owlv1.CollectorMessage, wg *sync.WaitGr
 			c.pauses.Add(1)
 		}
 		if st.paused.Swap(m.Pause.GetPaused()) != m.Pause.GetPaused() {
-			c.log.Info("collector asks to pause sending", "collector", c.addr, "paused", m.Pause.GetPaused(), "unacked", c.spool.len())
+			// Debug: a collector that stays behind pauses and resumes
+			// every few seconds (owl_probe_collector_pauses_total).
+			c.log.Debug("collector asks to pause sending", "collector", c.addr, "paused", m.Pause.GetPaused(), "unacked", c.spool.len())
 			select {
 			case st.pauseChanged <- struct{}{}:
 			default:

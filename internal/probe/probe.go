@@ -544,6 +544,8 @@ func (p *Probe) metrics() *prometheus.Registry {
 		func() float64 { return float64(p.caches.size()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_spool_reports", Help: "Epoch reports and COLATE vectors waiting for acknowledgement."},
 		func() float64 { return float64(p.spool.len()) }))
+	counter("owl_probe_collector_pauses_total", "Times a collector asked the probe to hold its reports for a while (it was behind, and the probe's reports waited for their other side).",
+		func() float64 { _, n := p.router.sessionsAndPauses(); return float64(n) })
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "owl_probe_collector_connected", Help: "1 when a stream to the collector is up."},
 		func() float64 {
 			if p.router.connected() {
