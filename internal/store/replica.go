@@ -134,7 +134,7 @@ func (s *Store) StoredEpochs(path string, from int64, limit int, skip func(epoch
 			if skip(keyEpoch(k)) {
 				continue
 			}
-			se, err := storedEpoch(tx, path, k, v)
+			se, err := storedEpoch(tx, k, v)
 			if err != nil {
 				return err
 			}
@@ -146,7 +146,7 @@ func (s *Store) StoredEpochs(path string, from int64, limit int, skip func(epoch
 }
 
 // storedEpoch reads what goes with the result v stored under k.
-func storedEpoch(tx *bolt.Tx, path string, k, v []byte) (StoredEpoch, error) {
+func storedEpoch(tx *bolt.Tx, k, v []byte) (StoredEpoch, error) {
 	se := StoredEpoch{Result: &owlv1.PathStats{}}
 	if err := proto.Unmarshal(v, se.Result); err != nil {
 		return se, fmt.Errorf("result %x: %w", k, err)
