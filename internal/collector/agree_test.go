@@ -241,7 +241,7 @@ func localResult(t *testing.T, cfg Config, e int64, l *reconcile.Local) *owlv1.P
 	ctx := context.Background()
 	up, _ := l.Rebuild(ctx, reconcile.Upstream, cfg.Params.RDA.Buckets)
 	down, _ := l.Rebuild(ctx, reconcile.Downstream, cfg.Params.RDA.Buckets)
-	out, err := reconcile.Epoch(ctx, reconcile.Input{Up: up, Down: down, StartNS: cfg.Params.Epoch.StartNS(e)}, l, cfg.RDA.limits())
+	out, err := reconcile.Epoch(ctx, reconcile.Input{Up: up, Down: down, StartNS: cfg.Params.Epoch.StartNS(e)}, l, cfg.limits())
 	if err != nil {
 		t.Fatalf("epoch %d offline: %v", e, err)
 	}

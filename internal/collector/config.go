@@ -190,8 +190,11 @@ type RDAConfig struct {
 	// MinBuckets and MaxBuckets bound the buckets per bank the collector
 	// asks for (it starts from params.rda.buckets and follows the set
 	// differences it sees: 2.5 × the largest of the last 8 epochs). The
-	// mean needs few buckets to be exact, the standard deviation more to be
-	// precise (its error falls as 1/√buckets): MinBuckets keeps 256.
+	// mean needs few buckets to be exact; the standard deviation comes
+	// from the packet sample where it holds at least as many delays as
+	// the RDA has buckets, and else from the buckets, whose error falls
+	// as 1/√buckets. MinBuckets 0 (the default) is 32 where paths are
+	// sampled (params.sample.target above 0) and 256 where they are not.
 	// A report whose RDA is larger than MaxBuckets (or
 	// params.rda.buckets) is rejected, and the largest report
 	// MaxBuckets allows must fit max_message_bytes: 2^19 buckets take
@@ -216,9 +219,28 @@ func (c Config) MemoryLimit() (int64, bool) {
 	return 2*c.MaxPendingBytes + 512<<20, true
 }
 
+// The RDA floors rda.min_buckets 0 stands for: with a packet sample the
+// standard deviation comes from the sample and the RDA needs only to
+// decode; without one the buckets give it.
+const (
+	sampledMinBuckets   = 32
+	unsampledMinBuckets = 256
+)
+
+// minBuckets is the fewest RDA buckets the collector asks for.
+func (c Config) minBuckets() int {
+	switch {
+	case c.RDA.MinBuckets > 0:
+		return c.RDA.MinBuckets
+	case c.Params.Sample.Target > 0:
+		return sampledMinBuckets
+	}
+	return unsampledMinBuckets
+}
+
 // limits are the bounds reconcile.Epoch keeps to.
-func (c RDAConfig) limits() reconcile.Limits {
-	return reconcile.Limits{MinBuckets: c.MinBuckets, MaxBuckets: c.MaxBuckets, MaxRebuilds: c.MaxRebuilds}
+func (c Config) limits() reconcile.Limits {
+	return reconcile.Limits{MinBuckets: c.minBuckets(), MaxBuckets: c.RDA.MaxBuckets, MaxRebuilds: c.RDA.MaxRebuilds}
 }
 
 // DelayBounds is lda.DelayBounds in configuration form.
@@ -243,7 +265,7 @@ func DefaultConfig() Config {
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
-		RDA:             RDAConfig{MinBuckets: 256, MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
+		RDA:             RDAConfig{MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSLargePackets: 128, LDSDigestBytes: 4},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
@@ -339,8 +361,8 @@ func (b DelayBounds) Validate() error {
 
 // Validate reports RDA sizes and limits out of range.
 func (c RDAConfig) Validate() error {
-	if c.MinBuckets < 1 || c.MaxBuckets < c.MinBuckets || c.MaxBuckets > rda.MaxBuckets {
-		return fmt.Errorf("min_buckets %d and max_buckets %d must satisfy 1 ≤ min ≤ max ≤ %d", c.MinBuckets, c.MaxBuckets, rda.MaxBuckets)
+	if c.MinBuckets < 0 || c.MaxBuckets < max(c.MinBuckets, unsampledMinBuckets) || c.MaxBuckets > rda.MaxBuckets {
+		return fmt.Errorf("min_buckets %d and max_buckets %d must satisfy 0 ≤ min ≤ max, %d ≤ max ≤ %d", c.MinBuckets, c.MaxBuckets, unsampledMinBuckets, rda.MaxBuckets)
 	}
 	if c.MaxRebuilds < 0 || c.RequestTimeout <= 0 {
 		return errors.New("max_rebuilds must not be negative and request_timeout must be positive")

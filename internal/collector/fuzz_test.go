@@ -422,7 +422,7 @@ func repairCases(tb testing.TB, cfg Config) []*repairCase {
 			tb.Fatal(err)
 		}
 		cs := &repairCase{name: c.name, up: up, down: down, flows: [2]uint64{0xf1, 0xf2},
-			caches: &reconcile.Local{RDA: rc}, lim: cfg.RDA.limits()}
+			caches: &reconcile.Local{RDA: rc}, lim: cfg.limits()}
 		for i, ts := range []map[uint64]int64{upTS, downTS} {
 			cs.sketches[i], _ = lds.New(cfg.Params.LDS)
 			for id, off := range ts {

@@ -234,7 +234,7 @@ func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	if len(ps.recentDiff) > 8 {
 		ps.recentDiff = ps.recentDiff[1:]
 	}
-	want := reconcile.Size(slices.Max(ps.recentDiff), wk.cfg.RDA.MinBuckets, wk.cfg.RDA.MaxBuckets)
+	want := reconcile.Size(slices.Max(ps.recentDiff), wk.cfg.minBuckets(), wk.cfg.RDA.MaxBuckets)
 	cur := ps.rdaBuckets
 	change := want > cur || want <= cur/4
 	if change {

@@ -362,7 +362,7 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 	rep := &sessionRepairs{wk: wk, ps: w.ps, epoch: w.epoch, lists: w.lists}
 	in := reconcile.Input{Up: up, Down: down, StartNS: wk.cfg.Params.Epoch.StartNS(w.epoch),
 		Log: wk.log.With("path", path, "epoch", w.epoch)}
-	out, err := reconcile.Epoch(ctx, in, rep, wk.cfg.RDA.limits())
+	out, err := reconcile.Epoch(ctx, in, rep, wk.cfg.limits())
 	res := w.res
 	res.Rebuilds = uint32(out.Rebuilds)
 	res.ExchangedBytes += rep.exchanged.Load()
