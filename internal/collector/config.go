@@ -172,6 +172,16 @@ type FlowsConfig struct {
 	// LDSMinCols up to params.lds.cols; grown at once, shrunk only to a
 	// quarter or less and after 8 epochs.
 	LDSMinCols int `yaml:"lds_min_cols"`
+	// LDSMinRows is the fewest of params.lds's rows the collector keeps
+	// in a path's LDS (0: every row). Rows sample at different rates so
+	// that some stay clean whatever the loss (multi-bank LDS); packets
+	// reconciliation finds lost or extra are taken out of the sketches,
+	// so the loss that spoils rows is the rest. The collector keeps the
+	// rows clean, at twice the most spoiled share of the last 8 epochs,
+	// from 100-packet flows to the largest flow, and at least
+	// LDSMinRows: at no loss the two densest (half of the default
+	// four). Only with lds_min_cols above 0.
+	LDSMinRows int `yaml:"lds_min_rows"`
 	// LDSLargePackets is the size (packets per epoch) of the flows the
 	// LDS is sized to measure well; smaller flows share cells.
 	LDSLargePackets int `yaml:"lds_large_packets"`
@@ -266,7 +276,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
-		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSLargePackets: 128, LDSDigestBytes: 4},
+		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSMinRows: 2, LDSLargePackets: 128, LDSDigestBytes: 4},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
 		Reorder:         DefaultReorderConfig(),
@@ -376,6 +386,9 @@ func (c RDAConfig) Validate() error {
 func (c FlowsConfig) Validate(epochLen time.Duration, sketch lds.Config) error {
 	if c.Retention < epochLen || c.MetricsTop < 0 || c.MetricsTop > 1000 {
 		return fmt.Errorf("retention %v must cover an epoch and metrics_top %d be in [0, 1000]", c.Retention, c.MetricsTop)
+	}
+	if c.LDSMinRows < 0 {
+		return fmt.Errorf("lds_min_rows %d must not be negative", c.LDSMinRows)
 	}
 	if c.LDSMinCols != 0 && (c.LDSMinCols < sketch.K || c.LDSMinCols > sketch.Cols) {
 		return fmt.Errorf("lds_min_cols %d must be 0 or in [params.lds.k %d, params.lds.cols %d]", c.LDSMinCols, sketch.K, sketch.Cols)

@@ -43,8 +43,10 @@ func (wk *worker) estimateFlow(path string, epoch int64, up, down *lds.LDS, f ca
 // epochSketches decodes an epoch's two sketches into upL and downL, and
 // says whether per-flow estimates can use them: both decode, and have the
 // same shape (the path's LDS was not resized between the two sides'
-// epochs; the result's flows_note says when it was). The upstream
-// sketch's large flows and packets size the path's next epochs.
+// epochs; the result's flows_note says when it was). An epoch whose
+// sketches differ in shape still sizes the path's next epochs
+// (noteLDSLoad) by its upstream sketch; one whose sketches agree does so
+// in topFlows, after its repairs.
 func (wk *worker) epochSketches(ew *epochWork, ldss [2][]byte, upL, downL *lds.LDS) bool {
 	err1 := upL.UnmarshalBinary(ldss[0])
 	err2 := downL.UnmarshalBinary(ldss[1])
@@ -52,9 +54,8 @@ func (wk *worker) epochSketches(ew *epochWork, ldss [2][]byte, upL, downL *lds.L
 		wk.log.Error("decoding the epoch's sketches", "path", ew.ps.path.Name, "epoch", ew.epoch, "err", err)
 		return false
 	}
-	large, packets := upL.Load(float64(wk.cfg.Flows.LDSLargePackets))
-	wk.noteLDSLoad(ew.ps, large, packets)
 	if err := upL.Config().Compatible(downL.Config()); err != nil {
+		wk.noteLDSLoad(ew.ps, wk.ldsLoad(ew, upL, nil))
 		ew.res.FlowsNote = fmt.Sprintf("no per-flow results: the sides' LDS differ (%d and %d cells per row)", upL.Config().Cols, downL.Config().Cols)
 		wk.log.Warn("skipping per-flow results", "path", ew.ps.path.Name, "epoch", ew.epoch, "err", err)
 		return false
@@ -78,6 +79,7 @@ func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owl
 	}
 	remove := ew.remove
 	repaired := removeFromLDS(upL, downL, remove)
+	wk.noteLDSLoad(ew.ps, wk.ldsLoad(ew, upL, downL))
 	// The repaired sketches hold only the delivered packets: a flow's
 	// loss is the packets of it that reconciliation found upstream only.
 	var lost map[uint64]float64
@@ -296,6 +298,21 @@ func lostByFlow(up []reconcile.Packet) map[uint64]float64 {
 		}
 	}
 	return out
+}
+
+// ldsLoad is what an epoch's sketches show for sizing the path's next
+// ones: its spoiled share only when down, the downstream sketch
+// repaired, is given.
+func (wk *worker) ldsLoad(ew *epochWork, up, down *lds.LDS) ldsLoad {
+	var l ldsLoad
+	l.large, l.packets = up.Load(float64(wk.cfg.Flows.LDSLargePackets))
+	for _, tf := range ew.pr.up.Report.GetTopFlows() {
+		l.largest = max(l.largest, float64(tf.GetPackets()))
+	}
+	if down != nil {
+		l.spoiled = lds.Spoiled(up, down)
+	}
+	return l
 }
 
 // removeFromLDS takes the packets RDA reconciliation took out of each

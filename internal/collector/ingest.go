@@ -290,7 +290,7 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 			st.mu.Lock()
 			a.RdaBuckets = uint32(st.rdaBuckets)
 			a.SampleShift = uint32(st.sampleShift)
-			a.LdsCols = uint32(st.ldsCols)
+			a.LdsCols, a.LdsRows = uint32(st.ldsCols), st.ldsRows
 			st.mu.Unlock()
 		}
 		pc.Paths = append(pc.Paths, a)

@@ -23,6 +23,13 @@ import (
 // returns their wire forms and the heaviest flow's key.
 func ldsPair(t testing.TB, cfg lds.Config, cols, large, small int, delayNS int64) (up, down []byte, heavy capture.FlowKey) {
 	t.Helper()
+	return lossyLDSPair(t, cfg, cols, large, small, delayNS, 0)
+}
+
+// lossyLDSPair is ldsPair with every lossEvery-th packet (0: none) left
+// out of the downstream sketch, as a loss reconciliation did not repair.
+func lossyLDSPair(t testing.TB, cfg lds.Config, cols, large, small int, delayNS int64, lossEvery int) (up, down []byte, heavy capture.FlowKey) {
+	t.Helper()
 	cfg.Cols = cols
 	u, err := lds.New(cfg)
 	if err != nil {
@@ -30,6 +37,7 @@ func ldsPair(t testing.TB, cfg lds.Config, cols, large, small int, delayNS int64
 	}
 	d, _ := lds.New(cfg)
 	r := rand.New(rand.NewPCG(uint64(large), uint64(small)))
+	seq := 0
 	for i := range large + small {
 		f := capture.FlowKey{Src: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Dst: netip.MustParseAddr("10.1.0.1"), SrcPort: 1, DstPort: 2, Proto: 6}
 		if i == 0 {
@@ -43,7 +51,9 @@ func ldsPair(t testing.TB, cfg lds.Config, cols, large, small int, delayNS int64
 		for range n {
 			id, ts := r.Uint64(), r.Int64N(900_000_000)
 			u.Insert(h, id, ts, 1)
-			d.Insert(h, id, ts+delayNS, 1)
+			if seq++; lossEvery == 0 || seq%lossEvery != 0 {
+				d.Insert(h, id, ts+delayNS, 1)
+			}
 		}
 	}
 	up, _ = u.MarshalBinary()
@@ -86,6 +96,7 @@ func TestLDSSizeFollowsFlows(t *testing.T) {
 	// wait), and checks that it starts ldsLead epochs past the newest
 	// reported (both sides change together).
 	newest := int64(0)
+	var rows uint32 // the rows told with the last size
 	told := func(wait time.Duration) uint32 {
 		var got [2]*owlv1.LDSSize
 		for i := range got {
@@ -100,14 +111,17 @@ func TestLDSSizeFollowsFlows(t *testing.T) {
 		if got[0] != nil && got[0].GetFromEpoch() != newest+sizeLead {
 			t.Errorf("a size from epoch %d, after epoch %d", got[0].GetFromEpoch(), newest)
 		}
+		rows = got[0].GetRows()
 		return got[0].GetCols()
 	}
+	lossEvery := 0
 	send := func(e int64, cols, large, small int) {
 		newest = e
-		ub, db, _ := ldsPair(t, cfg.Params.LDS, cols, large, small, 1000)
+		ub, db, heavy := lossyLDSPair(t, cfg.Params.LDS, cols, large, small, 1000, lossEvery)
 		up, down := ldaPair(t, cfg.Params.LDA, 100, 1000, uint64(e))
 		for i, r := range []*owlv1.EpochReport{report("p", e, owlv1.Role_ROLE_UPSTREAM, up), report("p", e, owlv1.Role_ROLE_DOWNSTREAM, down)} {
 			r.Lds, r.Seq = [2][]byte{ub, db}[i], uint64(e)
+			r.TopFlows = []*owlv1.TopFlow{{Flow: netpath.FlowToProto(heavy), Packets: 600}}
 			if err := st[i].Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
 				t.Fatal(err)
 			}
@@ -126,8 +140,8 @@ func TestLDSSizeFollowsFlows(t *testing.T) {
 		t.Fatalf("told %d cells per row after 7 epochs", got)
 	}
 	send(17, 4096, 5, 200)
-	if got := told(2 * time.Second); got != 256 {
-		t.Fatalf("few large flows: told %d cells per row, want 256", got)
+	if got := told(2 * time.Second); got != 256 || rows != 0b1100 {
+		t.Fatalf("few large flows: told %d cells per row, rows %04b, want 256 and the two densest", got, rows)
 	}
 	// 300 large flows fill a row of 256: back to the most, 4,096, at once.
 	send(18, 256, 300, 0)
@@ -144,8 +158,16 @@ func TestLDSSizeFollowsFlows(t *testing.T) {
 	c.paths["p"].mu.Lock()
 	cols := c.paths["p"].ldsCols
 	c.paths["p"].mu.Unlock()
-	if pc := c.pathConfig("a"); cols != 4096 || pc.GetPaths()[0].GetLdsCols() != 4096 {
+	if pc := c.pathConfig("a"); cols != 4096 || pc.GetPaths()[0].GetLdsCols() != 4096 || pc.GetPaths()[0].GetLdsRows() != 0b1100 {
 		t.Errorf("path state %d cells per row, PathConfig %v", cols, pc.GetPaths())
+	}
+	// One packet in 100 lost and not repaired: twice that, over a 600-packet
+	// flow's 150 a cell, spoils rows sampling more than 1/3. The row
+	// sampling 1/8 joins at once, the cells staying.
+	lossEvery = 100
+	send(20, 4096, 60, 100)
+	if got := told(2 * time.Second); got != 4096 || rows != 0b1110 {
+		t.Fatalf("unrepaired loss: told %d cells per row, rows %04b; want 4096 and the rows sampling 1/8 to 1", got, rows)
 	}
 }
 

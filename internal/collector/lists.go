@@ -79,7 +79,11 @@ func (wk *worker) listsOf(w *epochWork) (*listedEpoch, error) {
 	w.ps.mu.Lock()
 	buckets := w.ps.rdaBuckets
 	ldsCfg.Cols = w.ps.ldsCols
+	rows := w.ps.ldsRows
 	w.ps.mu.Unlock()
+	if sel, err := ldsCfg.Select(rows); err == nil {
+		ldsCfg = sel
+	}
 	for _, s := range sides {
 		if !s.listed && s.ldsCfg != nil {
 			ldsCfg = *s.ldsCfg

@@ -40,10 +40,12 @@ type pathState struct {
 	// sampleShift the sampling rate the probes were told to use, 2^-shift.
 	recentPackets []uint64
 	sampleShift   int
-	// recentLDS are the large flows and packets of recent epochs (LDS
-	// sizing); ldsCols the LDS cells per row the probes were told to use.
-	recentLDS [][2]float64
+	// recentLDS are what recent epochs' sketches showed (LDS sizing);
+	// ldsCols and ldsRows the LDS cells per row and the mask of
+	// params.lds's rows the probes were told to use (rows 0: all).
+	recentLDS []ldsLoad
 	ldsCols   int
+	ldsRows   uint32
 	// newest is the newest epoch a side came for: a size change names an
 	// epoch ahead of it.
 	newest int64

@@ -1,9 +1,11 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 
@@ -186,40 +188,58 @@ const ldsWindow = 8
 // late packets), so both sides change at the same epoch.
 const sizeLead = 3
 
-// noteLDSLoad remembers how many large flows (flows.lds_large_packets)
-// and packets an epoch of a path had and, when the LDS size the probes use
-// no longer fits, tells both a new one: lds.ColsFor for twice the most of
-// the last 8 epochs, a power of two within [flows.lds_min_cols,
-// params.lds.cols]. It grows at once and shrinks only to a quarter or less
-// (as RDAs do) and only once it has seen 8 epochs: an epoch whose sides
-// use different sizes loses its per-flow results, so sizes change seldom,
-// and never for a path's first, often partial, epochs.
-func (wk *worker) noteLDSLoad(ps *pathState, large, packets float64) {
+// ldsLoad is what an epoch's sketches showed: the large flows
+// (flows.lds_large_packets) and packets of the upstream one, the largest
+// flow its report names, and the share of packets the two sides still
+// differ on once reconciliation's repairs are taken out (lds.Spoiled).
+type ldsLoad struct {
+	large, packets, largest, spoiled float64
+}
+
+// noteLDSLoad remembers an epoch's ldsLoad and, when the LDS shape the
+// probes use no longer fits, tells both a new one. Its rows are those
+// lds.RowsFor keeps, at least flows.lds_min_rows, for twice the most
+// spoiled share and the largest flow of the last 8 epochs; its cells per
+// row lds.ColsFor for twice the most large flows and packets with those
+// rows, a power of two within [flows.lds_min_cols, params.lds.cols].
+// The shape grows at once (more cells, or a row it lacked) and shrinks
+// only once it has seen 8 epochs, cells to a quarter or less (as RDAs
+// do): an epoch whose sides use different shapes loses its per-flow
+// results, so shapes change seldom, and never for a path's first, often
+// partial, epochs.
+func (wk *worker) noteLDSLoad(ps *pathState, load ldsLoad) {
 	minCols, sketch := wk.cfg.Flows.LDSMinCols, wk.cfg.Params.LDS
 	if minCols == 0 {
 		return
 	}
+	all := uint32(1)<<sketch.Rows - 1
 	ps.mu.Lock()
-	ps.recentLDS = append(ps.recentLDS, [2]float64{large, packets})
+	ps.recentLDS = append(ps.recentLDS, load)
 	if len(ps.recentLDS) > ldsWindow {
 		ps.recentLDS = ps.recentLDS[1:]
 	}
-	var most [2]float64
+	var most ldsLoad
 	for _, l := range ps.recentLDS {
-		most = [2]float64{max(most[0], l[0]), max(most[1], l[1])}
+		most = ldsLoad{max(most.large, l.large), max(most.packets, l.packets), max(most.largest, l.largest), max(most.spoiled, l.spoiled)}
 	}
-	want := lds.ColsFor(2*most[0], 2*most[1], float64(wk.cfg.Flows.LDSLargePackets), sketch.Rows, sketch.K, ldsEps, minCols, sketch.Cols)
-	cur, from := ps.ldsCols, ps.newest+sizeLead
-	change := want > cur || (want <= cur/4 && len(ps.recentLDS) == ldsWindow)
-	if change {
-		ps.ldsCols = want
-	}
-	ps.mu.Unlock()
-	if !change {
+	rows := lds.RowsFor(sketch, 2*most.spoiled, most.largest, wk.cfg.Flows.LDSMinRows)
+	want := lds.ColsFor(2*most.large, 2*most.packets, float64(wk.cfg.Flows.LDSLargePackets), bits.OnesCount32(rows), sketch.K, ldsEps, minCols, sketch.Cols)
+	cur, curRows, from := ps.ldsCols, cmp.Or(ps.ldsRows, all), ps.newest+sizeLead
+	full := len(ps.recentLDS) == ldsWindow
+	grow := want > cur || rows&^curRows != 0
+	shrink := full && (want <= cur/4 || (rows != curRows && rows&^curRows == 0))
+	if !grow && !shrink {
+		ps.mu.Unlock()
 		return
 	}
-	wk.log.Info("resizing LDS", "path", ps.path.Name, "cols", want, "was", cur, "from_epoch", from, "large_flows", large)
-	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(want), FromEpoch: from}}})
+	if want > cur/4 && want < cur { // a change of rows alone keeps the cells unless they shrink by a quarter
+		want = cur
+	}
+	ps.ldsCols, ps.ldsRows = want, rows
+	ps.mu.Unlock()
+	wk.log.Info("resizing LDS", "path", ps.path.Name, "cols", want, "was", cur, "rows", fmt.Sprintf("%0*b", sketch.Rows, rows),
+		"rows_were", fmt.Sprintf("%0*b", sketch.Rows, curRows), "from_epoch", from, "large_flows", load.large, "spoiled", most.spoiled)
+	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(want), Rows: rows, FromEpoch: from}}})
 }
 
 // noteSetDifference remembers the set difference of a path's epoch and, when

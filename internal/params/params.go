@@ -183,14 +183,30 @@ func SameRDAHashing(a, b rda.Config) error {
 }
 
 // SameLDSHashing returns an error wrapping synopsis.ErrMismatch unless
-// got hashes as want does (rows, k, sampling, seed) with at most want's
-// cells per row: the collector sizes each path's LDS below the
-// parameters' (LDSSize).
+// got hashes as want does (k, seed) with at most want's cells per row and
+// some of its rows, in their order: the collector sizes each path's LDS
+// below the parameters' (LDSSize, its cells per row and rows).
 func SameLDSHashing(want, got lds.Config) error {
 	if got.Cols > want.Cols {
 		return fmt.Errorf("%w: lds of %d cells per row exceeds params.lds.cols %d", synopsis.ErrMismatch, got.Cols, want.Cols)
 	}
 	want.Cols = got.Cols
+	if got.Rows < want.Rows && len(got.RowSampleLog2) == got.Rows && len(want.RowSampleLog2) == want.Rows {
+		var mask uint32 // want's rows got's sampling exponents name, in order
+		next := 0
+		for r, e := range want.RowSampleLog2 {
+			if next < got.Rows && got.RowSampleLog2[next] == e {
+				mask |= 1 << r
+				next++
+			}
+		}
+		if next == got.Rows {
+			want, _ = want.Select(mask) // a mask of want's rows
+		}
+	}
+	if got.Rows < want.Rows && len(got.RowSampleLog2) == 0 && len(want.RowSampleLog2) == 0 {
+		want.Rows = got.Rows // rows all alike
+	}
 	return want.Compatible(got)
 }
 

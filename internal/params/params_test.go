@@ -4,6 +4,9 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/owl-latency/owl/internal/synopsis"
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 func TestProtoRoundTripAndCompatible(t *testing.T) {
@@ -77,5 +80,32 @@ func TestLocalSettings(t *testing.T) {
 		if got := SetsShared(tc.names); got != tc.want {
 			t.Errorf("SetsShared(%v) = %v, want %v", tc.names, got, tc.want)
 		}
+	}
+}
+
+// The collector may keep fewer cells per row and some of the parameters'
+// LDS rows, in their order; nothing else.
+func TestSameLDSHashing(t *testing.T) {
+	want := lds.DefaultConfig() // rows sampling 2^-6, 2^-3, 2^-1, 1
+	sub := func(cols int, exps ...uint8) lds.Config {
+		c := want
+		c.Cols, c.Rows, c.RowSampleLog2 = cols, len(exps), exps
+		return c
+	}
+	for _, ok := range []lds.Config{want, sub(64, 6, 3, 1, 0), sub(1024, 1, 0), sub(256, 6, 0), sub(4096, 3)} {
+		if err := SameLDSHashing(want, ok); err != nil {
+			t.Errorf("%v refused: %v", ok.RowSampleLog2, err)
+		}
+	}
+	other := sub(64, 1, 0)
+	other.Seed++
+	for _, bad := range []lds.Config{sub(8192, 1, 0), sub(64, 0, 1), sub(64, 2), sub(64, 6, 3, 1, 0, 0), other} {
+		if err := SameLDSHashing(want, bad); !errors.Is(err, synopsis.ErrMismatch) {
+			t.Errorf("%d cells, rows %v, seed %x: %v, want a mismatch", bad.Cols, bad.RowSampleLog2, bad.Seed, err)
+		}
+	}
+	flat := lds.Config{Rows: 4, Cols: 512, K: 4, Seed: 1}
+	if err := SameLDSHashing(flat, lds.Config{Rows: 2, Cols: 512, K: 4, Seed: 1}); err != nil {
+		t.Errorf("two of four unsampled rows refused: %v", err)
 	}
 }

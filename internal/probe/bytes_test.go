@@ -13,6 +13,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/collector"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/sim"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
@@ -27,7 +28,7 @@ import (
 // packets.
 func BenchmarkReportBytes(b *testing.B) {
 	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
-		for _, mode := range []string{"lists=false", "lists=true", "lds=fixed", "digest=2"} {
+		for _, mode := range []string{"before", "lists=false", "lists=true", "lds=fixed", "digest=2"} {
 			b.Run(fmt.Sprintf("packets/s=%d/%s", rate, mode), func(b *testing.B) {
 				var reports []*owlv1.EpochReport
 				n := 0
@@ -36,18 +37,20 @@ func BenchmarkReportBytes(b *testing.B) {
 					case "lds=fixed":
 						reports, n = fixedLDSReports(b, rate)
 					case "digest=2":
-						reports, n = oneEpochReports(b, rate, false, 2)
+						reports, n = oneEpochReports(b, rate, false, 2, true)
+					case "before":
+						reports, n = oneEpochReports(b, rate, false, collector.DefaultConfig().Flows.LDSDigestBytes, false)
 					default:
-						reports, n = oneEpochReports(b, rate, mode == "lists=true", collector.DefaultConfig().Flows.LDSDigestBytes)
+						reports, n = oneEpochReports(b, rate, mode == "lists=true", collector.DefaultConfig().Flows.LDSDigestBytes, true)
 					}
 				}
-				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols int
+				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols, rows int
 				for _, r := range reports {
 					raw, _ := proto.Marshal(r)
 					size += len(raw)
 					ldaB, rdaB, ldsB, smp, list = ldaB+len(r.GetLda()), rdaB+len(r.GetRda()), ldsB+len(r.GetLds()), smp+len(r.GetSample()), list+len(r.GetList())
 					if cfg, err := lds.Check(r.GetLds()); err == nil {
-						cols = cfg.Cols
+						cols, rows = cfg.Cols, cfg.Rows
 					}
 					var z bytes.Buffer
 					w := gzip.NewWriter(&z)
@@ -61,6 +64,7 @@ func BenchmarkReportBytes(b *testing.B) {
 				b.ReportMetric(float64(rdaB), "rda-bytes")
 				b.ReportMetric(float64(ldsB), "lds-bytes")
 				b.ReportMetric(float64(cols), "lds-cols")
+				b.ReportMetric(float64(rows), "lds-rows")
 				b.ReportMetric(float64(smp), "sample-bytes")
 				b.ReportMetric(float64(list), "list-bytes")
 				b.ReportMetric(float64(len(reports)), "reports")
@@ -75,28 +79,45 @@ func BenchmarkReportBytes(b *testing.B) {
 func fixedLDSReports(tb testing.TB, rate int) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
-	return runEpoch(p, link, frames, shift, 0, 8, false), len(frames)
+	return runEpoch(p, link, frames, shift, epochShape{rda: 256}, 8, false), len(frames)
 }
+
+// epochShape is the synopses' sizes the collector sets for a path: RDA
+// buckets, LDS cells per row (0: the parameters') and the mask of the
+// parameters' LDS rows (0: all).
+type epochShape struct{ rda, ldsCols, ldsRows int }
 
 // oneEpochReports runs one epoch of exactly rate packets of synthetic
 // traffic (Pareto flow sizes) through an upstream probe's pipeline, as the
-// collector would set it in steady state: the RDA at rda.min_buckets (256,
-// a path with little loss), the sample at the rate for
-// params.sample.target and the LDS at the size the collector settles on
-// for such epochs (nextLDSCols) with digests of digest bytes; lists lets
-// reports carry exact lists. It returns the reports and the packets.
-func oneEpochReports(tb testing.TB, rate int, lists bool, digest int) ([]*owlv1.EpochReport, int) {
+// collector would set it in steady state for a path that loses one packet
+// in 10,000: the sample at the rate for params.sample.target and the LDS
+// at the cells per row the collector settles on for such epochs
+// (nextLDSCols) with digests of digest bytes; lists lets reports carry
+// exact lists. sized is the collector's sizing since RDAs follow the set
+// difference down to 32 buckets and LDS rows the loss (the two densest
+// rows at this loss, lds.RowsFor); without it, as before: RDAs of 256
+// buckets and all four rows. It returns the reports and the packets.
+func oneEpochReports(tb testing.TB, rate int, lists bool, digest int, sized bool) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
-	cols := p.LDS.Cols
+	shape := epochShape{rda: 256, ldsCols: p.LDS.Cols}
+	if sized {
+		cfg := collector.DefaultConfig()
+		shape.rda = reconcile.Size(rate/10_000, 32, cfg.RDA.MaxBuckets)
+		largest := 0.0
+		for _, tf := range runEpoch(p, link, frames, shift, shape, digest, false)[0].GetTopFlows() {
+			largest = max(largest, float64(tf.GetPackets()))
+		}
+		shape.ldsRows = int(lds.RowsFor(p.LDS, 2*float64(rate/10_000)/float64(rate), largest, cfg.Flows.LDSMinRows))
+	}
 	for range 4 { // the collector's resizing, until it settles
-		next := nextLDSCols(tb, p, cols, runEpoch(p, link, frames, shift, cols, digest, false)[0].GetLds())
-		if next == cols {
+		next := nextLDSCols(tb, p, shape, runEpoch(p, link, frames, shift, shape, digest, false)[0].GetLds())
+		if next == shape.ldsCols {
 			break
 		}
-		cols = next
+		shape.ldsCols = next
 	}
-	return runEpoch(p, link, frames, shift, cols, digest, lists), len(frames)
+	return runEpoch(p, link, frames, shift, shape, digest, lists), len(frames)
 }
 
 // epochTraffic is one epoch of exactly rate packets of synthetic traffic
@@ -123,16 +144,17 @@ func epochTraffic(tb testing.TB, p params.Params, rate int) (layers.LinkType, []
 }
 
 // nextLDSCols is the LDS size a collector with the default flows settings
-// asks for after epochs like one whose upstream sketch, at cur cells per
-// row, is b (as its noteLDSLoad does).
-func nextLDSCols(tb testing.TB, p params.Params, cur int, b []byte) int {
+// asks for after epochs like one whose upstream sketch, of the shape sh,
+// is b (as its noteLDSLoad does).
+func nextLDSCols(tb testing.TB, p params.Params, sh epochShape, b []byte) int {
+	cur := sh.ldsCols
 	l, err := lds.Decode(b)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	fc := collector.DefaultConfig().Flows
 	large, packets := l.Load(float64(fc.LDSLargePackets))
-	want := lds.ColsFor(2*large, 2*packets, float64(fc.LDSLargePackets), p.LDS.Rows, p.LDS.K, 0.01, fc.LDSMinCols, p.LDS.Cols)
+	want := lds.ColsFor(2*large, 2*packets, float64(fc.LDSLargePackets), l.Config().Rows, p.LDS.K, 0.01, fc.LDSMinCols, p.LDS.Cols)
 	if want > cur || want <= cur/4 {
 		return want
 	}
@@ -140,9 +162,9 @@ func nextLDSCols(tb testing.TB, p params.Params, cur int, b []byte) int {
 }
 
 // runEpoch feeds frames to an upstream probe's pipeline for one path
-// whose sample shift, LDS size (0: the parameters') and LDS digest bytes
-// are set, and returns its reports.
-func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift, ldsCols, digest int, lists bool) []*owlv1.EpochReport {
+// whose sample shift, synopses' shape and LDS digest bytes are set, and
+// returns its reports.
+func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift int, sh epochShape, digest int, lists bool) []*owlv1.EpochReport {
 	var reports []*owlv1.EpochReport
 	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
 	rep := &reporter{caches: newCacheStore(4, 1<<24), topFlows: 20, clock: clock, grid: p.Epoch, exactLists: lists,
@@ -150,7 +172,7 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift, 
 	var stats counters
 	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: 256, SampleShift: uint32(shift), LdsCols: uint32(ldsCols)}}, LdsDigestBytes: uint32(digest)})
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows)}}, LdsDigestBytes: uint32(digest)})
 	pl.setPaths(set)
 	_ = pl.setLink(link)
 	for _, f := range frames {
@@ -168,7 +190,7 @@ func TestLDSDigestFromCollector(t *testing.T) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(t, p, 2_000)
 	for _, c := range []struct{ asked, want int }{{0, 8}, {8, 8}, {4, 4}, {2, 2}} {
-		reports := runEpoch(p, link, frames, shift, 256, c.asked, false)
+		reports := runEpoch(p, link, frames, shift, epochShape{rda: 256, ldsCols: 256}, c.asked, false)
 		b := reports[0].GetLds()
 		l, err := lds.Decode(b)
 		if err != nil {

@@ -112,9 +112,9 @@ type trafficSide struct {
 	lds     []byte
 	top     []*owlv1.TopFlow
 
-	sizedMu sync.Mutex     // guards rdas and ldss
-	rdas    map[int][]byte // buckets per bank → wire form
-	ldss    map[int][]byte // LDS cells per row below the parameters' → wire form
+	sizedMu sync.Mutex        // guards rdas and ldss
+	rdas    map[int][]byte    // buckets per bank → wire form
+	ldss    map[[3]int][]byte // (cells per row, row mask, digest bytes) other than the parameters' → wire form
 }
 
 // variant is one made-up epoch of a path: both sides and the truth.
@@ -245,7 +245,7 @@ func (t *Traffic) newSide(pkts []packet) (*trafficSide, error) {
 		ls.Insert(t.flowHashes[p.flow], p.id, p.offsetNS, 1)
 		perFlow[p.flow]++
 	}
-	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldss: map[int][]byte{}}
+	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldss: map[[3]int][]byte{}}
 	slices.SortFunc(s.packets, func(a, b packet) int { return cmp.Compare(a.id, b.id) })
 	s.lda, _ = la.MarshalBinary() // does not fail
 	s.lds, _ = ls.MarshalBinary()
@@ -290,24 +290,25 @@ func (s *trafficSide) rda(cfg rda.Config, buckets int) ([]byte, error) {
 }
 
 // ldsAt returns the side's LDS at cols cells per row (0: the
-// parameters') with digests of digest bytes in wire form, built on first
-// use from the side's packets and kept (a few shapes), as a probe sized
-// by its collector builds it.
-func (s *trafficSide) ldsAt(t *Traffic, cols, digest int) ([]byte, error) {
-	if cols == 0 {
-		cols = t.params.LDS.Cols
-	}
-	if cols == t.params.LDS.Cols && digest == 8 {
+// parameters') and the parameters' rows in the mask rows (0: all) with
+// digests of digest bytes in wire form, built on first use from the
+// side's packets and kept (a few shapes), as a probe sized by its
+// collector builds it.
+func (s *trafficSide) ldsAt(t *Traffic, cols, rows, digest int) ([]byte, error) {
+	full := uint32(1)<<t.params.LDS.Rows - 1
+	if (cols == 0 || cols == t.params.LDS.Cols) && (rows == 0 || uint32(rows) == full) && digest == 8 {
 		return s.lds, nil
 	}
-	key := cols<<4 | digest
+	key := [3]int{cols, rows, digest}
 	s.sizedMu.Lock()
 	defer s.sizedMu.Unlock()
 	if b, ok := s.ldss[key]; ok {
 		return b, nil
 	}
-	cfg := t.params.LDS
-	cfg.Cols = cols
+	cfg, err := ldsShape(t.params.LDS, cols, rows)
+	if err != nil {
+		return nil, err
+	}
 	ls, err := lds.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("lds of %d cells per row: %w", cols, err)
@@ -397,6 +398,7 @@ type Emulated struct {
 	roles   map[string]owlv1.Role
 	buckets map[string]int // RDA buckets per bank the collector set, by path
 	ldsCols sync.Map       // path name → LDS cells per row the collector set (scheduled)
+	ldsRows sync.Map       // path name → mask of the LDS rows the collector set (scheduled with ldsCols)
 	// ldsDigest is the LDS digest bytes the collector asks for (8 until
 	// it says).
 	ldsDigest atomic.Int32
@@ -504,7 +506,7 @@ func (e *Emulated) report(a emulatedPath, epoch int64) (*owlv1.EpochReport, erro
 	if digest == 0 { // no path configuration yet
 		digest = 8
 	}
-	lb, err := s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch), digest)
+	lb, err := s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch), setting(&e.ldsRows, a.name, epoch), digest)
 	if err != nil {
 		return nil, err
 	}
@@ -601,8 +603,11 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 			}
 			sizes[name] = int(b)
 		}
-		if c := int(a.GetLdsCols()); c > 0 && checkLDSCols(e.traffic.params.LDS, c) == nil {
-			scheduleAt(&e.ldsCols, name, c, 0, 0)
+		if c, r := int(a.GetLdsCols()), int(a.GetLdsRows()); c > 0 {
+			if _, err := ldsShape(e.traffic.params.LDS, c, r); err == nil {
+				scheduleAt(&e.ldsCols, name, c, 0, 0)
+				scheduleAt(&e.ldsRows, name, r, 0, 0)
+			}
 		}
 		if _, dup := roles[name]; !dup {
 			paths = append(paths, emulatedPath{name: name, role: role})
@@ -639,10 +644,11 @@ func (e *Emulated) setSampleRate(m *owlv1.SampleRate) error {
 // setLDSSize takes a path's new LDS size from its collector, from the
 // epoch it names.
 func (e *Emulated) setLDSSize(m *owlv1.LDSSize) error {
-	if err := checkLDSCols(e.traffic.params.LDS, int(m.GetCols())); err != nil {
+	if err := checkLDSSize(e.traffic.params.LDS, int(m.GetCols()), int(m.GetRows())); err != nil {
 		return err
 	}
 	scheduleAt(&e.ldsCols, m.GetPath(), int(m.GetCols()), m.GetFromEpoch(), e.reported.Load())
+	scheduleAt(&e.ldsRows, m.GetPath(), int(m.GetRows()), m.GetFromEpoch(), e.reported.Load())
 	return nil
 }
 

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,9 +51,9 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 			var err error
 			switch e { // mid-epoch
 			case first + 1: // from an epoch ahead
-				err = errors.Join(pl.setLDSCols("all", 1024, first+3), pl.setSampleShift("all", 2, first+3))
+				err = errors.Join(pl.setLDSShape("all", 1024, 0b1100, first+3), pl.setSampleShift("all", 2, first+3))
 			case first + 3: // from one open: the next
-				err = errors.Join(pl.setLDSCols("all", 512, first+2), pl.setSampleShift("all", 3, first+2))
+				err = errors.Join(pl.setLDSShape("all", 512, 0, first+2), pl.setSampleShift("all", 3, first+2))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -63,18 +64,24 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 	if len(reports) != 5 {
 		t.Fatalf("%d reports", len(reports))
 	}
-	for i, want := range []struct{ cols, shift int }{{256, 0}, {256, 0}, {256, 0}, {1024, 2}, {512, 3}} {
+	for i, want := range []struct{ cols, rows, shift int }{{256, 4, 0}, {256, 4, 0}, {256, 4, 0}, {1024, 2, 2}, {512, 4, 3}} {
 		cfg, err := lds.Check(reports[i].GetLds())
-		if err != nil || cfg.Cols != want.cols {
-			t.Errorf("epoch %d: LDS of %d cells per row (%v), want %d", reports[i].GetEpoch(), cfg.Cols, err, want.cols)
+		if err != nil || cfg.Cols != want.cols || cfg.Rows != want.rows {
+			t.Errorf("epoch %d: LDS of %d×%d cells (%v), want %d×%d", reports[i].GetEpoch(), cfg.Rows, cfg.Cols, err, want.rows, want.cols)
+		}
+		if want.rows == 2 && !slices.Equal(cfg.RowSampleLog2, []uint8{1, 0}) {
+			t.Errorf("epoch %d: rows sampling 2^-%v, want the two densest", reports[i].GetEpoch(), cfg.RowSampleLog2)
 		}
 		if s, err := sample.Decode(reports[i].GetSample()); err != nil || s.Config().Shift() != want.shift {
 			t.Errorf("epoch %d: sample (%v) not at shift %d", reports[i].GetEpoch(), err, want.shift)
 		}
 	}
 	for _, cols := range []int{0, p.LDS.Cols * 2, p.LDS.K - 1} {
-		if pl.setLDSCols("all", cols, 0) == nil {
+		if pl.setLDSShape("all", cols, 0, 0) == nil {
 			t.Errorf("%d cells per row accepted", cols)
 		}
+	}
+	if pl.setLDSShape("all", 512, 1<<p.LDS.Rows, 0) == nil {
+		t.Errorf("row %d of %d accepted", p.LDS.Rows, p.LDS.Rows)
 	}
 }

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -33,6 +34,7 @@ type assignment struct {
 	rdaBuckets int // 0: keep the current size
 	shift      int // the sampling rate's shift to start with
 	ldsCols    int // LDS cells per row to start with (0: the parameters')
+	ldsRows    int // mask of the parameters' LDS rows to start with (0: all)
 }
 
 // pathSet is an immutable set of assignments. Each epoch keeps the set it
@@ -72,8 +74,11 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 		if c := pa.GetLdsCols(); c > lds.MaxCols {
 			return nil, fmt.Errorf("path %q: lds_cols %d exceeds %d", p.Name, c, lds.MaxCols)
 		}
+		if r := pa.GetLdsRows(); r >= 1<<lds.MaxRows {
+			return nil, fmt.Errorf("path %q: lds_rows %#x names rows beyond %d", p.Name, r, lds.MaxRows)
+		}
 		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets()),
-			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols())})
+			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols()), ldsRows: int(pa.GetLdsRows())})
 	}
 	return s, nil
 }
@@ -123,6 +128,7 @@ type pipeline struct {
 	sizes    sync.Map     // path name → RDA buckets the collector asked for
 	shifts   sync.Map     // path name → sampling shift the collector asked for (scheduled)
 	ldsCols  sync.Map     // path name → LDS cells per row the collector asked for (scheduled)
+	ldsRows  sync.Map     // path name → mask of the LDS rows the collector asked for (scheduled with ldsCols)
 	opened   atomic.Int64 // the newest epoch opened
 	topFlows int          // flows reported per path and epoch (RAP keeps twice as many)
 	weightOf func(capture.FlowKey) uint64
@@ -176,8 +182,9 @@ func (pl *pipeline) setPaths(s *pathSet) {
 			pl.sizes.Store(a.path.Name, a.rdaBuckets)
 		}
 		pl.schedule(&pl.shifts, a.path.Name, a.shift, 0)
-		if a.ldsCols > 0 && pl.setLDSCols(a.path.Name, a.ldsCols, 0) != nil {
+		if a.ldsCols > 0 && pl.setLDSShape(a.path.Name, a.ldsCols, a.ldsRows, 0) != nil {
 			pl.ldsCols.Delete(a.path.Name) // not for these parameters: theirs
+			pl.ldsRows.Delete(a.path.Name)
 		}
 	}
 	pl.paths.Store(s)
@@ -223,25 +230,44 @@ func setting(m *sync.Map, path string, e int64) int {
 	return 0
 }
 
-// setLDSCols makes a path's epochs from epoch from on (or, where that is
+// setLDSShape makes a path's epochs from epoch from on (or, where that is
 // past, the next it opens) use an LDS of this many cells per row, at most
-// the parameters' (the collector's sizing, LDSSize).
-func (pl *pipeline) setLDSCols(path string, cols int, from int64) error {
-	if err := checkLDSCols(pl.params.LDS, cols); err != nil {
+// the parameters', and the parameters' rows in the mask rows (0: all):
+// the collector's sizing, LDSSize.
+func (pl *pipeline) setLDSShape(path string, cols, rows int, from int64) error {
+	if err := checkLDSSize(pl.params.LDS, cols, rows); err != nil {
 		return err
 	}
 	pl.schedule(&pl.ldsCols, path, cols, from)
+	pl.schedule(&pl.ldsRows, path, rows, from)
 	return nil
 }
 
-// checkLDSCols reports an LDS size the parameters p do not allow: more
-// cells per row than theirs, or a shape LDS refuses.
-func checkLDSCols(p lds.Config, cols int) error {
-	if cols > p.Cols {
-		return fmt.Errorf("lds cols %d exceed params.lds.cols %d", cols, p.Cols)
+// checkLDSSize reports an LDS size from a collector that the parameters p
+// do not allow (ldsShape), or no cells per row.
+func checkLDSSize(p lds.Config, cols, rows int) error {
+	if cols < 1 {
+		return fmt.Errorf("lds cols %d: at least one", cols)
 	}
-	p.Cols = cols
-	return p.Validate()
+	_, err := ldsShape(p, cols, rows)
+	return err
+}
+
+// ldsShape is the parameters' LDS p at cols cells per row (0: theirs) and
+// with the rows of the mask rows (0: all), or why the parameters do not
+// allow it: more cells per row than theirs, rows they do not have, or a
+// shape LDS refuses.
+func ldsShape(p lds.Config, cols, rows int) (lds.Config, error) {
+	if cols > p.Cols {
+		return lds.Config{}, fmt.Errorf("lds cols %d exceed params.lds.cols %d", cols, p.Cols)
+	}
+	if cols > 0 {
+		p.Cols = cols
+	}
+	if rows < 0 || rows > math.MaxUint32 {
+		return lds.Config{}, fmt.Errorf("lds row mask %d out of range", rows)
+	}
+	return p.Select(uint32(rows))
 }
 
 // setRDASize makes a path's next epochs use an RDA of this many buckets.
@@ -297,12 +323,9 @@ func (pl *pipeline) open(e int64) *epochData {
 		if v, ok := pl.sizes.Load(a.path.Name); ok {
 			rc.Buckets = v.(int)
 		}
-		ed.rdas[i] = reuse(&rdas, rc, (*rda.RDA).Config, rda.New) // validated in Config and setRDASize
-		lc := pl.params.LDS
-		if c := setting(&pl.ldsCols, a.path.Name, e); c > 0 {
-			lc.Cols = c
-		}
-		ed.ldss[i] = reuse(&ldss, lc, (*lds.LDS).Config, lds.New) // validated in Config and setLDSCols
+		ed.rdas[i] = reuse(&rdas, rc, (*rda.RDA).Config, rda.New)                                                    // validated in Config and setRDASize
+		lc, _ := ldsShape(pl.params.LDS, setting(&pl.ldsCols, a.path.Name, e), setting(&pl.ldsRows, a.path.Name, e)) // checked by setLDSShape
+		ed.ldss[i] = reuse(&ldss, lc, (*lds.LDS).Config, lds.New)                                                    // validated in Config and setLDSShape
 		ed.raps[i] = rap.New[capture.FlowKey](2*pl.topFlows, uint64(i))
 		ed.caches[i] = &epochCache{rda: rc, complete: true}
 		ed.samples[i] = pl.newSample(a.path.Name, e)

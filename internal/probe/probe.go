@@ -201,7 +201,7 @@ func (p *Probe) setRDASize(m *owlv1.RDASize) error {
 // setLDSSize takes a path's new LDS size from its collector.
 func (p *Probe) setLDSSize(m *owlv1.LDSSize) error {
 	for _, pl := range p.pipelines() {
-		if err := pl.setLDSCols(m.GetPath(), int(m.GetCols()), m.GetFromEpoch()); err != nil {
+		if err := pl.setLDSShape(m.GetPath(), int(m.GetCols()), int(m.GetRows()), m.GetFromEpoch()); err != nil {
 			return err
 		}
 	}

@@ -3805,10 +3805,14 @@ func (x *SampleRate) GetFromEpoch() int64 {
 // sides change at the same epoch. An epoch whose two sides used different
 // sizes has no per-flow results.
 type LDSSize struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
-	FromEpoch     int64                  `protobuf:"varint,3,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Path      string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Cols      uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	FromEpoch int64                  `protobuf:"varint,3,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
+	// rows is a mask of params.lds's rows the LDS keeps (bit r: row r; 0:
+	// every row): the collector leaves out the rows the path's loss spoils
+	// and those too sparse to add estimates at it.
+	Rows          uint32 `protobuf:"varint,4,opt,name=rows,proto3" json:"rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3860,6 +3864,13 @@ func (x *LDSSize) GetCols() uint32 {
 func (x *LDSSize) GetFromEpoch() int64 {
 	if x != nil {
 		return x.FromEpoch
+	}
+	return 0
+}
+
+func (x *LDSSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
 	}
 	return 0
 }
@@ -3969,7 +3980,10 @@ type PathAssignment struct {
 	// lds_cols is the LDS cells per row to start with; 0 when another
 	// collector owns the path (the probe keeps what it has, at first
 	// params.lds.cols).
-	LdsCols       uint32 `protobuf:"varint,6,opt,name=lds_cols,json=ldsCols,proto3" json:"lds_cols,omitempty"`
+	LdsCols uint32 `protobuf:"varint,6,opt,name=lds_cols,json=ldsCols,proto3" json:"lds_cols,omitempty"`
+	// lds_rows is the mask of params.lds's rows to start with (LDSSize.rows;
+	// 0: every row).
+	LdsRows       uint32 `protobuf:"varint,7,opt,name=lds_rows,json=ldsRows,proto3" json:"lds_rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4042,6 +4056,13 @@ func (x *PathAssignment) GetSampleShift() uint32 {
 func (x *PathAssignment) GetLdsCols() uint32 {
 	if x != nil {
 		return x.LdsCols
+	}
+	return 0
+}
+
+func (x *PathAssignment) GetLdsRows() uint32 {
+	if x != nil {
+		return x.LdsRows
 	}
 	return 0
 }
@@ -7720,19 +7741,20 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05shift\x18\x02 \x01(\rR\x05shift\x12\x1d\n" +
 	"\n" +
-	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"P\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"d\n" +
 	"\aLDSSize\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x1d\n" +
 	"\n" +
-	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\xee\x01\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\x12\x12\n" +
+	"\x04rows\x18\x04 \x01(\rR\x04rows\"\xee\x01\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
 	"\x10colate_collector\x18\x02 \x01(\tR\x0fcolateCollector\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12-\n" +
 	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\x12(\n" +
-	"\x10lds_digest_bytes\x18\x05 \x01(\rR\x0eldsDigestBytes\"\xd1\x01\n" +
+	"\x10lds_digest_bytes\x18\x05 \x01(\rR\x0eldsDigestBytes\"\xec\x01\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
@@ -7740,7 +7762,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"rdaBuckets\x12\x1c\n" +
 	"\tcollector\x18\x04 \x01(\tR\tcollector\x12!\n" +
 	"\fsample_shift\x18\x05 \x01(\rR\vsampleShift\x12\x19\n" +
-	"\blds_cols\x18\x06 \x01(\rR\aldsCols\"A\n" +
+	"\blds_cols\x18\x06 \x01(\rR\aldsCols\x12\x19\n" +
+	"\blds_rows\x18\a \x01(\rR\aldsRows\"A\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +

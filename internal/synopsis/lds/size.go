@@ -1,8 +1,11 @@
 package lds
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 )
 
 // Size dimensions an LDS after §3.1–3.2: for about flows flows per epoch,
@@ -80,4 +83,137 @@ func ColsFor(large, packets, largePackets float64, rows, k int, eps float64, min
 		cols <<= 1
 	}
 	return min(cols, maxCols)
+}
+
+// RowsFor picks which of cfg's rows an LDS keeps for epochs whose share
+// loss of packets is lost or extra between the two ends (the set
+// difference over the packets) and whose largest flow has largest
+// packets. A flow of S packets puts S/k in each of its cells of a row
+// sampling at rate ρ, and such a cell stays clean while ρ·(S/k)·loss is
+// at most about one (the LDA's optimum, §2.3; the multi-bank LDS, §4.2).
+// It keeps the rows from the densest that is clean for flows of
+// smallFlow packets to the densest that is clean for the largest flow,
+// and at least min(keep, rows) of them, adding the next sparser rows (or
+// denser, past the sparsest): at no loss the two densest, at 1% every
+// row of the default four. The result is a mask of cfg's rows (bit r:
+// row r); keep < 1 keeps every row.
+func RowsFor(cfg Config, loss, largest float64, keep int) uint32 {
+	all := uint32(1)<<cfg.Rows - 1
+	if keep < 1 || keep >= cfg.Rows {
+		return all
+	}
+	order := make([]int, cfg.Rows) // densest first
+	for r := range order {
+		order[r] = r
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(cfg.rate(b), cfg.rate(a)) })
+	clean := func(size float64) int { // the densest row clean for flows of size packets
+		for i, r := range order {
+			if cfg.rate(r)*size/float64(cfg.K)*loss <= 1 {
+				return i
+			}
+		}
+		return len(order) - 1
+	}
+	first, last := clean(smallFlow), clean(max(largest, smallFlow))
+	for last-first+1 < keep {
+		if last < len(order)-1 {
+			last++
+		} else {
+			first--
+		}
+	}
+	var mask uint32
+	for _, r := range order[first : last+1] {
+		mask |= 1 << r
+	}
+	return mask
+}
+
+// smallFlow is the flow size, in packets, from which RowsFor keeps rows
+// clean: the smallest flows the paper's accuracy figures bin (100–499).
+const smallFlow = 100
+
+// Select is the configuration of the rows of cfg in mask (bit r: row r),
+// in their order (0 and a mask of every row: cfg), or why it is not a
+// valid configuration.
+func (c Config) Select(mask uint32) (Config, error) {
+	all := uint32(1)<<c.Rows - 1
+	if mask == 0 || mask == all {
+		return c, c.Validate()
+	}
+	if mask&^all != 0 {
+		return Config{}, fmt.Errorf("lds row mask %#x names rows beyond the %d there are", mask, c.Rows)
+	}
+	out := c
+	out.Rows, out.RowSampleLog2 = 0, nil
+	for r := 0; r < c.Rows; r++ {
+		if mask&(1<<r) == 0 {
+			continue
+		}
+		out.Rows++
+		if len(c.RowSampleLog2) > 0 {
+			out.RowSampleLog2 = append(out.RowSampleLog2, c.RowSampleLog2[r])
+		}
+	}
+	return out, out.Validate()
+}
+
+// Spoiled estimates, from the upstream sketch up and the downstream down
+// of one epoch (after the collector took out the packets reconciliation
+// found), the share of packets that still differ between them: lost or
+// extra packets it could not take out, crossers it did not match,
+// duplicates. In the densest row a cell of n packets stays clean with
+// chance (1−p)^n when a share p of packets differ: p is the share for
+// which the cells expected to disagree, on count or digest, are those
+// that do. Cells are grouped by the bit length of n, since flows crowd
+// their packets into few cells and a share read as if they were spread
+// evenly would be too small. It is 0 when no cell disagrees and +Inf
+// when every cell with packets does; the sketches must be Compatible.
+func Spoiled(up, down *LDS) float64 {
+	best := 0
+	for r := 1; r < up.cfg.Rows; r++ {
+		if up.cfg.rate(r) > up.cfg.rate(best) {
+			best = r
+		}
+	}
+	cols, mask := up.cfg.Cols, digestMask(up, down)
+	u, d := up.cells[best*cols:(best+1)*cols], down.cells[best*cols:(best+1)*cols]
+	var cells, packets [65]float64
+	var bad, used float64
+	for i := range u {
+		n := max(u[i].Count, d[i].Count)
+		if n == 0 {
+			continue
+		}
+		b := bits.Len64(n)
+		cells[b]++
+		packets[b] += float64(n)
+		used++
+		if u[i].Count != d[i].Count || (u[i].Digest^d[i].Digest)&mask != 0 {
+			bad++
+		}
+	}
+	switch {
+	case bad == 0:
+		return 0
+	case bad == used:
+		return math.Inf(1)
+	}
+	lo, hi := 0.0, 1.0
+	for range 60 {
+		p := (lo + hi) / 2
+		var want float64
+		for b, c := range cells {
+			if c > 0 {
+				want += c * -math.Expm1(packets[b]/c*math.Log1p(-p))
+			}
+		}
+		if want < bad {
+			lo = p
+		} else {
+			hi = p
+		}
+	}
+	return (lo + hi) / 2
 }

@@ -3,6 +3,7 @@ package lds
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -64,5 +65,86 @@ func TestColsFor(t *testing.T) {
 		if got := ColsFor(tc.large, tc.packets, 128, 4, 4, 0.01, 64, 4096); got != tc.want {
 			t.Errorf("ColsFor(%v, %v) = %d, want %d", tc.large, tc.packets, got, tc.want)
 		}
+	}
+}
+
+func TestRowsFor(t *testing.T) {
+	cfg := DefaultConfig() // rows sampling 2^-6, 2^-3, 2^-1, 1
+	for _, tc := range []struct {
+		loss, largest float64
+		keep          int
+		want          uint32
+	}{
+		{0, 20_000, 2, 0b1100},      // no loss: the two densest
+		{0, 20_000, 1, 0b1000},      // ... or the densest
+		{1e-3, 20_000, 2, 0b1110},   // 1/8 is clean for the largest flow
+		{1e-3, 2_000, 2, 0b1100},    // at 2,000 packets 1/2 is
+		{1e-2, 20_000, 2, 0b1111},   // every row
+		{0.2, 20_000, 2, 0b0011},    // even 100-packet flows need 1/8: the two sparsest
+		{1e-3, 20_000, 0, 0b1111},   // keep < 1: all
+		{1e-3, 20_000, 4, 0b1111},   // keep ≥ rows: all
+		{0, 20_000, 3, 0b1110},      // three
+		{0.5, 1_000_000, 1, 0b0001}, // nothing clean: the sparsest
+	} {
+		if got := RowsFor(cfg, tc.loss, tc.largest, tc.keep); got != tc.want {
+			t.Errorf("loss %g, largest %g, keep %d: %04b, want %04b", tc.loss, tc.largest, tc.keep, got, tc.want)
+		}
+	}
+}
+
+func TestSelect(t *testing.T) {
+	cfg := DefaultConfig()
+	sel, err := cfg.Select(0b1010)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.Rows != 2 || !slices.Equal(sel.RowSampleLog2, []uint8{3, 0}) || sel.Cols != cfg.Cols || sel.Seed != cfg.Seed {
+		t.Errorf("rows 1 and 3 of %v: %+v", cfg.RowSampleLog2, sel)
+	}
+	for _, m := range []uint32{0, 0b1111} {
+		if s, err := cfg.Select(m); err != nil || s.Rows != 4 {
+			t.Errorf("mask %04b: %+v, %v; want every row", m, s, err)
+		}
+	}
+	if _, err := cfg.Select(0b10000); err == nil {
+		t.Error("a mask naming row 4 of 4 passed")
+	}
+}
+
+// TestSpoiled: a share of packets lost between two sketches comes back
+// from the cells that disagree, within three standard deviations of the
+// count lost, though flows of very different sizes crowd the cells
+// unevenly.
+func TestSpoiled(t *testing.T) {
+	cfg := Config{Rows: 2, Cols: 1024, K: 4, RowSampleLog2: []uint8{3, 0}, Seed: 1}
+	rng := rand.New(rand.NewPCG(4, 5))
+	for _, loss := range []float64{0, 0.0005, 0.002} {
+		up, _ := New(cfg)
+		down, _ := New(cfg)
+		const n = 1_000_000
+		for i := 0; i < n; i++ {
+			flow, id := uint64(rng.ExpFloat64()*300), rng.Uint64() // a few flows hold most packets
+			up.Insert(flow, id, int64(i), 1)
+			if rng.Float64() >= loss {
+				down.Insert(flow, id, int64(i)+500, 1)
+			}
+		}
+		got := Spoiled(up, down)
+		t.Logf("loss %g: Spoiled %g", loss, got)
+		if math.Abs(got-loss) > 3*math.Sqrt(n*loss)/n { // three standard deviations of the lost count
+
+			t.Errorf("loss %g: Spoiled %g", loss, got)
+		}
+	}
+	up, _ := New(cfg)
+	down, _ := New(cfg)
+	if got := Spoiled(up, down); got != 0 {
+		t.Errorf("empty sketches: %g", got)
+	}
+	for i := 0; i < 1_000_000; i++ {
+		up.Insert(uint64(i), uint64(i)*7919, 0, 1)
+	}
+	if got := Spoiled(up, down); !math.IsInf(got, 1) {
+		t.Errorf("nothing downstream: %g, want +Inf", got)
 	}
 }
