@@ -3,6 +3,7 @@ package collector
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -26,9 +27,9 @@ type sampleJoin struct {
 	cfg       sample.Config    // the rate of delays and up
 	downCfg   sample.Config    // the rate of down (cfg's, unless narrowed since)
 	delays    []int64          // sorted, ns
-	ids       []uint64         // the identity of each delay (nil: not kept)
-	up, down  map[uint64]int64 // unmatched IDs → absolute time, ns
-	ambiguous int              // entries of IDs seen more than once, left out
+	keys      []uint64         // the key (sample.Config.Key) of each delay (nil: not kept)
+	up, down  map[uint64]int64 // unmatched keys → absolute time, ns
+	ambiguous int              // entries of keys seen more than once, left out
 	narrowed  narrowing        // why the sample was narrowed, if it was
 }
 
@@ -88,16 +89,16 @@ func (wk *worker) estimateSample(w *epochWork) {
 // newSampleJoin keeps a join of an epoch's samples (at cfg) that starts at
 // start (ns), its entries left over at absolute times.
 func newSampleJoin(cfg sample.Config, j sample.Joined, start int64) *sampleJoin {
-	sj := &sampleJoin{cfg: cfg, downCfg: cfg, delays: j.Delays, ids: j.IDs, ambiguous: j.Ambiguous,
+	sj := &sampleJoin{cfg: cfg, downCfg: cfg, delays: j.Delays, keys: j.Keys, ambiguous: j.Ambiguous,
 		up: make(map[uint64]int64, len(j.UpLeft)), down: make(map[uint64]int64, len(j.DownLeft))}
 	for _, e := range j.UpLeft {
-		sj.up[e.ID] = start + e.OffsetNS
+		sj.up[e.Key] = start + e.OffsetNS
 	}
 	for _, e := range j.DownLeft {
 		// A packet seen twice downstream counts by its earlier copy, as
 		// RDA's policy and the join within an epoch count it.
-		if at, seen := sj.down[e.ID]; !seen || start+e.OffsetNS < at {
-			sj.down[e.ID] = start + e.OffsetNS
+		if at, seen := sj.down[e.Key]; !seen || start+e.OffsetNS < at {
+			sj.down[e.Key] = start + e.OffsetNS
 		}
 	}
 	return sj
@@ -129,8 +130,8 @@ func (sj *sampleJoin) match(next *sampleJoin) bool {
 			continue
 		}
 		sj.delays = append(sj.delays, downNS-upNS)
-		if sj.ids != nil {
-			sj.ids = append(sj.ids, id)
+		if sj.keys != nil {
+			sj.keys = append(sj.keys, id)
 		}
 		delete(sj.up, id)
 		delete(next.down, id)
@@ -147,19 +148,19 @@ func (sj *sampleJoin) match(next *sampleJoin) bool {
 // stored without identities cannot be narrowed. sj's downstream entries
 // stay at their rate, for the previous epoch's crossers.
 func (sj *sampleJoin) narrow(cfg sample.Config) bool {
-	if sj.ids == nil && len(sj.delays) > 0 {
+	if sj.keys == nil && len(sj.delays) > 0 {
 		return false
 	}
 	k := 0
-	for i, id := range sj.ids {
-		if cfg.Keeps(id) {
-			sj.delays[k], sj.ids[k] = sj.delays[i], id
+	for i, id := range sj.keys {
+		if cfg.KeepsKey(id) {
+			sj.delays[k], sj.keys[k] = sj.delays[i], id
 			k++
 		}
 	}
-	sj.delays, sj.ids = sj.delays[:k], sj.ids[:k]
+	sj.delays, sj.keys = sj.delays[:k], sj.keys[:k]
 	for id := range sj.up {
-		if !cfg.Keeps(id) {
+		if !cfg.KeepsKey(id) {
 			delete(sj.up, id)
 		}
 	}
@@ -170,11 +171,11 @@ func (sj *sampleJoin) narrow(cfg sample.Config) bool {
 
 // sortDelays sorts the delays, with their identities when kept.
 func (sj *sampleJoin) sortDelays() {
-	if sj.ids == nil {
+	if sj.keys == nil {
 		slices.Sort(sj.delays)
 		return
 	}
-	sample.SortDelays(sj.delays, sj.ids)
+	sample.SortDelays(sj.delays, sj.keys)
 }
 
 // apply writes the sample's delay statistics into the result (nothing for
@@ -230,10 +231,12 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 }
 
 // sampleRecord is the version byte of a boundary record's sample part;
-// version 1 (no downstream threshold, no identities) is still read.
+// versions 1 (no downstream threshold, no identities) and 2 (packet IDs
+// where 3 has keys) are still read, their IDs turned into keys.
 const (
-	sampleRecordV1 = 1
-	sampleRecord   = 2
+	sampleRecordV1  = 1
+	sampleRecordIDs = 2
+	sampleRecord    = 3
 )
 
 // encode appends the join to a boundary record: version, seed, threshold,
@@ -245,7 +248,7 @@ func (sj *sampleJoin) encode(out []byte) []byte {
 	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Threshold)
 	out = binary.LittleEndian.AppendUint64(out, sj.downCfg.Threshold)
 	flags := byte(sj.narrowed)
-	if sj.ids != nil {
+	if sj.keys != nil {
 		flags |= 0x80
 	}
 	out = append(out, flags)
@@ -253,8 +256,8 @@ func (sj *sampleJoin) encode(out []byte) []byte {
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(sj.delays)))
 	for i, d := range sj.delays {
 		out = binary.LittleEndian.AppendUint64(out, uint64(d))
-		if sj.ids != nil {
-			out = binary.LittleEndian.AppendUint64(out, sj.ids[i])
+		if sj.keys != nil {
+			out = binary.LittleEndian.AppendUint64(out, sj.keys[i])
 		}
 	}
 	return appendEntries(appendEntries(out, sj.up), sj.down)
@@ -262,12 +265,13 @@ func (sj *sampleJoin) encode(out []byte) []byte {
 
 // decodeSampleJoin reads what encode wrote (or version 1), all of b.
 func decodeSampleJoin(b []byte) (*sampleJoin, error) {
-	if len(b) < 1+8+8+1+4+4 || b[0] != sampleRecord && b[0] != sampleRecordV1 {
+	if len(b) < 1+8+8+1+4+4 || b[0] < sampleRecordV1 || b[0] > sampleRecord {
 		return nil, errBoundary
 	}
+	version := b[0]
 	sj := &sampleJoin{cfg: sample.Config{Seed: binary.LittleEndian.Uint64(b[1:]), Threshold: binary.LittleEndian.Uint64(b[9:])}}
 	sj.downCfg = sj.cfg
-	withIDs := false
+	withKeys := false
 	if b[0] == sampleRecordV1 {
 		if b[17]&1 != 0 {
 			sj.narrowed = narrowedSides
@@ -278,27 +282,27 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 			return nil, errBoundary
 		}
 		sj.downCfg.Threshold = binary.LittleEndian.Uint64(b[17:])
-		sj.narrowed, withIDs = narrowing(b[25]&^0x80), b[25]&0x80 != 0
+		sj.narrowed, withKeys = narrowing(b[25]&^0x80), b[25]&0x80 != 0
 		b = b[26:]
 	}
 	sj.ambiguous = int(binary.LittleEndian.Uint32(b))
 	n := int(binary.LittleEndian.Uint32(b[4:]))
 	b = b[8:]
 	per := 8
-	if withIDs {
+	if withKeys {
 		per = 16
 	}
 	if n > len(b)/per {
 		return nil, errBoundary
 	}
 	sj.delays = make([]int64, n)
-	if withIDs {
-		sj.ids = make([]uint64, n)
+	if withKeys {
+		sj.keys = make([]uint64, n)
 	}
 	for i := range sj.delays {
 		sj.delays[i] = int64(binary.LittleEndian.Uint64(b[per*i:]))
-		if withIDs {
-			sj.ids[i] = binary.LittleEndian.Uint64(b[per*i+8:])
+		if withKeys {
+			sj.keys[i] = binary.LittleEndian.Uint64(b[per*i+8:])
 		}
 	}
 	b = b[per*n:]
@@ -312,7 +316,29 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 	if len(b) != 0 || !slices.IsSorted(sj.delays) {
 		return nil, errBoundary
 	}
+	if version < sampleRecord {
+		sj.idsToKeys()
+	}
 	return sj, nil
+}
+
+// idsToKeys turns the packet IDs of a record stored before samples
+// carried keys into keys.
+func (sj *sampleJoin) idsToKeys() {
+	for i, id := range sj.keys {
+		sj.keys[i] = sj.cfg.Key(id)
+	}
+	for _, m := range []map[uint64]int64{sj.up, sj.down} {
+		ids := slices.Collect(maps.Keys(m))
+		at := make([]int64, len(ids))
+		for i, id := range ids {
+			at[i] = m[id]
+		}
+		clear(m)
+		for i, id := range ids {
+			m[sj.cfg.Key(id)] = at[i]
+		}
+	}
 }
 
 // meanStddev is the mean and (population) standard deviation of delays,

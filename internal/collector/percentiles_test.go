@@ -151,7 +151,7 @@ func TestSampleJoinAcrossARateChange(t *testing.T) {
 // cloneJoin is a deep copy of a join, for matching one twice.
 func cloneJoin(sj *sampleJoin) *sampleJoin {
 	c := *sj
-	c.delays, c.ids = slices.Clone(sj.delays), slices.Clone(sj.ids)
+	c.delays, c.keys = slices.Clone(sj.delays), slices.Clone(sj.keys)
 	c.up, c.down = maps.Clone(sj.up), maps.Clone(sj.down)
 	return &c
 }
@@ -360,5 +360,28 @@ func TestCrossersAtARateChange(t *testing.T) {
 	}
 	if !strings.Contains(r.GetSampleNote(), "next epoch") || r.GetQuantiles()[0].GetExact() {
 		t.Errorf("epoch 1 narrowed without saying so: note %q, quantiles %v", r.GetSampleNote(), r.GetQuantiles())
+	}
+}
+
+// A boundary record stored before samples carried keys (version 2, packet
+// IDs) is read with its IDs turned into keys, so that its crossers still
+// match the next epoch's keyed entries.
+func TestSampleRecordOfIDs(t *testing.T) {
+	cfg, _ := sample.ForShift(7, 1)
+	ids := []uint64{11, 12, 13}
+	old := &sampleJoin{cfg: cfg, downCfg: cfg, delays: []int64{100, 200}, keys: ids[:2],
+		up: map[uint64]int64{ids[2]: 5}, down: map[uint64]int64{ids[0]: 9}}
+	b := old.encode(nil)
+	b[0] = sampleRecordIDs
+	sj, err := decodeSampleJoin(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sj.keys, []uint64{cfg.Key(ids[0]), cfg.Key(ids[1])}) || sj.up[cfg.Key(ids[2])] != 5 || sj.down[cfg.Key(ids[0])] != 9 || len(sj.up) != 1 {
+		t.Errorf("keys %x, up %v, down %v: want the IDs' keys", sj.keys, sj.up, sj.down)
+	}
+	b[0] = sampleRecord
+	if sj, _ := decodeSampleJoin(b); !slices.Equal(sj.keys, ids[:2]) {
+		t.Errorf("a record of keys changed them: %x", sj.keys)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // Params are a deployment's shared parameters.
@@ -57,7 +58,7 @@ type Sample struct {
 }
 
 // MaxSampleEntries bounds Sample.MaxEntries (and so a sample's report).
-const MaxSampleEntries = 1 << 20
+const MaxSampleEntries = sample.MaxEntries
 
 // Validate checks the bounds.
 func (s Sample) Validate() error {

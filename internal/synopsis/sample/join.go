@@ -14,15 +14,15 @@ import (
 // Joined is what two sides' samples of a path say together.
 type Joined struct {
 	// Delays are the one-way delays (ns) of the sampled packets both
-	// sides saw, sorted; IDs the identity of each, in the same order
-	// (a sample narrowed later drops delays by identity).
+	// sides saw, sorted; Keys the key (Config.Key) of each, in the same
+	// order (a sample narrowed later drops delays by key).
 	Delays []int64
-	IDs    []uint64
+	Keys   []uint64
 	// UpLeft are the upstream entries with no downstream match (lost, or
 	// arriving in a later epoch); DownLeft the downstream ones with no
 	// upstream match (sent in an earlier epoch).
 	UpLeft, DownLeft []Entry
-	// Ambiguous counts the entries left out because an identity came more
+	// Ambiguous counts the entries left out because an key came more
 	// than once and which copy arrived when cannot be told; Duplicates the
 	// extra downstream copies of a packet sent once.
 	Ambiguous, Duplicates int
@@ -31,7 +31,7 @@ type Joined struct {
 // Join matches an upstream sample with a downstream one. downShiftNS is
 // added to the downstream offsets: 0 for the same epoch, the epoch length
 // for the next epoch's sample (packets that crossed the boundary). An
-// identity seen once on each side gives a delay; copies of one identity
+// key seen once on each side gives a delay; copies of one key
 // are matched as RDA's policy matches them (see pair), and left out and
 // counted where it does not guess.
 func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
@@ -42,14 +42,14 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 	u, d := up.Entries(), down.Entries()
 	var j Joined
 	j.Delays = make([]int64, 0, min(len(u), len(d)))
-	j.IDs = make([]uint64, 0, cap(j.Delays))
+	j.Keys = make([]uint64, 0, cap(j.Delays))
 	for len(u) > 0 || len(d) > 0 {
 		switch {
-		case len(d) == 0 || len(u) > 0 && u[0].ID < d[0].ID:
+		case len(d) == 0 || len(u) > 0 && u[0].Key < d[0].Key:
 			n := run(u)
 			j.UpLeft = append(j.UpLeft, u[:n]...)
 			u = u[n:]
-		case len(u) == 0 || d[0].ID < u[0].ID:
+		case len(u) == 0 || d[0].Key < u[0].Key:
 			n := run(d)
 			j.DownLeft = append(j.DownLeft, d[:n]...)
 			d = d[n:]
@@ -59,11 +59,11 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 			u, d = u[nu:], d[nd:]
 		}
 	}
-	SortDelays(j.Delays, j.IDs)
+	SortDelays(j.Delays, j.Keys)
 	return j, nil
 }
 
-// SortDelays sorts delays and, along with them, their identities.
+// SortDelays sorts delays and, along with them, their keys.
 func SortDelays(delays []int64, ids []uint64) {
 	sort.Sort(byDelay{delays, ids})
 }
@@ -80,16 +80,16 @@ func (b byDelay) Swap(i, k int) {
 	b.id[i], b.id[k] = b.id[k], b.id[i]
 }
 
-// run is the number of leading entries with the first one's identity.
+// run is the number of leading entries with the first one's key.
 func run(es []Entry) int {
 	n := 1
-	for n < len(es) && es[n].ID == es[0].ID {
+	for n < len(es) && es[n].Key == es[0].Key {
 		n++
 	}
 	return n
 }
 
-// pair matches the copies of one identity on both sides (each side's in
+// pair matches the copies of one key on both sides (each side's in
 // time order) where the matching is forced, so that each delay is that
 // of one packet:
 //   - as many copies on each side: in order, when each arrived at or
@@ -122,7 +122,7 @@ func (j *Joined) pair(u, d []Entry, shift int64) {
 		for k, e := range d {
 			if at(e) >= u[0].OffsetNS {
 				j.Delays = append(j.Delays, at(e)-u[0].OffsetNS)
-				j.IDs = append(j.IDs, u[0].ID)
+				j.Keys = append(j.Keys, u[0].Key)
 				j.Duplicates += len(d) - 1 - k
 				// Copies seen before the sending belong to no one here.
 				j.Ambiguous += k
@@ -145,7 +145,7 @@ func (j *Joined) inOrder(u, d []Entry, shift int64) bool {
 	}
 	for i := range u {
 		j.Delays = append(j.Delays, d[i].OffsetNS+shift-u[i].OffsetNS)
-		j.IDs = append(j.IDs, u[i].ID)
+		j.Keys = append(j.Keys, u[i].Key)
 	}
 	return true
 }

@@ -1,6 +1,8 @@
 package sample
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -131,8 +133,8 @@ func TestWireRoundTrip(t *testing.T) {
 		s.Insert(r.Uint64(), r.Int64N(1e9))
 	}
 	// Copies of one ID, in time order.
-	id := s.Entries()[10].ID
-	s.entries = append(s.entries, Entry{id, 2e9}, Entry{id, 3e9})
+	key := s.Entries()[10].Key
+	s.entries = append(s.entries, Entry{key, 2e9}, Entry{key, 3e9})
 	s.sorted = false
 	b, err := s.MarshalBinary()
 	if err != nil {
@@ -339,6 +341,7 @@ func FuzzDecode(f *testing.F) {
 	b, _ := s.MarshalBinary()
 	f.Add(b)
 	f.Add(b[:len(b)/2])
+	f.Add(marshalIDs(cfg, []uint64{0x9e3779b97f4a7c15, 0x3c6ef372fe94f82a}, []int64{5, 7}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Decode(b)
 		if err != nil {
@@ -347,7 +350,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if cap(s.entries) > len(b) {
+		if cap(s.entries) > 8*len(b) || cap(s.entries) > MaxEntries {
 			t.Fatalf("%d entries' room for %d bytes", cap(s.entries), len(b))
 		}
 		// Varints need not be minimal in the input: compare what the
@@ -397,4 +400,95 @@ func BenchmarkInsert(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/10_000, "ns/joined")
 	})
+}
+
+// marshalIDs is wire version 1, as probes before keys sent it: by ID, the
+// first whole and the others as differences, each with its offset.
+func marshalIDs(cfg Config, ids []uint64, offs []int64) []byte {
+	type e struct {
+		id  uint64
+		off int64
+	}
+	es := make([]e, len(ids))
+	for i := range ids {
+		es[i] = e{ids[i], offs[i]}
+	}
+	slices.SortFunc(es, func(a, b e) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.off, b.off)) })
+	b := synopsis.AppendHeader(nil, synopsis.KindSample, versionIDs)
+	b = binary.LittleEndian.AppendUint64(b, cfg.Seed)
+	b = binary.LittleEndian.AppendUint64(b, cfg.Threshold)
+	b = binary.AppendUvarint(b, uint64(len(es)))
+	for i, x := range es {
+		if i == 0 {
+			b = binary.LittleEndian.AppendUint64(b, x.id)
+		} else {
+			b = binary.AppendUvarint(b, x.id-es[i-1].id)
+		}
+		b = binary.AppendVarint(b, x.off)
+	}
+	return b
+}
+
+// A sample from a probe that sends IDs (version 1) decodes to the keys a
+// probe that sends keys would have sent, so that the two join; and a
+// version-1 sample is refused where it names an ID the rate does not keep.
+func TestDecodeIDs(t *testing.T) {
+	cfg, _ := ForShift(5, 2)
+	r := rand.New(rand.NewPCG(8, 9))
+	s, _ := New(cfg)
+	var ids []uint64
+	var offs []int64
+	for len(ids) < 500 {
+		id, off := r.Uint64(), r.Int64N(1e9)
+		if s.Insert(id, off) {
+			ids, offs = append(ids, id), append(offs, off)
+		}
+	}
+	got, err := Decode(marshalIDs(cfg, ids, offs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Config() != cfg || !slices.Equal(got.Entries(), s.Entries()) {
+		t.Fatal("version 1 decodes to other entries than Insert keeps")
+	}
+	j, err := Join(got, s, 0)
+	if err != nil || len(j.Delays) != 500 || len(j.UpLeft)+len(j.DownLeft) != 0 {
+		t.Fatalf("joined %d of 500 (%v)", len(j.Delays), err)
+	}
+	var out uint64
+	for out = 1; cfg.Keeps(out); out++ {
+	}
+	if _, err := Decode(marshalIDs(cfg, append(ids, out), append(offs, 0))); !errors.Is(err, synopsis.ErrFormat) {
+		t.Errorf("an ID the rate does not keep: %v", err)
+	}
+}
+
+// Version 2 refuses a bit stream that ends early, runs a key past its
+// bits, or names a Rice parameter or offset width out of range.
+func TestDecodeKeysRejects(t *testing.T) {
+	cfg, _ := ForShift(5, 1)
+	s, _ := New(cfg)
+	for i := range 40 {
+		s.Insert(uint64(i)*0x9e3779b97f4a7c15, int64(i)*777)
+	}
+	b, _ := s.MarshalBinary()
+	// The envelope (5 bytes), seed, threshold, count (one byte under 128):
+	// then the Rice parameter, the least offset (0: one byte), the width.
+	n := 5 + 8 + 8 + 1
+	if b[n+1] != 0 {
+		t.Fatalf("least offset %d, want 0", b[n+1])
+	}
+	set := func(i int, v byte) []byte { c := slices.Clone(b); c[i] = v; return c }
+	for name, bad := range map[string][]byte{
+		"truncated": b[:len(b)-2],
+		"rice 48":   set(n, KeyBits),
+		"width 64":  set(n+2, 64),
+		// Rice parameter 0, offsets of 0 bits: keys of ones only run
+		// past 48 bits.
+		"key too far": append(slices.Clone(b[:n]), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff),
+	} {
+		if _, err := Decode(bad); !errors.Is(err, synopsis.ErrFormat) {
+			t.Errorf("%s: %v, want a format error", name, err)
+		}
+	}
 }
