@@ -23,6 +23,9 @@ import (
 type merger struct {
 	grid epoch.Config
 	out  func(closedEpoch)
+	// maxSample is params.sample.max_entries: a merged sample larger is
+	// halved, as one pipeline's would have been.
+	maxSample int
 
 	mu    sync.Mutex
 	parts map[int64]*part
@@ -35,8 +38,8 @@ type part struct {
 	got []bool
 }
 
-func newMerger(workers int, grid epoch.Config, out func(closedEpoch)) *merger {
-	return &merger{grid: grid, out: out, parts: map[int64]*part{}, marks: make([]int64, workers), seen: make([]bool, workers)}
+func newMerger(workers int, grid epoch.Config, maxSample int, out func(closedEpoch)) *merger {
+	return &merger{grid: grid, out: out, maxSample: maxSample, parts: map[int64]*part{}, marks: make([]int64, workers), seen: make([]bool, workers)}
 }
 
 // add hands in worker w's closed epoch.
@@ -48,7 +51,7 @@ func (m *merger) add(w int, ce closedEpoch) {
 		p = &part{ce: ce, got: make([]bool, len(m.marks))}
 		m.parts[ce.epoch] = p
 	} else {
-		mergeEpoch(&p.ce, ce)
+		mergeEpoch(&p.ce, ce, m.maxSample)
 	}
 	p.got[w] = true
 	// A worker hands in epochs in order: it is done with every epoch up to
@@ -93,8 +96,9 @@ func (m *merger) flush() {
 	}
 }
 
-// mergeEpoch adds b's synopses and counters to a's, path by path.
-func mergeEpoch(a *closedEpoch, b closedEpoch) {
+// mergeEpoch adds b's synopses and counters to a's, path by path; a
+// merged sample of more than maxSample entries is halved until it is not.
+func mergeEpoch(a *closedEpoch, b closedEpoch, maxSample int) {
 	a.late += b.late
 	for i := range a.failures {
 		a.failures[i] += b.failures[i]
@@ -125,11 +129,13 @@ func mergeEpoch(a *closedEpoch, b closedEpoch) {
 			x.raps[i].AddCount(e.Key, &e.Value, e.Count)
 		}
 		if x.samples[i] != nil && y.samples[j] != nil {
-			// Each worker's sample is within the bound; so is the
-			// merged one, halved down to the larger of the two.
-			bound := max(x.samples[i].Len(), y.samples[j].Len())
+			// As one pipeline would: the rate the collector set, halved
+			// only past params.sample.max_entries. (Halving down to the
+			// larger worker's share, as this once did, halved every
+			// sample of a probe with two workers: the other side, at
+			// the rate set, was joined at the lower.)
 			_ = x.samples[i].Merge(y.samples[j]) // one seed: cannot fail
-			for x.samples[i].Len() > bound && x.samples[i].Config().Shift() < sample.MaxShift {
+			for x.samples[i].Len() > maxSample && x.samples[i].Config().Shift() < sample.MaxShift {
 				x.samples[i].Halve()
 			}
 		}

@@ -31,7 +31,7 @@ func (p *Probe) build(pr params.Params) error {
 	var merge *merger
 	sink := p.rep.report
 	if p.workers > 1 {
-		merge = newMerger(p.workers, pr.Epoch, p.rep.report)
+		merge = newMerger(p.workers, pr.Epoch, pr.Sample.MaxEntries, p.rep.report)
 	}
 	for w := range p.workers {
 		if merge != nil {

@@ -20,6 +20,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/params"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 	"github.com/owl-latency/owl/internal/ptp"
 	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
@@ -210,7 +211,7 @@ func TestMergedWorkersEqualOne(t *testing.T) {
 	one, _ := newPipeline(p, 1<<20, 5, collect(&single).report, &stats)
 	one.setPaths(set)
 	_ = one.setLink(layers.LinkTypeEthernet)
-	m := newMerger(3, p.Epoch, collect(&merged).report)
+	m := newMerger(3, p.Epoch, p.Sample.MaxEntries, collect(&merged).report)
 	var shards []*pipeline
 	for w := 0; w < 3; w++ {
 		pl, _ := newPipeline(p, 1<<20, 5, func(ce closedEpoch) { m.add(w, ce) }, &stats)
@@ -240,6 +241,12 @@ func TestMergedWorkersEqualOne(t *testing.T) {
 		if a.Epoch != b.Epoch || string(a.Lda) != string(b.Lda) || string(a.Rda) != string(b.Rda) || string(a.Lds) != string(b.Lds) ||
 			a.Counters.Packets != b.Counters.Packets || a.CacheEntries != b.CacheEntries {
 			t.Errorf("epoch %d: merged report differs from the single one", a.Epoch)
+		}
+		if len(a.Sample) == 0 || string(a.Sample) != string(b.Sample) {
+			sa, _ := sample.Decode(a.Sample)
+			sb, _ := sample.Decode(b.Sample)
+			t.Errorf("epoch %d: merged sample (%d at rate %g) differs from the single one (%d at rate %g)", a.Epoch,
+				sb.Len(), sb.Config().Rate(), sa.Len(), sa.Config().Rate())
 		}
 		if len(a.TopFlows) != len(b.TopFlows) || a.TopFlows[0].Packets != b.TopFlows[0].Packets {
 			t.Errorf("epoch %d: top flows %v vs %v", a.Epoch, a.TopFlows, b.TopFlows)
@@ -345,7 +352,7 @@ func TestPipelineRecordsColate(t *testing.T) {
 	rep := &reporter{caches: newCacheStore(4, 1<<20), topFlows: 5, emit: func(*owlv1.EpochReport) {},
 		emitVector: func(v *owlv1.ColateVector) { vecs = append(vecs, v) },
 		grid:       p.Epoch, clock: func(from, to int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }}
-	merge := newMerger(2, p.Epoch, rep.report)
+	merge := newMerger(2, p.Epoch, p.Sample.MaxEntries, rep.report)
 	var pls [2]*pipeline
 	for w := range pls {
 		pl, err := newPipeline(p, 1000, 5, func(ce closedEpoch) { merge.add(w, ce) }, &stats)

@@ -70,7 +70,7 @@ func reorderPipelines(t *testing.T, cfg ReorderConfig, workers int, frames []cap
 	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
 	rep := &reporter{caches: newCacheStore(4, 1<<24), clock: clock, grid: p.Epoch, emit: func(*owlv1.EpochReport) {},
 		emitReorder: func(r *owlv1.ReorderReport) { reports = append(reports, r) }, reorderCut: newReorderCutter(cfg.Prefixes.Max)}
-	m := newMerger(workers, p.Epoch, rep.report)
+	m := newMerger(workers, p.Epoch, p.Sample.MaxEntries, rep.report)
 	var stats counters
 	var pls []*pipeline
 	for w := range workers {
