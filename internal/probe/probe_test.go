@@ -20,11 +20,11 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/params"
-	"github.com/owl-latency/owl/internal/synopsis/sample"
 	"github.com/owl-latency/owl/internal/ptp"
 	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 func TestSpoolBoundedAndAcked(t *testing.T) {
