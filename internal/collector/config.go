@@ -199,7 +199,8 @@ type FlowsConfig struct {
 type RDAConfig struct {
 	// MinBuckets and MaxBuckets bound the buckets per bank the collector
 	// asks for (it starts from params.rda.buckets and follows the set
-	// differences it sees: 2.5 × the largest of the last 8 epochs). The
+	// differences it sees: 2.5 × the largest of the last 8 epochs, grown
+	// at once, shrunk to a quarter or less once 8 epochs are seen). The
 	// mean needs few buckets to be exact; the standard deviation comes
 	// from the packet sample where it holds at least as many delays as
 	// the RDA has buckets, and else from the buckets, whose error falls

@@ -211,12 +211,14 @@ func TestLDSShapeMismatch(t *testing.T) {
 }
 
 // TestRDASizeFollowsDifferences: a path's RDA starts at params.rda.buckets
-// and, on epochs whose set differences need no more than
-// rda.min_buckets, shrinks to it (a quarter of 1,024), then grows at once
-// for a large difference.
+// and, once 8 epochs' set differences need no more than rda.min_buckets,
+// shrinks to it (never on a path's first epochs, often partial: a path
+// sized to them decoded later epochs only by rebuilding from the probes'
+// caches, which a failover may have lost), then grows at once for a
+// large difference.
 func TestRDASizeFollowsDifferences(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Params.RDA.Buckets, cfg.RDA.MinBuckets = 1024, 256
+	cfg.Params.RDA.Buckets, cfg.RDA.MinBuckets = 1024, 0 // 32: sampled
 	c := newTest(t, cfg)
 	defer c.Close()
 	ps := c.paths["p"]
@@ -228,9 +230,16 @@ func TestRDASizeFollowsDifferences(t *testing.T) {
 	if got := size(); got != 1024 {
 		t.Fatalf("starts at %d buckets", got)
 	}
-	c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 50)})
-	if got := size(); got != 256 {
-		t.Errorf("after a difference of 50: %d buckets, want 256", got)
+	c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 2)})
+	for i := 1; i < 7; i++ {
+		c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 5)})
+	}
+	if got := size(); got != 1024 {
+		t.Errorf("after 7 epochs: %d buckets, want still 1024", got)
+	}
+	c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 5)})
+	if got := size(); got != 32 {
+		t.Errorf("after 8 epochs of differences of up to 5: %d buckets, want the floor, 32", got)
 	}
 	c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 400)})
 	if got := size(); got != 1000 {

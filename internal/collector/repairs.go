@@ -242,8 +242,16 @@ func (wk *worker) noteLDSLoad(ps *pathState, load ldsLoad) {
 	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(want), Rows: rows, FromEpoch: from}}})
 }
 
+// rdaWindow is how many recent epochs size a path's RDA.
+const rdaWindow = 8
+
 // noteSetDifference remembers the set difference of a path's epoch and, when
-// the RDA size the probes use no longer fits, tells them a new one.
+// the RDA size the probes use no longer fits, tells them a new one:
+// 2.5 × the largest of the last 8 epochs, within [rda.min_buckets,
+// rda.max_buckets]. It grows at once and shrinks only to a quarter or less
+// and once it has seen 8 epochs: a path's first epochs are often partial,
+// and a path sized to their small differences decodes the next ones only
+// by rebuilding from the probes' caches, which a failover may have lost.
 func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	size := d.Size()
 	for _, r := range d.Residual {
@@ -251,12 +259,12 @@ func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	}
 	ps.mu.Lock()
 	ps.recentDiff = append(ps.recentDiff, size)
-	if len(ps.recentDiff) > 8 {
+	if len(ps.recentDiff) > rdaWindow {
 		ps.recentDiff = ps.recentDiff[1:]
 	}
 	want := reconcile.Size(slices.Max(ps.recentDiff), wk.cfg.minBuckets(), wk.cfg.RDA.MaxBuckets)
 	cur := ps.rdaBuckets
-	change := want > cur || want <= cur/4
+	change := want > cur || (want <= cur/4 && len(ps.recentDiff) == rdaWindow)
 	if change {
 		ps.rdaBuckets = want
 	}
