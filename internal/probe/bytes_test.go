@@ -27,8 +27,9 @@ import (
 // part's bytes, and the LDS's cells per row. Run with -benchtime 1x: each iteration is one epoch of
 // packets.
 func BenchmarkReportBytes(b *testing.B) {
+	fc := collector.DefaultConfig().Flows
 	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
-		for _, mode := range []string{"before", "lists=false", "lists=true", "lds=fixed", "digest=2"} {
+		for _, mode := range []string{"before", "lists=false", "lists=true", "lds=fixed", "digest=2", "rows=1"} {
 			b.Run(fmt.Sprintf("packets/s=%d/%s", rate, mode), func(b *testing.B) {
 				var reports []*owlv1.EpochReport
 				n := 0
@@ -37,11 +38,13 @@ func BenchmarkReportBytes(b *testing.B) {
 					case "lds=fixed":
 						reports, n = fixedLDSReports(b, rate)
 					case "digest=2":
-						reports, n = oneEpochReports(b, rate, false, 2, true)
+						reports, n = oneEpochReports(b, rate, false, 2, fc.LDSMinRows)
 					case "before":
-						reports, n = oneEpochReports(b, rate, false, collector.DefaultConfig().Flows.LDSDigestBytes, false)
+						reports, n = oneEpochReports(b, rate, false, fc.LDSDigestBytes, 0)
+					case "rows=1":
+						reports, n = oneEpochReports(b, rate, false, fc.LDSDigestBytes, 1)
 					default:
-						reports, n = oneEpochReports(b, rate, mode == "lists=true", collector.DefaultConfig().Flows.LDSDigestBytes, true)
+						reports, n = oneEpochReports(b, rate, mode == "lists=true", fc.LDSDigestBytes, fc.LDSMinRows)
 					}
 				}
 				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols, rows int
@@ -93,22 +96,23 @@ type epochShape struct{ rda, ldsCols, ldsRows int }
 // in 10,000: the sample at the rate for params.sample.target and the LDS
 // at the cells per row the collector settles on for such epochs
 // (nextLDSCols) with digests of digest bytes; lists lets reports carry
-// exact lists. sized is the collector's sizing since RDAs follow the set
-// difference down to 32 buckets and LDS rows the loss (the two densest
-// rows at this loss, lds.RowsFor); without it, as before: RDAs of 256
-// buckets and all four rows. It returns the reports and the packets.
-func oneEpochReports(tb testing.TB, rate int, lists bool, digest int, sized bool) ([]*owlv1.EpochReport, int) {
+// exact lists. minRows above 0 is the collector's sizing since RDAs
+// follow the set difference down to 32 buckets and LDS rows the loss
+// (lds.RowsFor with flows.lds_min_rows minRows: at this loss, the minRows
+// densest rows); 0 is as before: RDAs of 256 buckets and all four rows.
+// It returns the reports and the packets.
+func oneEpochReports(tb testing.TB, rate int, lists bool, digest int, minRows int) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
 	shape := epochShape{rda: 256, ldsCols: p.LDS.Cols}
-	if sized {
+	if minRows > 0 {
 		cfg := collector.DefaultConfig()
 		shape.rda = reconcile.Size(rate/10_000, 32, cfg.RDA.MaxBuckets)
 		largest := 0.0
 		for _, tf := range runEpoch(p, link, frames, shift, shape, digest, false)[0].GetTopFlows() {
 			largest = max(largest, float64(tf.GetPackets()))
 		}
-		shape.ldsRows = int(lds.RowsFor(p.LDS, 2*float64(rate/10_000)/float64(rate), largest, cfg.Flows.LDSMinRows))
+		shape.ldsRows = int(lds.RowsFor(p.LDS, 2*float64(rate/10_000)/float64(rate), largest, minRows))
 	}
 	for range 4 { // the collector's resizing, until it settles
 		next := nextLDSCols(tb, p, shape, runEpoch(p, link, frames, shift, shape, digest, false)[0].GetLds())
