@@ -41,14 +41,21 @@ func (c *Collector) pauseIfBehind(sess *session, path string, epoch int64) {
 	if !sess.pauses || sess.paused.Load() || !c.overBound(sess.probe, 1) || c.paired(path, epoch) {
 		return
 	}
+	// The pause is marked, remembered and queued to the probe under the
+	// lock resumePaused holds to undo all three: queued apart, a resume
+	// could overtake it and leave the probe paused with nothing to resume
+	// it (a CI run saw a probe stall so).
+	c.paused.mu.Lock()
+	defer c.paused.mu.Unlock()
+	if sess.paused.Load() {
+		return
+	}
 	sess.pausedAt.Store(c.now().UnixNano())
 	sess.paused.Store(true)
-	c.paused.mu.Lock()
 	if c.paused.m == nil {
 		c.paused.m = map[*session]struct{}{}
 	}
 	c.paused.m[sess] = struct{}{}
-	c.paused.mu.Unlock()
 	c.m.pauses.WithLabelValues(sess.probe).Inc()
 	c.log.Debug("pausing a probe: the backlog is over max_pending_bytes", "probe", sess.probe, "pending_bytes", c.pendingBytes.Load())
 	_ = sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Pause{Pause: &owlv1.Pause{Paused: true}}})
