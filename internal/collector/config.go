@@ -81,11 +81,13 @@ type Config struct {
 	// paused (Pause: it holds its reports and sends them once the backlog
 	// is under 80% of the bound, or after 2 s; counted in
 	// owl_collector_probe_pauses_total), so that a collector that falls
-	// behind slows its probes down instead of growing. Past twice the
-	// bound, or past the bound for probes that do not pause, a report
-	// ends its probe's stream unacknowledged: the probe sends it again
-	// after its reconnect back-off (owl_collector_reports_shed_total).
-	// 0: no bound.
+	// behind slows its probes down instead of growing; past three times
+	// the bound, every probe that sends is paused. A report ends its
+	// probe's stream unacknowledged (the probe sends it again after its
+	// reconnect back-off; owl_collector_reports_shed_total) past the
+	// bound for probes that do not pause, and for probes that do, past
+	// twice the bound once they have been paused for a second, or past
+	// four times. 0: no bound.
 	MaxPendingBytes int64 `yaml:"max_pending_bytes"`
 	// MemoryLimitBytes is the collector process's soft memory limit
 	// (Go's runtime/debug.SetMemoryLimit): nearing it, the garbage

@@ -316,7 +316,7 @@ func (c *Collector) takeColate(probe string, v *owlv1.ColateVector) error {
 // it can never be used; a *notOwner that another collector takes it.
 // Other errors are failures of the collector.
 func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
-	_, _, err := c.takeReport(probe, r, false, false)
+	_, _, err := c.takeReport(probe, r, false, false, 1)
 	return err
 }
 
@@ -327,7 +327,7 @@ func (c *Collector) report(probe string, r *owlv1.EpochReport) error {
 // stored (its other side was in) returns its wait instead: it is
 // acknowledged once that ends.
 func (c *Collector) reportReplicated(sess *session, r *owlv1.EpochReport) (*saveWait, error) {
-	copied, unsaved, err := c.takeReport(sess.probe, r, c.cfg.WriteLoneAfter > 0, sess.pauses)
+	copied, unsaved, err := c.takeReport(sess.probe, r, c.cfg.WriteLoneAfter > 0, sess.pauses, c.shedSlack(sess))
 	if err == nil {
 		c.pauseIfBehind(sess, r.GetPath(), r.GetEpoch())
 	}
@@ -342,19 +342,15 @@ func (c *Collector) reportReplicated(sess *session, r *owlv1.EpochReport) (*save
 
 // takeReport is report, and what pairSide returns; unsaved lets a side
 // whose other side is in be placed without a store write (its probe
-// waits for the result). A probe that pauses is paused past the backlog's
-// bound, or its share of it, and turned away only past pauseSlack times
-// the backlog's bound: turning a probe away for its share alone could
-// leave two probes each waiting for the other's reports.
-func (c *Collector) takeReport(probe string, r *owlv1.EpochReport, unsaved, pauses bool) (<-chan struct{}, *saveWait, error) {
+// waits for the result). A report is turned away past slack times the
+// backlog's bound (shedSlack). A probe that pauses is paused past the
+// bound, or its share of it, rather than turned away for its share:
+// that could leave two probes each waiting for the other's reports.
+func (c *Collector) takeReport(probe string, r *owlv1.EpochReport, unsaved, pauses bool, slack float64) (<-chan struct{}, *saveWait, error) {
 	c.probes.sawReport(probe)
 	ps, err := c.checkReport(probe, r)
 	if err != nil {
 		return nil, nil, err
-	}
-	slack := 1.0
-	if pauses {
-		slack = pauseSlack
 	}
 	// Before decoding: a report turned away costs no more.
 	if c.overBacklog(probe, slack) {

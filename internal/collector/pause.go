@@ -21,12 +21,43 @@ import (
 // turned away as before.
 const (
 	pauseSlack = 2.0
-	resumeAt   = 0.8
+	// pausePaired is where a probe whose reports complete pairs is
+	// paused too: the pairs wait in memory until reconciled, and a
+	// collector slower than its probes must stop them before hardSlack.
+	// Lower (1.5 was tried), it paused the probe that was behind while
+	// the backlog was the sides waiting for it, and the two probes took
+	// turns every maxPause (TestPausedNotCutOff: 7 of 8 results in 20 s).
+	pausePaired = 3.0
+	resumeAt    = 0.8
 	// maxPause resumes a probe paused that long even while the backlog
 	// stays over the bound: the sides in memory may be waiting for its
 	// reports. It is paused again by its next report that waits.
 	maxPause = 2 * time.Second
 )
+
+// A probe that pauses is turned away past pauseSlack times the bound only
+// once it has been paused for pauseGrace and still sends, and past
+// hardSlack always: the reports it sent before a pause reached it (a
+// collector takes up to 64 of a stream at once) are taken, and are what
+// the bound's slack is for. Turning it away ends its stream, and a probe
+// that reconnects sends again everything unacknowledged, before any
+// pause: TestPausedNotCutOff saw a probe cut off so three times in a row.
+const (
+	pauseGrace = time.Second
+	hardSlack  = 4.0
+)
+
+// shedSlack is how many times the backlog's bound a report of sess may
+// find before it is turned away: 1 for a probe that does not pause.
+func (c *Collector) shedSlack(sess *session) float64 {
+	switch {
+	case !sess.pauses:
+		return 1
+	case sess.paused.Load() && c.now().UnixNano()-sess.pausedAt.Load() > int64(pauseGrace):
+		return pauseSlack
+	}
+	return hardSlack
+}
 
 // pausedStreams are the streams asked to hold their reports.
 type pausedStreams struct {
@@ -35,10 +66,14 @@ type pausedStreams struct {
 }
 
 // pauseIfBehind pauses the stream of sess when the backlog, or its probe's
-// share of it, is over its bound, and the report just taken (path, epoch)
-// waits for its other side.
+// share of it, is over its bound and the report just taken (path, epoch)
+// waits for its other side, or over pausePaired times the bound whatever
+// the report.
 func (c *Collector) pauseIfBehind(sess *session, path string, epoch int64) {
-	if !sess.pauses || sess.paused.Load() || !c.overBound(sess.probe, 1) || c.paired(path, epoch) {
+	if !sess.pauses || sess.paused.Load() || !c.overBound(sess.probe, 1) {
+		return
+	}
+	if c.paired(path, epoch) && !c.overBound(sess.probe, pausePaired) {
 		return
 	}
 	// The pause is marked, remembered and queued to the probe under the

@@ -203,7 +203,7 @@ func storedThenHeld(t testing.TB, c *Collector, epoch int64, n int, delayNS int6
 	if err := c.report("a", report("p", epoch, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
 		t.Fatal(err)
 	}
-	_, unsaved, err := c.takeReport("b", report("p", epoch, owlv1.Role_ROLE_DOWNSTREAM, down), true, false)
+	_, unsaved, err := c.takeReport("b", report("p", epoch, owlv1.Role_ROLE_DOWNSTREAM, down), true, false, 1)
 	if err != nil || unsaved == nil {
 		t.Fatalf("second side: wait %v, err %v", unsaved, err)
 	}
@@ -231,7 +231,7 @@ func TestUnsavedSideSentAgainAfterRestart(t *testing.T) {
 	if got := pendingRoles(t, c2, "p", 11); len(got) != 1 || got[0] != owlv1.Role_ROLE_UPSTREAM {
 		t.Fatalf("pending rows after restart: %v", got)
 	}
-	_, unsaved, err := c2.takeReport("b", report("p", 11, owlv1.Role_ROLE_DOWNSTREAM, down), true, false)
+	_, unsaved, err := c2.takeReport("b", report("p", 11, owlv1.Role_ROLE_DOWNSTREAM, down), true, false, 1)
 	if err != nil || unsaved == nil {
 		t.Fatalf("second side again: wait %v, err %v", unsaved, err)
 	}
