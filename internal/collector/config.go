@@ -196,6 +196,12 @@ type FlowsConfig struct {
 	// byte less saves one per cell (a quarter of an LDS at 4, two fifths
 	// at 2). Probes older than this setting send 8.
 	LDSDigestBytes int `yaml:"lds_digest_bytes"`
+	// LDSPacked asks the probes for the packed LDS wire form (version 3:
+	// counts and sums bit-packed, a fifth smaller on busy paths and half
+	// on quiet ones). Off only while collectors of an older version
+	// share a cluster with this one: they cannot read it. Probes older
+	// than this setting send the plain form.
+	LDSPacked bool `yaml:"lds_packed"`
 }
 
 // RDAConfig sizes RDAs and bounds what reconciling one epoch may cost.
@@ -280,7 +286,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
-		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSMinRows: 2, LDSLargePackets: 128, LDSDigestBytes: 4},
+		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSMinRows: 2, LDSLargePackets: 128, LDSDigestBytes: 4, LDSPacked: true},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
 		Reorder:         DefaultReorderConfig(),

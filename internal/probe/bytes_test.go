@@ -28,8 +28,9 @@ import (
 // packets.
 func BenchmarkReportBytes(b *testing.B) {
 	fc := collector.DefaultConfig().Flows
+	wire := lds.Wire{DigestBytes: fc.LDSDigestBytes, Packed: fc.LDSPacked}
 	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
-		for _, mode := range []string{"before", "lists=false", "lists=true", "lds=fixed", "digest=2", "rows=1"} {
+		for _, mode := range []string{"before", "plain", "lists=false", "lists=true", "lds=fixed", "digest=2", "rows=1"} {
 			b.Run(fmt.Sprintf("packets/s=%d/%s", rate, mode), func(b *testing.B) {
 				var reports []*owlv1.EpochReport
 				n := 0
@@ -38,13 +39,15 @@ func BenchmarkReportBytes(b *testing.B) {
 					case "lds=fixed":
 						reports, n = fixedLDSReports(b, rate)
 					case "digest=2":
-						reports, n = oneEpochReports(b, rate, false, 2, fc.LDSMinRows)
+						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: 2, Packed: fc.LDSPacked}, fc.LDSMinRows)
 					case "before":
-						reports, n = oneEpochReports(b, rate, false, fc.LDSDigestBytes, 0)
+						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, 0)
+					case "plain":
+						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, fc.LDSMinRows)
 					case "rows=1":
-						reports, n = oneEpochReports(b, rate, false, fc.LDSDigestBytes, 1)
+						reports, n = oneEpochReports(b, rate, false, wire, 1)
 					default:
-						reports, n = oneEpochReports(b, rate, mode == "lists=true", fc.LDSDigestBytes, fc.LDSMinRows)
+						reports, n = oneEpochReports(b, rate, mode == "lists=true", wire, fc.LDSMinRows)
 					}
 				}
 				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols, rows int
@@ -82,7 +85,7 @@ func BenchmarkReportBytes(b *testing.B) {
 func fixedLDSReports(tb testing.TB, rate int) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
-	return runEpoch(p, link, frames, shift, epochShape{rda: 256}, 8, false), len(frames)
+	return runEpoch(p, link, frames, shift, epochShape{rda: 256}, lds.DefaultWire, false), len(frames)
 }
 
 // epochShape is the synopses' sizes the collector sets for a path: RDA
@@ -95,13 +98,13 @@ type epochShape struct{ rda, ldsCols, ldsRows int }
 // collector would set it in steady state for a path that loses one packet
 // in 10,000: the sample at the rate for params.sample.target and the LDS
 // at the cells per row the collector settles on for such epochs
-// (nextLDSCols) with digests of digest bytes; lists lets reports carry
+// (nextLDSCols) in the LDS wire form wire; lists lets reports carry
 // exact lists. minRows above 0 is the collector's sizing since RDAs
 // follow the set difference down to 32 buckets and LDS rows the loss
 // (lds.RowsFor with flows.lds_min_rows minRows: at this loss, the minRows
 // densest rows); 0 is as before: RDAs of 256 buckets and all four rows.
 // It returns the reports and the packets.
-func oneEpochReports(tb testing.TB, rate int, lists bool, digest int, minRows int) ([]*owlv1.EpochReport, int) {
+func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows int) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
 	shape := epochShape{rda: 256, ldsCols: p.LDS.Cols}
@@ -109,19 +112,19 @@ func oneEpochReports(tb testing.TB, rate int, lists bool, digest int, minRows in
 		cfg := collector.DefaultConfig()
 		shape.rda = reconcile.Size(rate/10_000, 32, cfg.RDA.MaxBuckets)
 		largest := 0.0
-		for _, tf := range runEpoch(p, link, frames, shift, shape, digest, false)[0].GetTopFlows() {
+		for _, tf := range runEpoch(p, link, frames, shift, shape, wire, false)[0].GetTopFlows() {
 			largest = max(largest, float64(tf.GetPackets()))
 		}
 		shape.ldsRows = int(lds.RowsFor(p.LDS, 2*float64(rate/10_000)/float64(rate), largest, minRows))
 	}
 	for range 4 { // the collector's resizing, until it settles
-		next := nextLDSCols(tb, p, shape, runEpoch(p, link, frames, shift, shape, digest, false)[0].GetLds())
+		next := nextLDSCols(tb, p, shape, runEpoch(p, link, frames, shift, shape, wire, false)[0].GetLds())
 		if next == shape.ldsCols {
 			break
 		}
 		shape.ldsCols = next
 	}
-	return runEpoch(p, link, frames, shift, shape, digest, lists), len(frames)
+	return runEpoch(p, link, frames, shift, shape, wire, lists), len(frames)
 }
 
 // epochTraffic is one epoch of exactly rate packets of synthetic traffic
@@ -166,9 +169,9 @@ func nextLDSCols(tb testing.TB, p params.Params, sh epochShape, b []byte) int {
 }
 
 // runEpoch feeds frames to an upstream probe's pipeline for one path
-// whose sample shift, synopses' shape and LDS digest bytes are set, and
+// whose sample shift, synopses' shape and LDS wire form are set, and
 // returns its reports.
-func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift int, sh epochShape, digest int, lists bool) []*owlv1.EpochReport {
+func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift int, sh epochShape, wire lds.Wire, lists bool) []*owlv1.EpochReport {
 	var reports []*owlv1.EpochReport
 	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
 	rep := &reporter{caches: newCacheStore(4, 1<<24), topFlows: 20, clock: clock, grid: p.Epoch, exactLists: lists,
@@ -176,7 +179,7 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift i
 	var stats counters
 	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows)}}, LdsDigestBytes: uint32(digest)})
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows)}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed})
 	pl.setPaths(set)
 	_ = pl.setLink(link)
 	for _, f := range frames {
@@ -194,7 +197,7 @@ func TestLDSDigestFromCollector(t *testing.T) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(t, p, 2_000)
 	for _, c := range []struct{ asked, want int }{{0, 8}, {8, 8}, {4, 4}, {2, 2}} {
-		reports := runEpoch(p, link, frames, shift, epochShape{rda: 256, ldsCols: 256}, c.asked, false)
+		reports := runEpoch(p, link, frames, shift, epochShape{rda: 256, ldsCols: 256}, lds.Wire{DigestBytes: c.asked}, false)
 		b := reports[0].GetLds()
 		l, err := lds.Decode(b)
 		if err != nil {
@@ -203,6 +206,12 @@ func TestLDSDigestFromCollector(t *testing.T) {
 		if wantVersion := map[bool]byte{true: 1, false: 2}[c.want == 8]; l.DigestBytes() != c.want || b[4] != wantVersion {
 			t.Errorf("asked for %d: %d-byte digests in version %d, want %d in %d", c.asked, l.DigestBytes(), b[4], c.want, wantVersion)
 		}
+	}
+	// Packed (version 3) where the collector reads it, at its width.
+	reports := runEpoch(p, link, frames, shift, epochShape{rda: 256, ldsCols: 256}, lds.Wire{DigestBytes: 4, Packed: true}, false)
+	b := reports[0].GetLds()
+	if l, err := lds.Decode(b); err != nil || b[4] != 3 || l.Wire() != (lds.Wire{DigestBytes: 4, Packed: true}) {
+		t.Errorf("asked for packed 4-byte digests: version %d, %v", b[4], err)
 	}
 	if _, err := newPathSet(&owlv1.PathConfig{LdsDigestBytes: 3}); err == nil {
 		t.Error("3-byte digests accepted")

@@ -114,7 +114,7 @@ type trafficSide struct {
 
 	sizedMu sync.Mutex        // guards rdas and ldss
 	rdas    map[int][]byte    // buckets per bank → wire form
-	ldss    map[[3]int][]byte // (cells per row, row mask, digest bytes) other than the parameters' → wire form
+	ldss    map[ldsKey][]byte // shapes and wire forms other than the parameters' at version 1 → wire form
 }
 
 // variant is one made-up epoch of a path: both sides and the truth.
@@ -245,7 +245,7 @@ func (t *Traffic) newSide(pkts []packet) (*trafficSide, error) {
 		ls.Insert(t.flowHashes[p.flow], p.id, p.offsetNS, 1)
 		perFlow[p.flow]++
 	}
-	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldss: map[[3]int][]byte{}}
+	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldss: map[ldsKey][]byte{}}
 	slices.SortFunc(s.packets, func(a, b packet) int { return cmp.Compare(a.id, b.id) })
 	s.lda, _ = la.MarshalBinary() // does not fail
 	s.lds, _ = ls.MarshalBinary()
@@ -289,17 +289,22 @@ func (s *trafficSide) rda(cfg rda.Config, buckets int) ([]byte, error) {
 	return b, nil
 }
 
+// ldsKey names an LDS of a side: cells per row, row mask, wire form.
+type ldsKey struct {
+	cols, rows int
+	wire       lds.Wire
+}
+
 // ldsAt returns the side's LDS at cols cells per row (0: the
-// parameters') and the parameters' rows in the mask rows (0: all) with
-// digests of digest bytes in wire form, built on first use from the
-// side's packets and kept (a few shapes), as a probe sized by its
-// collector builds it.
-func (s *trafficSide) ldsAt(t *Traffic, cols, rows, digest int) ([]byte, error) {
+// parameters') and the parameters' rows in the mask rows (0: all) in the
+// wire form wire, built on first use from the side's packets and kept (a
+// few shapes), as a probe sized by its collector builds it.
+func (s *trafficSide) ldsAt(t *Traffic, cols, rows int, wire lds.Wire) ([]byte, error) {
 	full := uint32(1)<<t.params.LDS.Rows - 1
-	if (cols == 0 || cols == t.params.LDS.Cols) && (rows == 0 || uint32(rows) == full) && digest == 8 {
+	if (cols == 0 || cols == t.params.LDS.Cols) && (rows == 0 || uint32(rows) == full) && wire == lds.DefaultWire {
 		return s.lds, nil
 	}
-	key := [3]int{cols, rows, digest}
+	key := ldsKey{cols, rows, wire}
 	s.sizedMu.Lock()
 	defer s.sizedMu.Unlock()
 	if b, ok := s.ldss[key]; ok {
@@ -313,7 +318,7 @@ func (s *trafficSide) ldsAt(t *Traffic, cols, rows, digest int) ([]byte, error) 
 	if err != nil {
 		return nil, fmt.Errorf("lds of %d cells per row: %w", cols, err)
 	}
-	if err := ls.SetDigestBytes(digest); err != nil {
+	if err := ls.SetWire(wire); err != nil {
 		return nil, err
 	}
 	for _, p := range s.packets {
@@ -399,9 +404,9 @@ type Emulated struct {
 	buckets map[string]int // RDA buckets per bank the collector set, by path
 	ldsCols sync.Map       // path name → LDS cells per row the collector set (scheduled)
 	ldsRows sync.Map       // path name → mask of the LDS rows the collector set (scheduled with ldsCols)
-	// ldsDigest is the LDS digest bytes the collector asks for (8 until
+	// ldsWire is the LDS wire form the collector reads (version 1 until
 	// it says).
-	ldsDigest atomic.Int32
+	ldsWire atomic.Pointer[lds.Wire]
 
 	reports, bytes, fetches, rebuilds, releases, repairErrors atomic.Uint64
 	reported                                                  atomic.Int64 // the newest epoch reported
@@ -502,11 +507,11 @@ func (e *Emulated) report(a emulatedPath, epoch int64) (*owlv1.EpochReport, erro
 	if err != nil {
 		return nil, err
 	}
-	digest := int(e.ldsDigest.Load())
-	if digest == 0 { // no path configuration yet
-		digest = 8
+	wire := lds.DefaultWire // until the path configuration comes
+	if w := e.ldsWire.Load(); w != nil {
+		wire = *w
 	}
-	lb, err := s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch), setting(&e.ldsRows, a.name, epoch), digest)
+	lb, err := s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch), setting(&e.ldsRows, a.name, epoch), wire)
 	if err != nil {
 		return nil, err
 	}
@@ -584,14 +589,11 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 	var paths []emulatedPath
 	roles := map[string]owlv1.Role{}
 	sizes := map[string]int{}
-	digest := 8
-	if n := int(pc.GetLdsDigestBytes()); n != 0 {
-		if !slices.Contains(lds.DigestWidths, n) {
-			return fmt.Errorf("lds_digest_bytes %d: must be one of %v", n, lds.DigestWidths)
-		}
-		digest = n
+	wire, err := ldsWireOf(pc)
+	if err != nil {
+		return err
 	}
-	e.ldsDigest.Store(int32(digest))
+	e.ldsWire.Store(&wire)
 	for _, a := range pc.GetPaths() {
 		name, role := a.GetPath().GetName(), a.GetRole()
 		if role != owlv1.Role_ROLE_UPSTREAM && role != owlv1.Role_ROLE_DOWNSTREAM {

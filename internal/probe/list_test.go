@@ -20,8 +20,8 @@ import (
 func TestExactListRebuildsSynopses(t *testing.T) {
 	prm := params.Default()
 	for _, rate := range []int{100, 1000} {
-		with, n := oneEpochReports(t, rate, true, 4, 2)
-		without, _ := oneEpochReports(t, rate, false, 4, 2)
+		with, n := oneEpochReports(t, rate, true, lds.Wire{DigestBytes: 4, Packed: true}, 2)
+		without, _ := oneEpochReports(t, rate, false, lds.Wire{DigestBytes: 4, Packed: true}, 2)
 		if len(with) != 1 || len(without) != 1 {
 			t.Fatalf("%d and %d reports", len(with), len(without))
 		}
@@ -49,7 +49,7 @@ func TestExactListRebuildsSynopses(t *testing.T) {
 		}
 		ls, _ := lds.New(shape)
 		sent, _ := lds.Decode(wo.GetLds())
-		_ = ls.SetDigestBytes(sent.DigestBytes())
+		_ = ls.SetWire(sent.Wire())
 		loc := reconcile.Local{RDA: prm.RDA}
 		for _, p := range l.Packets {
 			la.Insert(p.ID, p.OffsetNS)
@@ -66,7 +66,7 @@ func TestExactListRebuildsSynopses(t *testing.T) {
 				bytes.Equal(lb, wo.GetLda()), bytes.Equal(sb, wo.GetLds()), bytes.Equal(rb, wo.GetRda()))
 		}
 	}
-	busy, _ := oneEpochReports(t, 100_000, true, 4, 2)
+	busy, _ := oneEpochReports(t, 100_000, true, lds.Wire{DigestBytes: 4, Packed: true}, 2)
 	if r := busy[0]; len(r.GetList()) > 0 || len(r.GetRda()) == 0 {
 		t.Errorf("100,000 packets: list %d bytes, rda %d", len(r.GetList()), len(r.GetRda()))
 	}

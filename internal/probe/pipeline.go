@@ -41,21 +41,31 @@ type assignment struct {
 // was opened with, so that a new configuration applies from the next epoch.
 type pathSet struct {
 	paths []assignment
-	// ldsDigest is how many bytes of each LDS cell's digest the reports
-	// carry (the collector's lds_digest_bytes; 8 from one that does not
-	// say).
-	ldsDigest int
+	// ldsWire is how the reports carry their LDS (ldsWireOf).
+	ldsWire lds.Wire
+}
+
+// ldsWireOf is the LDS wire form a collector reads: digests of its
+// lds_digest_bytes (8 from one that does not say), packed if it says so.
+func ldsWireOf(pc *owlv1.PathConfig) (lds.Wire, error) {
+	w := lds.DefaultWire
+	if n := int(pc.GetLdsDigestBytes()); n != 0 {
+		if !slices.Contains(lds.DigestWidths, n) {
+			return w, fmt.Errorf("lds_digest_bytes %d: must be one of %v", n, lds.DigestWidths)
+		}
+		w.DigestBytes = n
+	}
+	w.Packed = pc.GetLdsPacked()
+	return w, nil
 }
 
 // newPathSet compiles the paths of a PathConfig message.
 func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
-	s := &pathSet{ldsDigest: 8}
-	if n := int(pc.GetLdsDigestBytes()); n != 0 {
-		if !slices.Contains(lds.DigestWidths, n) {
-			return nil, fmt.Errorf("lds_digest_bytes %d: must be one of %v", n, lds.DigestWidths)
-		}
-		s.ldsDigest = n
+	w, err := ldsWireOf(pc)
+	if err != nil {
+		return nil, err
 	}
+	s := &pathSet{ldsWire: w}
 	for _, pa := range pc.GetPaths() {
 		p, err := netpath.FromProto(pa.GetPath())
 		if err != nil {
@@ -473,7 +483,7 @@ func (r *reporter) report(ce closedEpoch) {
 	partial := r.partial(ce.epoch)
 	for i, a := range ed.set.paths {
 		b, _ := ed.ldas[i].MarshalBinary()              // does not fail
-		_ = ed.ldss[i].SetDigestBytes(ed.set.ldsDigest) // checked by newPathSet
+		_ = ed.ldss[i].SetWire(ed.set.ldsWire) // checked by newPathSet
 		sb, _ := ed.ldss[i].MarshalBinary()
 		var rb []byte
 		if ed.rdas[i] != nil {

@@ -117,6 +117,8 @@ type LDS struct {
 	// digestBytes is how many low bytes of each cell's digest the wire
 	// form carries (0: all 8).
 	digestBytes uint8
+	// packed: the wire form is version 3 (SetPacked).
+	packed bool
 }
 
 // SetDigestBytes sets how many low bytes of each cell's digest the wire
@@ -524,12 +526,18 @@ func rowSpread(cfg Config, cs []cellCand, best int, mean float64, w uint64) (sam
 func (l *LDS) AppendBinary(b []byte) ([]byte, error) {
 	width := l.DigestBytes()
 	v := byte(version)
-	if width < 8 {
+	switch {
+	case l.packed:
+		v = versionPacked
+	case width < 8:
 		v = versionDigest
 	}
 	b = appendConfig(synopsis.AppendHeader(b, synopsis.KindLDS, v), l.cfg)
-	if v == versionDigest {
+	if v != version {
 		b = append(b, byte(width))
+	}
+	if l.packed {
+		return l.appendPacked(b, width), nil
 	}
 	for _, c := range l.cells {
 		b = binary.AppendVarint(b, c.SumNS)
@@ -591,20 +599,29 @@ func decode(b []byte, keep bool) (*LDS, error) { return decodeInto(nil, b, keep)
 // decodeInto is decode, taking the cells from reuse when it has the
 // capacity for them.
 func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
-	rd, v, err := synopsis.NewReaderOf(b, synopsis.KindLDS, version, versionDigest)
+	rd, v, err := synopsis.NewReaderOf(b, synopsis.KindLDS, version, versionPacked)
 	if err != nil {
 		return nil, err
 	}
 	cfg := readConfig(rd)
 	width := 8
-	if v == versionDigest {
+	switch v {
+	case versionDigest:
 		width = int(rd.Byte("digest bytes"))
 		if rd.Err() == nil && (width == 8 || !slices.Contains(DigestWidths, width)) {
 			rd.Fail("digest bytes", fmt.Sprintf("%d: version 2 carries 2 or 4", width))
 		}
+	case versionPacked:
+		width = int(rd.Byte("digest bytes"))
+		if rd.Err() == nil && !slices.Contains(DigestWidths, width) {
+			rd.Fail("digest bytes", fmt.Sprintf("%d: must be one of %v", width, DigestWidths))
+		}
 	}
 	if err := checkConfig(rd, cfg); err != nil {
 		return nil, err
+	}
+	if v == versionPacked {
+		return decodePacked(rd, reuse, cfg, width, keep)
 	}
 	if !rd.Need("cells", 2*cfg.Rows*cfg.Cols) {
 		return nil, rd.Err()
@@ -634,6 +651,28 @@ func decodeInto(reuse []Cell, b []byte, keep bool) (*LDS, error) {
 			rd.Skip(width)
 		}
 	}
+	if err := rd.Done(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// decodePacked reads the cells of a version 3 form (appendPacked). Every
+// cell takes at least two bits, so a form holds at most four cells a byte.
+func decodePacked(rd *synopsis.Reader, reuse []Cell, cfg Config, width int, keep bool) (*LDS, error) {
+	if !rd.Need("cells", (cfg.Rows*cfg.Cols+3)/4) {
+		return nil, rd.Err()
+	}
+	l := &LDS{cfg: cfg}
+	if keep {
+		l = emptyLike(cfg, reuse)
+	}
+	l.digestBytes, l.packed = uint8(width), true
+	if !readPacked(rd.Rest(), l.cells, cfg.Rows, cfg.Cols, width) {
+		rd.Fail("cells", "truncated or damaged packed cells")
+		return nil, rd.Err()
+	}
+	rd.Skip(rd.Remaining())
 	if err := rd.Done(); err != nil {
 		return nil, err
 	}

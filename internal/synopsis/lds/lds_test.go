@@ -131,11 +131,74 @@ func TestMergeAndWire(t *testing.T) {
 	if err != nil || !slices.Equal(got.cells, whole.cells) || got.cfg.Compatible(cfg) != nil {
 		t.Fatal("wire round trip", err)
 	}
-	t.Logf("%d cells with 5000 packets: %d bytes", len(whole.cells), len(bs))
-	for _, bad := range [][]byte{bs[:len(bs)-1], append(append([]byte{}, bs...), 1), bs[:6], nil} {
-		if _, err := Decode(bad); !errors.Is(err, synopsis.ErrFormat) {
-			t.Errorf("bad input: %v", err)
+	whole.SetPacked(true)
+	ps, _ := whole.MarshalBinary()
+	got, err = Decode(ps)
+	if err != nil || !slices.Equal(got.cells, whole.cells) || got.cfg.Compatible(cfg) != nil {
+		t.Fatal("packed wire round trip", err)
+	}
+	t.Logf("%d cells with 5000 packets: %d bytes, %d packed", len(whole.cells), len(bs), len(ps))
+	for _, b := range [][]byte{bs, ps} {
+		for _, bad := range [][]byte{b[:len(b)-1], append(append([]byte{}, b...), 1), b[:6], nil} {
+			if _, err := Decode(bad); !errors.Is(err, synopsis.ErrFormat) {
+				t.Errorf("bad input: %v", err)
+			}
 		}
+	}
+}
+
+// TestPacked round-trips cells no probe makes (sums at the limits of
+// int64, counts wrapped below zero, empty cells with sums) through the
+// packed form, and checks that a dense sketch's packed form is smaller.
+func TestPacked(t *testing.T) {
+	cfg := Config{Rows: 2, Cols: 16, K: 2, RowSampleLog2: []uint8{1, 0}, Seed: 5}
+	l, _ := New(cfg)
+	odd := []Cell{
+		{SumNS: math.MaxInt64, Count: 1, Digest: 1},
+		{SumNS: math.MinInt64, Count: math.MaxUint64, Digest: math.MaxUint64},
+		{SumNS: -5, Count: 0},
+		{SumNS: math.MinInt64, Count: 0},
+		{SumNS: 1e15, Count: 1 << 40, Digest: 7},
+	}
+	copy(l.cells, odd)
+	copy(l.cells[cfg.Cols:], odd)
+	for _, width := range DigestWidths {
+		_ = l.SetDigestBytes(width)
+		l.SetPacked(true)
+		b, _ := l.MarshalBinary()
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("width %d: %v", width, err)
+		}
+		want := slices.Clone(l.cells)
+		for i := range want {
+			want[i].Digest &= math.MaxUint64 >> (64 - 8*width)
+		}
+		if !slices.Equal(got.cells, want) || got.DigestBytes() != width {
+			t.Fatalf("width %d: cells %v, want %v", width, got.cells[:len(odd)], want[:len(odd)])
+		}
+	}
+	dense, _ := New(DefaultConfig())
+	r := rand.New(rand.NewPCG(9, 9))
+	for range 400_000 {
+		dense.Insert(r.Uint64N(20_000), r.Uint64(), r.Int64N(1e9), 1)
+	}
+	_ = dense.SetDigestBytes(4)
+	plain, _ := dense.MarshalBinary()
+	dense.SetPacked(true)
+	packed, _ := dense.MarshalBinary()
+	got, err := Decode(packed)
+	want := slices.Clone(dense.cells)
+	for i := range want {
+		want[i].Digest &= math.MaxUint32
+	}
+	if err != nil || !slices.Equal(got.cells, want) {
+		t.Fatal("dense packed round trip", err)
+	}
+	cells := float64(len(dense.cells))
+	t.Logf("400,000 packets in 4 × 4,096 cells: %.2f bytes a cell plain, %.2f packed", float64(len(plain))/cells, float64(len(packed))/cells)
+	if float64(len(packed)) > 0.85*float64(len(plain)) {
+		t.Fatalf("packed %d bytes, plain %d: less than 15%% saved", len(packed), len(plain))
 	}
 }
 
@@ -231,13 +294,23 @@ func FuzzDecode(f *testing.F) {
 	_ = l.SetDigestBytes(2)
 	short, _ := l.MarshalBinary()
 	f.Add(short)
+	l.SetPacked(true)
+	packed, _ := l.MarshalBinary()
+	f.Add(packed)
+	hugePacked := append(synopsis.AppendHeader(nil, synopsis.KindLDS, versionPacked), MaxRows)
+	hugePacked = append(binary.AppendUvarint(hugePacked, MaxCols), MaxK, 0)
+	f.Add(append(binary.LittleEndian.AppendUint64(hugePacked, 4), 4))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var l *LDS
 		var cfg Config
 		var err, cerr error
-		// A cell takes at least 2 bytes on the wire and 24 decoded;
-		// Check keeps none.
-		if limit := uint64(16*len(b) + 16<<10); synopsistest.Allocated(limit, func() { l, err = Decode(b) }) > limit {
+		// A cell takes at least 2 bytes on the wire (2 bits packed)
+		// and 24 decoded; Check keeps none.
+		perByte := 16
+		if len(b) > 4 && b[4] == versionPacked {
+			perByte = 4 * 24
+		}
+		if limit := uint64(perByte*len(b) + 16<<10); synopsistest.Allocated(limit, func() { l, err = Decode(b) }) > limit {
 			t.Fatalf("decoding %d bytes allocated over %d", len(b), limit)
 		}
 		if limit := uint64(16 << 10); synopsistest.Allocated(limit, func() { cfg, cerr = Check(b) }) > limit {
@@ -452,5 +525,38 @@ func TestStandardErrorAgainstTruth(t *testing.T) {
 		if len(zs) < 500 || rms > 1.2 || worst > 5 {
 			t.Errorf("loss %.2f: %d flow-epochs, errors of rms %.2f and worst %.2f standard errors, want rms ≤ 1.2 and none beyond 5", loss, len(zs), rms, worst)
 		}
+	}
+}
+
+// BenchmarkDecode decodes a busy path's sketch (2 × 4,096 cells, 500,000
+// packets) in the plain and the packed wire forms.
+func BenchmarkDecode(b *testing.B) {
+	cfg, _ := DefaultConfig().Select(0b1100)
+	l, _ := New(cfg)
+	r := rand.New(rand.NewPCG(9, 9))
+	for range 500_000 {
+		l.Insert(r.Uint64N(50_000), r.Uint64(), r.Int64N(1e9), 1)
+	}
+	_ = l.SetDigestBytes(4)
+	for _, packed := range []bool{false, true} {
+		l.SetPacked(packed)
+		wire, _ := l.MarshalBinary()
+		b.Run(fmt.Sprintf("packed=%v", packed), func(b *testing.B) {
+			var reuse *LDS
+			b.SetBytes(int64(len(wire)))
+			for b.Loop() {
+				if reuse == nil {
+					reuse, _ = Decode(wire)
+				} else if err := reuse.UnmarshalBinary(wire); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("encode/packed=%v", packed), func(b *testing.B) {
+			buf := make([]byte, 0, 1<<20)
+			for b.Loop() {
+				buf, _ = l.AppendBinary(buf[:0])
+			}
+		})
 	}
 }

@@ -282,15 +282,15 @@ func (s *Sample) MarshalBinary() ([]byte, error) {
 	b = append(b, byte(k))
 	b = binary.AppendVarint(b, least)
 	b = append(b, byte(w))
-	bw := bitWriter{b: b}
+	bw := synopsis.BitWriter{B: b}
 	var prev uint64
 	for _, e := range s.entries {
 		key := e.Key >> (64 - KeyBits)
-		bw.rice(key-prev, k)
-		bw.bits(uint64(e.OffsetNS-least), w)
+		bw.Rice(key-prev, k)
+		bw.Bits(uint64(e.OffsetNS-least), w)
 		prev = key
 	}
-	return bw.done(), nil
+	return bw.Done(), nil
 }
 
 // riceParameter is the Rice parameter for differences of about mean:
@@ -334,11 +334,11 @@ func Decode(b []byte) (*Sample, error) {
 		return nil, fmt.Errorf("%w: sample of %d entries in %d bytes", synopsis.ErrFormat, n, len(rest))
 	}
 	s.entries = make([]Entry, 0, n)
-	br := bitReader{b: rest}
+	br := synopsis.BitReader{B: rest}
 	var key uint64
 	for i := uint64(0); i < n; i++ {
-		d, ok := br.rice(k, 1<<KeyBits-1-key)
-		off, ok2 := br.bits(w)
+		d, ok := br.Rice(k, 1<<KeyBits-1-key)
+		off, ok2 := br.Bits(w)
 		if !ok || !ok2 {
 			return nil, fmt.Errorf("%w: sample entry %d of %d truncated or its key beyond %d bits", synopsis.ErrFormat, i, n, KeyBits)
 		}
@@ -355,7 +355,7 @@ func Decode(b []byte) (*Sample, error) {
 		}
 		s.entries = append(s.entries, e)
 	}
-	if !br.done() {
+	if !br.Done() {
 		return nil, fmt.Errorf("%w: sample: trailing bits", synopsis.ErrFormat)
 	}
 	return s, nil
