@@ -482,7 +482,7 @@ func (r *reporter) report(ce closedEpoch) {
 	clock := r.clock(r.grid.StartNS(ce.epoch), r.grid.EndNS(ce.epoch))
 	partial := r.partial(ce.epoch)
 	for i, a := range ed.set.paths {
-		b, _ := ed.ldas[i].MarshalBinary()              // does not fail
+		b, _ := ed.ldas[i].MarshalBinary()     // does not fail
 		_ = ed.ldss[i].SetWire(ed.set.ldsWire) // checked by newPathSet
 		sb, _ := ed.ldss[i].MarshalBinary()
 		var rb []byte
