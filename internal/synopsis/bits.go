@@ -181,6 +181,15 @@ func (r *BitReader) Rice(k int, most uint64) (uint64, bool) {
 // ExpGolomb reads what BitWriter.ExpGolomb(v, k) wrote; false past the
 // end or for a code whose value exceeds 64 bits.
 func (r *BitReader) ExpGolomb(k int) (uint64, bool) {
+	if r.left() >= 64 { // most codes: within the next 57 bits, read at once
+		p := r.peek()
+		run := bits.TrailingZeros64(^p)
+		if total := 2*run + 1 + k; total <= 57 {
+			v := p >> (run + 1)
+			r.pos += total
+			return (1<<run+v&(1<<run-1)-1)<<k | v>>run&(1<<k-1), true
+		}
+	}
 	n, ok := r.ones(64 - k)
 	if !ok {
 		return 0, false
