@@ -50,7 +50,8 @@ func (wk *worker) estimateFlow(path string, epoch int64, up, down *lds.LDS, f ca
 func (wk *worker) epochSketches(ew *epochWork, ldss [2][]byte, upL, downL *lds.LDS) bool {
 	err1 := upL.UnmarshalBinary(ldss[0])
 	err2 := downL.UnmarshalBinary(ldss[1])
-	if err := errors.Join(err1, err2); err != nil { // checked when they came
+	if err := errors.Join(err1, err2); err != nil { // their shapes were checked when they came, not their cells
+		ew.res.FlowsNote = fmt.Sprintf("no per-flow results: an LDS did not decode: %v", err)
 		wk.log.Error("decoding the epoch's sketches", "path", ew.ps.path.Name, "epoch", ew.epoch, "err", err)
 		return false
 	}

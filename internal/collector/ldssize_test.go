@@ -210,6 +210,46 @@ func TestLDSShapeMismatch(t *testing.T) {
 	}
 }
 
+// TestLDSDamagedCells: a sketch whose shape is sound and whose cells are
+// not is taken when it comes (only its shape is checked then); the epoch
+// gets its path result and, in place of per-flow results, a note.
+func TestLDSDamagedCells(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	ub, db, heavy := ldsPair(t, cfg.Params.LDS, 1024, 3, 10, 5000)
+	l, _ := lds.Decode(db)
+	l.SetPacked(true)
+	db, _ = l.MarshalBinary()
+	if _, err := lds.Shape(db[:len(db)-1]); err != nil {
+		t.Fatalf("shape of a sketch one byte short: %v", err)
+	}
+	if _, err := lds.Check(db[:len(db)-1]); err == nil {
+		t.Fatal("a sketch one byte short decodes")
+	}
+	up, down := ldaPair(t, cfg.Params.LDA, 100, 5000, 3)
+	ru := report("p", 4, owlv1.Role_ROLE_UPSTREAM, up)
+	ru.Lds, ru.TopFlows = ub, []*owlv1.TopFlow{{Flow: netpath.FlowToProto(heavy), Packets: 600}}
+	rd := report("p", 4, owlv1.Role_ROLE_DOWNSTREAM, down)
+	rd.Lds = db[:len(db)-1]
+	if err := c.report("a", ru); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.report("b", rd); err != nil {
+		t.Fatal(err)
+	}
+	r := waitResult(t, c, "p", 4, anyResult)
+	if !strings.Contains(r.GetFlowsNote(), "did not decode") || r.GetMeanNs() != 5000 {
+		t.Errorf("result with a damaged sketch: note %q, mean %v", r.GetFlowsNote(), r.GetMeanNs())
+	}
+	// A body too short for its cells is refused when it comes.
+	rd = report("p", 5, owlv1.Role_ROLE_DOWNSTREAM, down)
+	rd.Lds = db[:40]
+	if err := c.report("b", rd); err == nil {
+		t.Error("a sketch too short for its cells was taken")
+	}
+}
+
 // TestRDASizeFollowsDifferences: a path's RDA starts at params.rda.buckets
 // and, once 8 epochs' set differences need no more than rda.min_buckets,
 // shrinks to it (never on a path's first epochs, often partial: a path

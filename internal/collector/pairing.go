@@ -169,9 +169,11 @@ func decodeSide(p store.Pending, prm params.Params) (*side, error) {
 		}
 	}
 	if b := p.Report.GetLds(); len(b) > 0 {
-		// Checked now, decoded when used: a decoded sketch is ten
-		// times its wire form, and sides may wait long.
-		cfg, err := lds.Check(b)
+		// Its shape checked now, its cells read when used: a decoded
+		// sketch is three to ten times its wire form, and sides may
+		// wait long. Cells that do not decode then cost the epoch its
+		// per-flow results only (flows_note says so).
+		cfg, err := lds.Shape(b)
 		if err != nil {
 			return nil, err
 		}

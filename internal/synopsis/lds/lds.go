@@ -592,6 +592,36 @@ func Check(b []byte) (Config, error) {
 	return l.cfg, nil
 }
 
+// Shape reads a wire form's parameters and checks that its body is long
+// enough for its cells, without reading them: the cheap check of a
+// report's sketch when it comes, whose full reading waits until it is
+// used (and whose bounds the receiver checks against its own parameters
+// before it decodes). Decode may still find damaged cells.
+func Shape(b []byte) (Config, error) {
+	rd, v, err := synopsis.NewReaderOf(b, synopsis.KindLDS, version, versionPacked)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg := readConfig(rd)
+	if v != version {
+		width := int(rd.Byte("digest bytes"))
+		if rd.Err() == nil && !slices.Contains(DigestWidths, width) {
+			rd.Fail("digest bytes", fmt.Sprintf("%d: must be one of %v", width, DigestWidths))
+		}
+	}
+	if err := checkConfig(rd, cfg); err != nil {
+		return Config{}, err
+	}
+	least := 2 * cfg.Rows * cfg.Cols // bytes: 2 a cell, or 2 bits packed
+	if v == versionPacked {
+		least = (cfg.Rows*cfg.Cols + 3) / 4
+	}
+	if !rd.Need("cells", least) {
+		return Config{}, rd.Err()
+	}
+	return cfg, nil
+}
+
 // decode parses a wire form; without keep, the cells are read and
 // checked but not kept (the result has none).
 func decode(b []byte, keep bool) (*LDS, error) { return decodeInto(nil, b, keep) }

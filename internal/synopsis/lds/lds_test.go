@@ -319,6 +319,18 @@ func FuzzDecode(f *testing.F) {
 		if (err == nil) != (cerr == nil) || err == nil && !reflect.DeepEqual(cfg, l.Config()) {
 			t.Fatalf("Check says %v, %v; Decode %v", cfg, cerr, err)
 		}
+		// Shape is the weaker check: what decodes has its shape.
+		var scfg Config
+		var serr error
+		if limit := uint64(16 << 10); synopsistest.Allocated(limit, func() { scfg, serr = Shape(b) }) > limit {
+			t.Fatalf("reading the shape of %d bytes allocated over %d", len(b), limit)
+		}
+		if err == nil && (serr != nil || !reflect.DeepEqual(scfg, cfg)) {
+			t.Fatalf("Shape says %v, %v of a sketch of %v", scfg, serr, cfg)
+		}
+		if serr != nil && !errors.Is(serr, synopsis.ErrFormat) {
+			t.Fatalf("%v does not wrap ErrFormat", serr)
+		}
 		if err != nil {
 			if !errors.Is(err, synopsis.ErrFormat) {
 				t.Fatalf("%v does not wrap ErrFormat", err)
