@@ -194,11 +194,6 @@ func (r *BitReader) ExpGolomb(k int) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if n+k <= 56 && n < 64 && n+k <= r.left() { // in one go
-		v := r.peek() & (1<<(n+k) - 1)
-		r.pos += n + k
-		return (1<<n+v&(1<<n-1)-1)<<k | v>>n, true
-	}
 	low, ok := r.Bits(n)
 	if !ok {
 		return 0, false
