@@ -103,7 +103,7 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		return nil, err
 	}
 	for _, p := range cfg.Paths {
-		c.paths[p.Name] = newPathState(p, cfg.Params.RDA.Buckets, cfg.Params.LDS.Cols)
+		c.paths[p.Name] = newPathState(p, cfg.Params.RDA.Buckets, cfg.Params.LDA.Rows, cfg.Params.LDS.Cols)
 		c.pathList = append(c.pathList, p)
 	}
 	if err := c.restore(); err != nil {

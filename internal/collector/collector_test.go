@@ -165,8 +165,10 @@ func TestRejections(t *testing.T) {
 	defer c.Close()
 	up, _ := ldaPair(t, cfg.Params.LDA, 10, 1, 1)
 	other := cfg.Params.LDA
-	other.Rows = 512
+	other.Rows = 2 * cfg.Params.LDA.Rows // a collector asks for fewer rows, never more
 	odd, _ := ldaPair(t, other, 10, 1, 1)
+	other.Rows, other.Seed = 512, cfg.Params.LDA.Seed+1
+	seeded, _ := ldaPair(t, other, 10, 1, 1)
 	tests := []struct {
 		name, probe string
 		r           *owlv1.EpochReport
@@ -176,7 +178,8 @@ func TestRejections(t *testing.T) {
 		{"wrong probe", "b", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up), "not its upstream"},
 		{"no role", "a", report("p", 1, owlv1.Role_ROLE_UNSPECIFIED, up), "without a role"},
 		{"malformed", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up[:20]), "malformed"},
-		{"mismatch", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, odd), "lda rows 1024"},
+		{"mismatch", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, odd), "lda rows 2048 exceed"},
+		{"seed", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, seeded), "seed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,6 +189,11 @@ func TestRejections(t *testing.T) {
 				t.Errorf("got %v, want a rejection containing %q", err, tt.want)
 			}
 		})
+	}
+	other.Seed = cfg.Params.LDA.Seed
+	fewer, _ := ldaPair(t, other, 10, 1, 1)
+	if err := c.report("a", report("p", 2, owlv1.Role_ROLE_UPSTREAM, fewer)); err != nil {
+		t.Errorf("an LDA of 512 of the parameters' %d rows: %v", cfg.Params.LDA.Rows, err)
 	}
 }
 

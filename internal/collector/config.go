@@ -221,6 +221,18 @@ type RDAConfig struct {
 	// at most 32 MiB, which leaves room for large LDS and LDA params.
 	MinBuckets int `yaml:"min_buckets"`
 	MaxBuckets int `yaml:"max_buckets"`
+	// LDAMinRows is the fewest LDA rows per bank the collector asks a
+	// path's probes for (0: no sizing, every LDA at params.lda.rows). The
+	// LDA is the estimate of an epoch whose RDAs cannot be reconciled
+	// (a probe's cache lost, rebuilds exhausted); the collector sizes it
+	// to the same set differences as the RDA: a power of two of at least
+	// twice the largest of the last 8 epochs (so that at that loss most of
+	// a bank's rows stay usable), from lda_min_rows up to
+	// params.lda.rows, grown at once, shrunk to a quarter or less once 8
+	// epochs are seen, and told to both probes (LDASize) from an epoch
+	// three past the newest they reported. An epoch whose two sides used
+	// different rows has no LDA estimate.
+	LDAMinRows int `yaml:"lda_min_rows"`
 	// MaxRebuilds caps late-binding rebuilds per epoch.
 	MaxRebuilds int `yaml:"max_rebuilds"`
 	// RequestTimeout bounds one epoch's rebuilds and timestamp fetches.
@@ -285,7 +297,7 @@ func DefaultConfig() Config {
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
-		RDA:             RDAConfig{MaxBuckets: 1 << 19, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
+		RDA:             RDAConfig{MaxBuckets: 1 << 19, LDAMinRows: 32, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
 		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSMinRows: 2, LDSLargePackets: 128, LDSDigestBytes: 4, LDSPacked: true},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
@@ -386,6 +398,9 @@ func (c RDAConfig) Validate() error {
 	}
 	if c.MaxRebuilds < 0 || c.RequestTimeout <= 0 {
 		return errors.New("max_rebuilds must not be negative and request_timeout must be positive")
+	}
+	if c.LDAMinRows != 0 && (c.LDAMinRows < 2 || c.LDAMinRows%2 != 0 || c.LDAMinRows > lda.MaxRows) {
+		return fmt.Errorf("lda_min_rows %d must be 0 (no sizing) or even and in [2, %d]", c.LDAMinRows, lda.MaxRows)
 	}
 	return nil
 }

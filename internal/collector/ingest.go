@@ -291,6 +291,7 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 			a.RdaBuckets = uint32(st.rdaBuckets)
 			a.SampleShift = uint32(st.sampleShift)
 			a.LdsCols, a.LdsRows = uint32(st.ldsCols), st.ldsRows
+			a.LdaRows = uint32(st.ldaRows)
 			st.mu.Unlock()
 		}
 		pc.Paths = append(pc.Paths, a)
@@ -420,7 +421,7 @@ func (c *Collector) decodeReport(probe string, r *owlv1.EpochReport) (*side, err
 
 // compatible checks a side's synopses against the deployment's parameters.
 func (c *Collector) compatible(s *side) error {
-	err := c.cfg.Params.LDA.Compatible(s.lda.Config())
+	err := c.cfg.Params.LDA.Within(s.lda.Config())
 	if err == nil && s.rda != nil {
 		err = params.SameRDAHashing(c.cfg.Params.RDA, s.rda.Config())
 	}

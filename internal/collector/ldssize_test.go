@@ -286,3 +286,43 @@ func TestRDASizeFollowsDifferences(t *testing.T) {
 		t.Errorf("after a difference of 400: %d buckets, want 1000", got)
 	}
 }
+
+// The LDA follows the same differences: params.lda.rows until 8 epochs
+// are seen, then a power of two of at least twice the largest difference
+// and rda.lda_min_rows, grown at once; and not at all with lda_min_rows 0.
+func TestLDARowsFollowDifferences(t *testing.T) {
+	for _, minRows := range []int{32, 0} {
+		cfg := testConfig(t)
+		cfg.RDA.LDAMinRows = minRows
+		c := newTest(t, cfg)
+		ps := c.paths["p"]
+		rows := func() int {
+			ps.mu.Lock()
+			defer ps.mu.Unlock()
+			return ps.ldaRows
+		}
+		full := cfg.Params.LDA.Rows
+		if got := rows(); got != full {
+			t.Fatalf("starts at %d rows, want params.lda.rows %d", got, full)
+		}
+		for i := 0; i < 7; i++ {
+			c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 5)})
+		}
+		if got := rows(); got != full {
+			t.Errorf("after 7 epochs: %d rows, want still %d", got, full)
+		}
+		want := func(rows int) int {
+			if minRows == 0 {
+				return full
+			}
+			return rows
+		}
+		for _, c0 := range []struct{ diff, rows int }{{5, want(32)}, {40, want(128)}, {400, want(full)}} {
+			c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, c0.diff)})
+			if got := rows(); got != c0.rows {
+				t.Errorf("lda_min_rows %d, after a difference of %d: %d rows, want %d", minRows, c0.diff, got, c0.rows)
+			}
+		}
+		c.Close()
+	}
+}

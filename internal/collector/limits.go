@@ -207,7 +207,7 @@ func (c *Collector) checkEpoch(probe, what string, e int64) error {
 // stamp is a time as the reasons of rejections give it.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// checkShapes rejects a report whose LDA differs from the deployment's,
+// checkShapes rejects a report whose LDA is not the deployment's (at most its rows),
 // or whose RDA hashes otherwise or is larger than the collector ever asks
 // for, from their headers, before their cells are allocated.
 func (c *Collector) checkShapes(probe string, r *owlv1.EpochReport) error {
@@ -219,7 +219,7 @@ func (c *Collector) checkShapes(probe string, r *owlv1.EpochReport) error {
 		c.m.rejected.WithLabelValues("malformed").Inc()
 		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
 	}
-	if err := c.cfg.Params.LDA.Compatible(lc); err != nil {
+	if err := c.cfg.Params.LDA.Within(lc); err != nil {
 		c.m.rejected.WithLabelValues("mismatch").Inc()
 		c.m.mismatch.WithLabelValues(probe).Inc()
 		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}

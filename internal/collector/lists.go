@@ -63,6 +63,9 @@ type listedEpoch struct {
 	local  reconcile.Local
 	rdas   [2]*rda.RDA
 	ldss   [2][]byte // LDS wire forms
+	// ldas are the sides' LDAs: a listed side's at the rows of the
+	// other side's, when that one sent synopses.
+	ldas [2]*lda.LDA
 }
 
 // listsOf decodes the epoch's exact lists (none: nil) and builds each
@@ -90,7 +93,7 @@ func (wk *worker) listsOf(w *epochWork) (*listedEpoch, error) {
 		}
 	}
 	for i, s := range sides {
-		le.rdas[i], le.ldss[i] = s.rda, s.Report.GetLds()
+		le.rdas[i], le.ldss[i], le.ldas[i] = s.rda, s.Report.GetLds(), s.lda
 		if !s.listed {
 			if s.rda != nil {
 				buckets = s.rda.Config().Buckets
@@ -116,6 +119,9 @@ func (wk *worker) listsOf(w *epochWork) (*listedEpoch, error) {
 		if le.ldss[i], err = sk.MarshalBinary(); err != nil {
 			return nil, err
 		}
+		if le.ldas[i], err = listedLDA(s.lda, sides[1-i], l); err != nil {
+			return nil, err
+		}
 	}
 	for i := range sides {
 		if le.listed[i] {
@@ -126,4 +132,21 @@ func (wk *worker) listsOf(w *epochWork) (*listedEpoch, error) {
 		}
 	}
 	return le, nil
+}
+
+// listedLDA is the LDA of a listed side, l, at the rows of the other
+// side's when that one sent synopses (the collector sized it), rebuilt
+// from the list l holds.
+func listedLDA(l *lda.LDA, other *side, list *exact.List) (*lda.LDA, error) {
+	if other.listed || other.lda.Config().Rows == l.Config().Rows {
+		return l, nil
+	}
+	n, err := lda.New(other.lda.Config())
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range list.Packets {
+		n.Insert(p.ID, p.OffsetNS)
+	}
+	return n, nil
 }

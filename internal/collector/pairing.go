@@ -36,6 +36,7 @@ type pathState struct {
 	boundaries map[int64]*boundary
 	recentDiff []int // set difference sizes of recent epochs
 	rdaBuckets int   // RDA size the probes were told to use
+	ldaRows    int   // LDA rows per bank the probes were told to use
 	// recentPackets are the upstream packet counts of recent epochs;
 	// sampleShift the sampling rate the probes were told to use, 2^-shift.
 	recentPackets []uint64
@@ -139,9 +140,9 @@ func (w *saveWait) finishAfter(sent <-chan struct{}) {
 	}
 }
 
-func newPathState(p netpath.Path, rdaBuckets, ldsCols int) *pathState {
+func newPathState(p netpath.Path, rdaBuckets, ldaRows, ldsCols int) *pathState {
 	return &pathState{path: p, pending: map[int64]*pairing{}, wake: make(chan struct{}, 1),
-		boundaries: map[int64]*boundary{}, rdaBuckets: rdaBuckets, ldsCols: ldsCols}
+		boundaries: map[int64]*boundary{}, rdaBuckets: rdaBuckets, ldaRows: ldaRows, ldsCols: ldsCols}
 }
 
 // decodeSide decodes a report's synopses.

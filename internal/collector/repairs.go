@@ -12,6 +12,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/reconcile"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
@@ -262,16 +263,36 @@ func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	if len(ps.recentDiff) > rdaWindow {
 		ps.recentDiff = ps.recentDiff[1:]
 	}
-	want := reconcile.Size(slices.Max(ps.recentDiff), wk.cfg.minBuckets(), wk.cfg.RDA.MaxBuckets)
+	most, full := slices.Max(ps.recentDiff), len(ps.recentDiff) == rdaWindow
+	want := reconcile.Size(most, wk.cfg.minBuckets(), wk.cfg.RDA.MaxBuckets)
 	cur := ps.rdaBuckets
-	change := want > cur || (want <= cur/4 && len(ps.recentDiff) == rdaWindow)
+	change := want > cur || (want <= cur/4 && full)
 	if change {
 		ps.rdaBuckets = want
 	}
+	rows, curRows, from := wk.ldaRowsFor(most), ps.ldaRows, ps.newest+sizeLead
+	resizeLDA := rows > curRows || (rows <= curRows/4 && full)
+	if resizeLDA {
+		ps.ldaRows = rows
+	}
 	ps.mu.Unlock()
+	if resizeLDA {
+		wk.log.Info("resizing LDA", "path", ps.path.Name, "rows", rows, "was", curRows, "from_epoch", from)
+		wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdaSize{LdaSize: &owlv1.LDASize{Path: ps.path.Name, Rows: uint32(rows), FromEpoch: from}}})
+	}
 	if !change {
 		return
 	}
 	wk.log.Info("resizing RDA", "path", ps.path.Name, "buckets", want, "was", cur)
 	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_RdaSize{RdaSize: &owlv1.RDASize{Path: ps.path.Name, Buckets: uint32(want)}}})
+}
+
+// ldaRowsFor is the LDA rows per bank for epochs whose set differences
+// reach d (lda.RowsFor within [rda.lda_min_rows, params.lda.rows]), or
+// params.lda.rows without sizing.
+func (wk *worker) ldaRowsFor(d int) int {
+	if wk.cfg.RDA.LDAMinRows == 0 {
+		return wk.cfg.Params.LDA.Rows
+	}
+	return lda.RowsFor(d, wk.cfg.RDA.LDAMinRows, wk.cfg.Params.LDA.Rows)
 }

@@ -122,7 +122,11 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 		w.res.Bytes += uint64(len(pr.up.Report.GetList()) + len(pr.down.Report.GetList()))
 		w.res.ExchangedBytes += uint64(len(pr.up.Report.GetList()) + len(pr.down.Report.GetList()))
 	}
-	wk.estimateLDA(w.res, pr.up, pr.down)
+	upLDA, downLDA := pr.up.lda, pr.down.lda
+	if lists != nil {
+		upLDA, downLDA = lists.ldas[0], lists.ldas[1]
+	}
+	wk.estimateLDA(w.res, upLDA, downLDA)
 	if upRDA != nil && downRDA != nil {
 		wk.estimateRDA(ctx, w, upRDA, downRDA)
 	}
@@ -334,8 +338,8 @@ func (wk *worker) missingResult(path string, epoch int64, up, down *side) *owlv1
 
 // estimateLDA sets the LDA's estimate, as the result's estimate and in the
 // LDA fields.
-func (wk *worker) estimateLDA(res *owlv1.PathStats, up, down *side) {
-	est, err := lda.EstimatePair(up.lda, down.lda, wk.opts)
+func (wk *worker) estimateLDA(res *owlv1.PathStats, up, down *lda.LDA) {
+	est, err := lda.EstimatePair(up, down, wk.opts)
 	res.UpstreamPackets, res.DownstreamPackets, res.Lost = est.UpPackets, est.DownPackets, est.LostPackets
 	res.Estimator = "lda"
 	switch {

@@ -15,6 +15,7 @@ import (
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/sim"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
@@ -30,7 +31,7 @@ func BenchmarkReportBytes(b *testing.B) {
 	fc := collector.DefaultConfig().Flows
 	wire := lds.Wire{DigestBytes: fc.LDSDigestBytes, Packed: fc.LDSPacked}
 	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
-		for _, mode := range []string{"before", "plain", "lists=false", "lists=true", "lds=fixed", "digest=2", "rows=1"} {
+		for _, mode := range []string{"before", "plain", "lda=full", "lists=false", "lists=true", "lds=fixed", "digest=2", "rows=1"} {
 			b.Run(fmt.Sprintf("packets/s=%d/%s", rate, mode), func(b *testing.B) {
 				var reports []*owlv1.EpochReport
 				n := 0
@@ -43,7 +44,9 @@ func BenchmarkReportBytes(b *testing.B) {
 					case "before":
 						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, 0)
 					case "plain":
-						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, fc.LDSMinRows)
+						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, -fc.LDSMinRows)
+					case "lda=full":
+						reports, n = oneEpochReports(b, rate, false, wire, -fc.LDSMinRows)
 					case "rows=1":
 						reports, n = oneEpochReports(b, rate, false, wire, 1)
 					default:
@@ -90,8 +93,9 @@ func fixedLDSReports(tb testing.TB, rate int) ([]*owlv1.EpochReport, int) {
 
 // epochShape is the synopses' sizes the collector sets for a path: RDA
 // buckets, LDS cells per row (0: the parameters') and the mask of the
-// parameters' LDS rows (0: all).
-type epochShape struct{ rda, ldsCols, ldsRows int }
+// parameters' LDS rows (0: all), and LDA rows per bank (0: the
+// parameters').
+type epochShape struct{ rda, ldsCols, ldsRows, lda int }
 
 // oneEpochReports runs one epoch of exactly rate packets of synthetic
 // traffic (Pareto flow sizes) through an upstream probe's pipeline, as the
@@ -102,14 +106,20 @@ type epochShape struct{ rda, ldsCols, ldsRows int }
 // exact lists. minRows above 0 is the collector's sizing since RDAs
 // follow the set difference down to 32 buckets and LDS rows the loss
 // (lds.RowsFor with flows.lds_min_rows minRows: at this loss, the minRows
-// densest rows); 0 is as before: RDAs of 256 buckets and all four rows.
-// It returns the reports and the packets.
+// densest rows), and LDAs follow it too (lda.RowsFor within
+// rda.lda_min_rows); −minRows is that with LDAs at params.lda.rows, as
+// before 2026-11-25 afternoon; 0 is as before 2026-11-25: RDAs of 256
+// buckets, all four LDS rows. It returns the reports and the packets.
 func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows int) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
 	shape := epochShape{rda: 256, ldsCols: p.LDS.Cols}
+	cfg := collector.DefaultConfig()
 	if minRows > 0 {
-		cfg := collector.DefaultConfig()
+		shape.lda = lda.RowsFor(rate/10_000, cfg.RDA.LDAMinRows, p.LDA.Rows)
+	}
+	minRows = max(minRows, -minRows)
+	if minRows > 0 {
 		shape.rda = reconcile.Size(rate/10_000, 32, cfg.RDA.MaxBuckets)
 		largest := 0.0
 		for _, tf := range runEpoch(p, link, frames, shift, shape, wire, false)[0].GetTopFlows() {
@@ -179,7 +189,7 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift i
 	var stats counters
 	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows)}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed})
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows), LdaRows: uint32(sh.lda)}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed})
 	pl.setPaths(set)
 	_ = pl.setLink(link)
 	for _, f := range frames {

@@ -44,6 +44,7 @@ type handler interface {
 	setRDASize(*owlv1.RDASize) error
 	setSampleRate(*owlv1.SampleRate) error
 	setLDSSize(*owlv1.LDSSize) error
+	setLDASize(*owlv1.LDASize) error
 	fetch(*owlv1.FetchRequest) *owlv1.FetchReply
 	rebuild(*owlv1.RebuildRequest) *owlv1.RebuildReply
 	release(path string, epoch int64)
@@ -307,6 +308,10 @@ func (c *client) dispatch(st *stream, m *owlv1.CollectorMessage, wg *sync.WaitGr
 	case *owlv1.CollectorMessage_LdsSize:
 		if err := c.h.setLDSSize(m.LdsSize); err != nil {
 			c.log.Error("ignoring LDS size", "path", m.LdsSize.GetPath(), "err", err)
+		}
+	case *owlv1.CollectorMessage_LdaSize:
+		if err := c.h.setLDASize(m.LdaSize); err != nil {
+			c.log.Error("ignoring LDA size", "path", m.LdaSize.GetPath(), "err", err)
 		}
 	case *owlv1.CollectorMessage_SampleRate:
 		if err := c.h.setSampleRate(m.SampleRate); err != nil {

@@ -112,8 +112,9 @@ type trafficSide struct {
 	lds     []byte
 	top     []*owlv1.TopFlow
 
-	sizedMu sync.Mutex        // guards rdas and ldss
+	sizedMu sync.Mutex        // guards rdas, ldas and ldss
 	rdas    map[int][]byte    // buckets per bank → wire form
+	ldas    map[int][]byte    // rows per bank other than the parameters' → wire form
 	ldss    map[ldsKey][]byte // shapes and wire forms other than the parameters' at version 1 → wire form
 }
 
@@ -245,7 +246,7 @@ func (t *Traffic) newSide(pkts []packet) (*trafficSide, error) {
 		ls.Insert(t.flowHashes[p.flow], p.id, p.offsetNS, 1)
 		perFlow[p.flow]++
 	}
-	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldss: map[ldsKey][]byte{}}
+	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldas: map[int][]byte{}, ldss: map[ldsKey][]byte{}}
 	slices.SortFunc(s.packets, func(a, b packet) int { return cmp.Compare(a.id, b.id) })
 	s.lda, _ = la.MarshalBinary() // does not fail
 	s.lds, _ = ls.MarshalBinary()
@@ -286,6 +287,33 @@ func (s *trafficSide) rda(cfg rda.Config, buckets int) ([]byte, error) {
 		}
 	}
 	s.rdas[buckets] = b
+	return b, nil
+}
+
+// ldaAt returns the side's LDA at rows per bank (0: the parameters'),
+// built on first use from the side's packets and kept (a few sizes).
+func (s *trafficSide) ldaAt(p lda.Config, rows int) ([]byte, error) {
+	if rows == 0 || rows == p.Rows {
+		return s.lda, nil
+	}
+	s.sizedMu.Lock()
+	defer s.sizedMu.Unlock()
+	if b, ok := s.ldas[rows]; ok {
+		return b, nil
+	}
+	cfg, err := p.WithRows(rows)
+	if err != nil {
+		return nil, err
+	}
+	l, _ := lda.New(cfg) // validated by WithRows
+	for _, pk := range s.packets {
+		l.Insert(pk.id, pk.offsetNS)
+	}
+	b, _ := l.MarshalBinary() // does not fail
+	if len(s.ldas) >= cachedSizes {
+		clear(s.ldas) // sizes change seldom
+	}
+	s.ldas[rows] = b
 	return b, nil
 }
 
@@ -404,6 +432,7 @@ type Emulated struct {
 	buckets map[string]int // RDA buckets per bank the collector set, by path
 	ldsCols sync.Map       // path name → LDS cells per row the collector set (scheduled)
 	ldsRows sync.Map       // path name → mask of the LDS rows the collector set (scheduled with ldsCols)
+	ldaRows sync.Map       // path name → LDA rows per bank the collector set (scheduled)
 	// ldsWire is the LDS wire form the collector reads (version 1 until
 	// it says).
 	ldsWire atomic.Pointer[lds.Wire]
@@ -515,9 +544,13 @@ func (e *Emulated) report(a emulatedPath, epoch int64) (*owlv1.EpochReport, erro
 	if err != nil {
 		return nil, err
 	}
+	la, err := s.ldaAt(e.traffic.params.LDA, setting(&e.ldaRows, a.name, epoch))
+	if err != nil {
+		return nil, err
+	}
 	return &owlv1.EpochReport{
 		Path: a.name, Epoch: epoch, Role: a.role,
-		Lda: s.lda, Rda: rb, Lds: lb, TopFlows: s.top,
+		Lda: la, Rda: rb, Lds: lb, TopFlows: s.top,
 		Counters:     &owlv1.Counters{Packets: uint64(len(s.packets))},
 		CacheEntries: uint64(len(s.packets)), CacheComplete: true,
 	}, nil
@@ -611,6 +644,11 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 				scheduleAt(&e.ldsRows, name, r, 0, 0)
 			}
 		}
+		if r := int(a.GetLdaRows()); r > 0 {
+			if _, err := e.traffic.params.LDA.WithRows(r); err == nil {
+				scheduleAt(&e.ldaRows, name, r, 0, 0)
+			}
+		}
 		if _, dup := roles[name]; !dup {
 			paths = append(paths, emulatedPath{name: name, role: role})
 		}
@@ -651,6 +689,16 @@ func (e *Emulated) setLDSSize(m *owlv1.LDSSize) error {
 	}
 	scheduleAt(&e.ldsCols, m.GetPath(), int(m.GetCols()), m.GetFromEpoch(), e.reported.Load())
 	scheduleAt(&e.ldsRows, m.GetPath(), int(m.GetRows()), m.GetFromEpoch(), e.reported.Load())
+	return nil
+}
+
+// setLDASize takes a path's new LDA rows from its collector, from the
+// epoch it names.
+func (e *Emulated) setLDASize(m *owlv1.LDASize) error {
+	if _, err := e.traffic.params.LDA.WithRows(int(m.GetRows())); err != nil {
+		return err
+	}
+	scheduleAt(&e.ldaRows, m.GetPath(), int(m.GetRows()), m.GetFromEpoch(), e.reported.Load())
 	return nil
 }
 

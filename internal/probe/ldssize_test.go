@@ -9,12 +9,14 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/sim"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
-// TestLDSSizeFromNextEpoch: a path starts at the LDS size and sampling
-// rate its assignment names; a new size or rate from the collector applies
+// TestLDSSizeFromNextEpoch: a path starts at the LDS size, LDA rows and
+// sampling rate its assignment names; a new size or rate from the
+// collector applies
 // from the epoch it names (both sides change together), or, when that one
 // is open already or none is named, from the next epoch the pipeline
 // opens, never to one already open.
@@ -31,7 +33,7 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	set, err := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: 256, LdsCols: 256}}})
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: 256, LdsCols: 256, LdaRows: 64}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +53,9 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 			var err error
 			switch e { // mid-epoch
 			case first + 1: // from an epoch ahead
-				err = errors.Join(pl.setLDSShape("all", 1024, 0b1100, first+3), pl.setSampleShift("all", 2, first+3))
+				err = errors.Join(pl.setLDSShape("all", 1024, 0b1100, first+3), pl.setSampleShift("all", 2, first+3), pl.setLDARows("all", 32, first+3))
 			case first + 3: // from one open: the next
-				err = errors.Join(pl.setLDSShape("all", 512, 0, first+2), pl.setSampleShift("all", 3, first+2))
+				err = errors.Join(pl.setLDSShape("all", 512, 0, first+2), pl.setSampleShift("all", 3, first+2), pl.setLDARows("all", 128, first+2))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -64,7 +66,10 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 	if len(reports) != 5 {
 		t.Fatalf("%d reports", len(reports))
 	}
-	for i, want := range []struct{ cols, rows, shift int }{{256, 4, 0}, {256, 4, 0}, {256, 4, 0}, {1024, 2, 2}, {512, 4, 3}} {
+	for i, want := range []struct{ cols, rows, shift, ldaRows int }{{256, 4, 0, 64}, {256, 4, 0, 64}, {256, 4, 0, 64}, {1024, 2, 2, 32}, {512, 4, 3, 128}} {
+		if lc, err := lda.DecodeConfig(reports[i].GetLda()); err != nil || lc.Rows != want.ldaRows {
+			t.Errorf("epoch %d: LDA of %d rows (%v), want %d", reports[i].GetEpoch(), lc.Rows, err, want.ldaRows)
+		}
 		cfg, err := lds.Check(reports[i].GetLds())
 		if err != nil || cfg.Cols != want.cols || cfg.Rows != want.rows {
 			t.Errorf("epoch %d: LDS of %d×%d cells (%v), want %d×%d", reports[i].GetEpoch(), cfg.Rows, cfg.Cols, err, want.rows, want.cols)
@@ -83,5 +88,10 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 	}
 	if pl.setLDSShape("all", 512, 1<<p.LDS.Rows, 0) == nil {
 		t.Errorf("row %d of %d accepted", p.LDS.Rows, p.LDS.Rows)
+	}
+	for _, rows := range []int{0, 33, 2 * p.LDA.Rows} {
+		if pl.setLDARows("all", rows, 0) == nil {
+			t.Errorf("%d LDA rows accepted", rows)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/owl-latency/owl/internal/epoch"
+	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 	"github.com/owl-latency/owl/internal/synopsis/reorder"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
@@ -123,7 +124,7 @@ func mergeEpoch(a *closedEpoch, b closedEpoch, maxSample int) {
 			continue // the path set changed between workers' epochs: rare, and this shard is lost
 		}
 		x.packets[i] += y.packets[j]
-		_ = x.ldas[i].Merge(y.ldas[j]) // same parameters: cannot fail
+		ldaMerged := x.ldas[i].Merge(y.ldas[j]) == nil // fails where a new LDA size came between the workers' epochs
 		_ = x.ldss[i].Merge(y.ldss[j])
 		for _, e := range y.raps[j].Top(y.raps[j].Len()) {
 			x.raps[i].AddCount(e.Key, &e.Value, e.Count)
@@ -141,6 +142,9 @@ func mergeEpoch(a *closedEpoch, b closedEpoch, maxSample int) {
 		}
 		cx := x.caches[i]
 		cx.appendAll(y.caches[j])
+		if !ldaMerged && cx.complete {
+			x.ldas[i] = rebuildLDA(x.ldas[i], cx)
+		}
 		if x.rdas[i] != nil && y.rdas[j] != nil && x.rdas[i].Merge(y.rdas[j]) == nil {
 			continue
 		}
@@ -149,6 +153,16 @@ func mergeEpoch(a *closedEpoch, b closedEpoch, maxSample int) {
 		// larger, or give it up when the cache is not complete.
 		x.rdas[i] = rebuildLarger(x.rdas[i], y.rdas[j], cx)
 	}
+}
+
+// rebuildLDA is an LDA of l's shape built again from the merged cache c.
+func rebuildLDA(l *lda.LDA, c *epochCache) *lda.LDA {
+	r, err := lda.New(l.Config())
+	if err != nil {
+		return l
+	}
+	c.each(func(e entry) { r.Insert(e.id, e.offsetNS()) })
+	return r
 }
 
 func rebuildLarger(a, b *rda.RDA, c *epochCache) *rda.RDA {

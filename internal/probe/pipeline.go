@@ -35,6 +35,7 @@ type assignment struct {
 	shift      int // the sampling rate's shift to start with
 	ldsCols    int // LDS cells per row to start with (0: the parameters')
 	ldsRows    int // mask of the parameters' LDS rows to start with (0: all)
+	ldaRows    int // LDA rows per bank to start with (0: the parameters')
 }
 
 // pathSet is an immutable set of assignments. Each epoch keeps the set it
@@ -87,8 +88,11 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 		if r := pa.GetLdsRows(); r >= 1<<lds.MaxRows {
 			return nil, fmt.Errorf("path %q: lds_rows %#x names rows beyond %d", p.Name, r, lds.MaxRows)
 		}
+		if r := pa.GetLdaRows(); r > lda.MaxRows {
+			return nil, fmt.Errorf("path %q: lda_rows %d exceeds %d", p.Name, r, lda.MaxRows)
+		}
 		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets()),
-			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols()), ldsRows: int(pa.GetLdsRows())})
+			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols()), ldsRows: int(pa.GetLdsRows()), ldaRows: int(pa.GetLdaRows())})
 	}
 	return s, nil
 }
@@ -139,6 +143,7 @@ type pipeline struct {
 	shifts   sync.Map     // path name → sampling shift the collector asked for (scheduled)
 	ldsCols  sync.Map     // path name → LDS cells per row the collector asked for (scheduled)
 	ldsRows  sync.Map     // path name → mask of the LDS rows the collector asked for (scheduled with ldsCols)
+	ldaRows  sync.Map     // path name → LDA rows per bank the collector asked for (scheduled)
 	opened   atomic.Int64 // the newest epoch opened
 	topFlows int          // flows reported per path and epoch (RAP keeps twice as many)
 	weightOf func(capture.FlowKey) uint64
@@ -195,6 +200,9 @@ func (pl *pipeline) setPaths(s *pathSet) {
 		if a.ldsCols > 0 && pl.setLDSShape(a.path.Name, a.ldsCols, a.ldsRows, 0) != nil {
 			pl.ldsCols.Delete(a.path.Name) // not for these parameters: theirs
 			pl.ldsRows.Delete(a.path.Name)
+		}
+		if a.ldaRows > 0 && pl.setLDARows(a.path.Name, a.ldaRows, 0) != nil {
+			pl.ldaRows.Delete(a.path.Name) // not for these parameters: theirs
 		}
 	}
 	pl.paths.Store(s)
@@ -280,6 +288,26 @@ func ldsShape(p lds.Config, cols, rows int) (lds.Config, error) {
 	return p.Select(uint32(rows))
 }
 
+// setLDARows makes a path's epochs from epoch from on (or, where that is
+// past, the next it opens) use LDAs of this many rows per bank, at most
+// the parameters': the collector's sizing, LDASize.
+func (pl *pipeline) setLDARows(path string, rows int, from int64) error {
+	if _, err := pl.params.LDA.WithRows(rows); err != nil {
+		return err
+	}
+	pl.schedule(&pl.ldaRows, path, rows, from)
+	return nil
+}
+
+// ldaConfig is a path's LDA parameters at epoch e.
+func (pl *pipeline) ldaConfig(path string, e int64) lda.Config {
+	c := pl.params.LDA
+	if r := setting(&pl.ldaRows, path, e); r > 0 {
+		c.Rows = r // checked by setLDARows
+	}
+	return c
+}
+
 // setRDASize makes a path's next epochs use an RDA of this many buckets.
 func (pl *pipeline) setRDASize(path string, buckets int) error {
 	c := pl.params.RDA
@@ -328,7 +356,7 @@ func (pl *pipeline) open(e int64) *epochData {
 		ed.rtt = pl.rtt.newEpoch()
 	}
 	for i, a := range s.paths {
-		ed.ldas[i] = reuse(&ldas, pl.params.LDA, (*lda.LDA).Config, lda.New) // validated in Config
+		ed.ldas[i] = reuse(&ldas, pl.ldaConfig(a.path.Name, e), (*lda.LDA).Config, lda.New) // validated in Config and setLDARows
 		rc := pl.params.RDA
 		if v, ok := pl.sizes.Load(a.path.Name); ok {
 			rc.Buckets = v.(int)

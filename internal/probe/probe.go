@@ -208,6 +208,16 @@ func (p *Probe) setLDSSize(m *owlv1.LDSSize) error {
 	return nil
 }
 
+// setLDASize takes a path's new LDA rows from its collector.
+func (p *Probe) setLDASize(m *owlv1.LDASize) error {
+	for _, pl := range p.pipelines() {
+		if err := pl.setLDARows(m.GetPath(), int(m.GetRows()), m.GetFromEpoch()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // setSampleRate takes a path's new sampling rate from its collector.
 func (p *Probe) setSampleRate(m *owlv1.SampleRate) error {
 	for _, pl := range p.pipelines() {

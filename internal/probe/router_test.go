@@ -270,6 +270,7 @@ func (h routingOnly) setPaths(pc *owlv1.PathConfig) error             { h.r.upda
 func (routingOnly) setRDASize(*owlv1.RDASize) error                   { return nil }
 func (routingOnly) setSampleRate(*owlv1.SampleRate) error             { return nil }
 func (routingOnly) setLDSSize(*owlv1.LDSSize) error                   { return nil }
+func (routingOnly) setLDASize(*owlv1.LDASize) error                   { return nil }
 func (routingOnly) fetch(*owlv1.FetchRequest) *owlv1.FetchReply       { return nil }
 func (routingOnly) rebuild(*owlv1.RebuildRequest) *owlv1.RebuildReply { return nil }
 func (routingOnly) release(string, int64)                             {}

@@ -268,7 +268,7 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47, 0}
 }
 
 type TopRTTPrefixesRequest_Order int32
@@ -314,7 +314,7 @@ func (x TopRTTPrefixesRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopRTTPrefixesRequest_Order.Descriptor instead.
 func (TopRTTPrefixesRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -363,7 +363,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -3037,6 +3037,7 @@ type CollectorMessage struct {
 	//	*CollectorMessage_SampleRate
 	//	*CollectorMessage_LdsSize
 	//	*CollectorMessage_Pause
+	//	*CollectorMessage_LdaSize
 	Msg           isCollectorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3169,6 +3170,15 @@ func (x *CollectorMessage) GetPause() *Pause {
 	return nil
 }
 
+func (x *CollectorMessage) GetLdaSize() *LDASize {
+	if x != nil {
+		if x, ok := x.Msg.(*CollectorMessage_LdaSize); ok {
+			return x.LdaSize
+		}
+	}
+	return nil
+}
+
 type isCollectorMessage_Msg interface {
 	isCollectorMessage_Msg()
 }
@@ -3213,6 +3223,10 @@ type CollectorMessage_Pause struct {
 	Pause *Pause `protobuf:"bytes,10,opt,name=pause,proto3,oneof"`
 }
 
+type CollectorMessage_LdaSize struct {
+	LdaSize *LDASize `protobuf:"bytes,11,opt,name=lda_size,json=ldaSize,proto3,oneof"`
+}
+
 func (*CollectorMessage_Paths) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_Ack) isCollectorMessage_Msg() {}
@@ -3232,6 +3246,8 @@ func (*CollectorMessage_SampleRate) isCollectorMessage_Msg() {}
 func (*CollectorMessage_LdsSize) isCollectorMessage_Msg() {}
 
 func (*CollectorMessage_Pause) isCollectorMessage_Msg() {}
+
+func (*CollectorMessage_LdaSize) isCollectorMessage_Msg() {}
 
 // Pause tells a probe to hold the reports and vectors it has not sent yet
 // (paused) or to send them again: the collector is behind. A paused probe
@@ -3875,6 +3891,72 @@ func (x *LDSSize) GetRows() uint32 {
 	return 0
 }
 
+// LDASize sets a path's LDA rows per bank (even, at most the deployment's
+// params.lda.rows) from epoch from_epoch on, named as LDSSize names it:
+// the collector sizes the LDA to the set differences of the path's recent
+// epochs, since it is the fallback for an epoch whose RDAs cannot be
+// reconciled. An epoch whose two sides used different rows has no LDA
+// estimate.
+type LDASize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Rows          uint32                 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	FromEpoch     int64                  `protobuf:"varint,3,opt,name=from_epoch,json=fromEpoch,proto3" json:"from_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LDASize) Reset() {
+	*x = LDASize{}
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LDASize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LDASize) ProtoMessage() {}
+
+func (x *LDASize) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LDASize.ProtoReflect.Descriptor instead.
+func (*LDASize) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *LDASize) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *LDASize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *LDASize) GetFromEpoch() int64 {
+	if x != nil {
+		return x.FromEpoch
+	}
+	return 0
+}
+
 // PathConfig is the set of paths a probe takes part in; it replaces any
 // earlier set.
 type PathConfig struct {
@@ -3905,7 +3987,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +3999,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4012,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -3994,14 +4076,17 @@ type PathAssignment struct {
 	LdsCols uint32 `protobuf:"varint,6,opt,name=lds_cols,json=ldsCols,proto3" json:"lds_cols,omitempty"`
 	// lds_rows is the mask of params.lds's rows to start with (LDSSize.rows;
 	// 0: every row).
-	LdsRows       uint32 `protobuf:"varint,7,opt,name=lds_rows,json=ldsRows,proto3" json:"lds_rows,omitempty"`
+	LdsRows uint32 `protobuf:"varint,7,opt,name=lds_rows,json=ldsRows,proto3" json:"lds_rows,omitempty"`
+	// lda_rows is the LDA rows per bank to start with (LDASize.rows; 0:
+	// params.lda.rows).
+	LdaRows       uint32 `protobuf:"varint,8,opt,name=lda_rows,json=ldaRows,proto3" json:"lda_rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4098,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4111,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -4078,6 +4163,13 @@ func (x *PathAssignment) GetLdsRows() uint32 {
 	return 0
 }
 
+func (x *PathAssignment) GetLdaRows() uint32 {
+	if x != nil {
+		return x.LdaRows
+	}
+	return 0
+}
+
 // Ack tells a probe that its report with this seq is stored.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4090,7 +4182,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4102,7 +4194,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4115,7 +4207,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -4156,7 +4248,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4168,7 +4260,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4181,7 +4273,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Reject) GetPath() string {
@@ -4226,7 +4318,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4238,7 +4330,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4251,7 +4343,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Path) GetName() string {
@@ -4298,7 +4390,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4310,7 +4402,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4323,7 +4415,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -4369,7 +4461,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4381,7 +4473,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4394,7 +4486,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 type ListProbesResponse struct {
@@ -4411,7 +4503,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4515,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4528,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -4485,7 +4577,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4497,7 +4589,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4510,7 +4602,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -4591,7 +4683,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4603,7 +4695,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4616,7 +4708,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 type ListPathsResponse struct {
@@ -4628,7 +4720,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4732,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4745,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -4679,7 +4771,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4691,7 +4783,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4704,7 +4796,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -4759,7 +4851,7 @@ type GetPathDelayDistributionRequest struct {
 
 func (x *GetPathDelayDistributionRequest) Reset() {
 	*x = GetPathDelayDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4771,7 +4863,7 @@ func (x *GetPathDelayDistributionRequest) String() string {
 func (*GetPathDelayDistributionRequest) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4784,7 +4876,7 @@ func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetPathDelayDistributionRequest) GetPath() string {
@@ -4848,7 +4940,7 @@ type GetPathDelayDistributionResponse struct {
 
 func (x *GetPathDelayDistributionResponse) Reset() {
 	*x = GetPathDelayDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4860,7 +4952,7 @@ func (x *GetPathDelayDistributionResponse) String() string {
 func (*GetPathDelayDistributionResponse) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4873,7 +4965,7 @@ func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetPathDelayDistributionResponse) GetEpochs() uint32 {
@@ -4960,7 +5052,7 @@ type GetRTTDistributionRequest struct {
 
 func (x *GetRTTDistributionRequest) Reset() {
 	*x = GetRTTDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5064,7 @@ func (x *GetRTTDistributionRequest) String() string {
 func (*GetRTTDistributionRequest) ProtoMessage() {}
 
 func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5077,7 @@ func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetRTTDistributionRequest) GetProbe() string {
@@ -5055,7 +5147,7 @@ type GetRTTDistributionResponse struct {
 
 func (x *GetRTTDistributionResponse) Reset() {
 	*x = GetRTTDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5067,7 +5159,7 @@ func (x *GetRTTDistributionResponse) String() string {
 func (*GetRTTDistributionResponse) ProtoMessage() {}
 
 func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5080,7 +5172,7 @@ func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetRTTDistributionResponse) GetEpochs() uint32 {
@@ -5160,7 +5252,7 @@ type TopRTTPrefixesRequest struct {
 
 func (x *TopRTTPrefixesRequest) Reset() {
 	*x = TopRTTPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5172,7 +5264,7 @@ func (x *TopRTTPrefixesRequest) String() string {
 func (*TopRTTPrefixesRequest) ProtoMessage() {}
 
 func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5185,7 +5277,7 @@ func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TopRTTPrefixesRequest) GetProbe() string {
@@ -5235,7 +5327,7 @@ type TopRTTPrefixesResponse struct {
 
 func (x *TopRTTPrefixesResponse) Reset() {
 	*x = TopRTTPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5247,7 +5339,7 @@ func (x *TopRTTPrefixesResponse) String() string {
 func (*TopRTTPrefixesResponse) ProtoMessage() {}
 
 func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5260,7 +5352,7 @@ func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TopRTTPrefixesResponse) GetPrefixes() []*RTTPrefix {
@@ -5303,7 +5395,7 @@ type ListReorderedPrefixesRequest struct {
 
 func (x *ListReorderedPrefixesRequest) Reset() {
 	*x = ListReorderedPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5315,7 +5407,7 @@ func (x *ListReorderedPrefixesRequest) String() string {
 func (*ListReorderedPrefixesRequest) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5328,7 +5420,7 @@ func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListReorderedPrefixesRequest) GetProbe() string {
@@ -5394,7 +5486,7 @@ type ListReorderedPrefixesResponse struct {
 
 func (x *ListReorderedPrefixesResponse) Reset() {
 	*x = ListReorderedPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5406,7 +5498,7 @@ func (x *ListReorderedPrefixesResponse) String() string {
 func (*ListReorderedPrefixesResponse) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5419,7 +5511,7 @@ func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListReorderedPrefixesResponse) GetEpochs() uint32 {
@@ -5491,7 +5583,7 @@ type ReorderedPrefix struct {
 
 func (x *ReorderedPrefix) Reset() {
 	*x = ReorderedPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5503,7 +5595,7 @@ func (x *ReorderedPrefix) String() string {
 func (*ReorderedPrefix) ProtoMessage() {}
 
 func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5516,7 +5608,7 @@ func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderedPrefix.ProtoReflect.Descriptor instead.
 func (*ReorderedPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReorderedPrefix) GetPrefix() string {
@@ -5589,7 +5681,7 @@ type RTTPrefix struct {
 
 func (x *RTTPrefix) Reset() {
 	*x = RTTPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5601,7 +5693,7 @@ func (x *RTTPrefix) String() string {
 func (*RTTPrefix) ProtoMessage() {}
 
 func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5614,7 +5706,7 @@ func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTPrefix.ProtoReflect.Descriptor instead.
 func (*RTTPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RTTPrefix) GetPrefix() string {
@@ -5663,7 +5755,7 @@ type CDFPoint struct {
 
 func (x *CDFPoint) Reset() {
 	*x = CDFPoint{}
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5675,7 +5767,7 @@ func (x *CDFPoint) String() string {
 func (*CDFPoint) ProtoMessage() {}
 
 func (x *CDFPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5688,7 +5780,7 @@ func (x *CDFPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CDFPoint.ProtoReflect.Descriptor instead.
 func (*CDFPoint) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CDFPoint) GetAtNs() float64 {
@@ -5717,7 +5809,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5729,7 +5821,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5742,7 +5834,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -5769,7 +5861,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5781,7 +5873,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5794,7 +5886,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -5821,7 +5913,7 @@ type DelayQuantile struct {
 
 func (x *DelayQuantile) Reset() {
 	*x = DelayQuantile{}
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5833,7 +5925,7 @@ func (x *DelayQuantile) String() string {
 func (*DelayQuantile) ProtoMessage() {}
 
 func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5846,7 +5938,7 @@ func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
 func (*DelayQuantile) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DelayQuantile) GetQ() float64 {
@@ -5997,7 +6089,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6009,7 +6101,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6022,7 +6114,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PathStats) GetPath() string {
@@ -6375,7 +6467,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6387,7 +6479,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6400,7 +6492,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -6447,7 +6539,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6459,7 +6551,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6472,7 +6564,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -6519,7 +6611,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6531,7 +6623,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6544,7 +6636,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -6659,7 +6751,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6671,7 +6763,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6684,7 +6776,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -6731,7 +6823,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6743,7 +6835,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6756,7 +6848,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -6793,7 +6885,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6805,7 +6897,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6818,7 +6910,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -6925,7 +7017,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6937,7 +7029,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6950,7 +7042,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -7092,7 +7184,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7104,7 +7196,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7117,7 +7209,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -7159,7 +7251,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7171,7 +7263,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7184,7 +7276,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -7217,7 +7309,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7229,7 +7321,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7242,7 +7334,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -7309,7 +7401,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7321,7 +7413,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7334,7 +7426,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
 }
 
 type ListCollectorsResponse struct {
@@ -7346,7 +7438,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[81]
+	mi := &file_owl_v1_owl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7358,7 +7450,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[81]
+	mi := &file_owl_v1_owl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7371,7 +7463,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -7404,7 +7496,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[82]
+	mi := &file_owl_v1_owl_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7416,7 +7508,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[82]
+	mi := &file_owl_v1_owl_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7429,7 +7521,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{82}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -7691,7 +7783,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tcorrected\x18\b \x01(\bR\tcorrected\x12\x16\n" +
 	"\x06detail\x18\t \x01(\tR\x06detail\x12(\n" +
 	"\x10measured_unix_ns\x18\n" +
-	" \x01(\x03R\x0emeasuredUnixNs\"\xd9\x03\n" +
+	" \x01(\x03R\x0emeasuredUnixNs\"\x87\x04\n" +
 	"\x10CollectorMessage\x12*\n" +
 	"\x05paths\x18\x01 \x01(\v2\x12.owl.v1.PathConfigH\x00R\x05paths\x12\x1f\n" +
 	"\x03ack\x18\x02 \x01(\v2\v.owl.v1.AckH\x00R\x03ack\x12(\n" +
@@ -7704,7 +7796,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"sampleRate\x12,\n" +
 	"\blds_size\x18\t \x01(\v2\x0f.owl.v1.LDSSizeH\x00R\aldsSize\x12%\n" +
 	"\x05pause\x18\n" +
-	" \x01(\v2\r.owl.v1.PauseH\x00R\x05pauseB\x05\n" +
+	" \x01(\v2\r.owl.v1.PauseH\x00R\x05pause\x12,\n" +
+	"\blda_size\x18\v \x01(\v2\x0f.owl.v1.LDASizeH\x00R\aldaSizeB\x05\n" +
 	"\x03msg\"\x1f\n" +
 	"\x05Pause\x12\x16\n" +
 	"\x06paused\x18\x01 \x01(\bR\x06paused\"3\n" +
@@ -7758,7 +7851,12 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x1d\n" +
 	"\n" +
 	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\x12\x12\n" +
-	"\x04rows\x18\x04 \x01(\rR\x04rows\"\x8d\x02\n" +
+	"\x04rows\x18\x04 \x01(\rR\x04rows\"P\n" +
+	"\aLDASize\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x1d\n" +
+	"\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\x8d\x02\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
@@ -7767,7 +7865,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\x12(\n" +
 	"\x10lds_digest_bytes\x18\x05 \x01(\rR\x0eldsDigestBytes\x12\x1d\n" +
 	"\n" +
-	"lds_packed\x18\x06 \x01(\bR\tldsPacked\"\xec\x01\n" +
+	"lds_packed\x18\x06 \x01(\bR\tldsPacked\"\x87\x02\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
@@ -7776,7 +7874,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tcollector\x18\x04 \x01(\tR\tcollector\x12!\n" +
 	"\fsample_shift\x18\x05 \x01(\rR\vsampleShift\x12\x19\n" +
 	"\blds_cols\x18\x06 \x01(\rR\aldsCols\x12\x19\n" +
-	"\blds_rows\x18\a \x01(\rR\aldsRows\"A\n" +
+	"\blds_rows\x18\a \x01(\rR\aldsRows\x12\x19\n" +
+	"\blda_rows\x18\b \x01(\rR\aldaRows\"A\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
@@ -8140,7 +8239,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                                // 0: owl.v1.Role
 	(ClockState)(0),                          // 1: owl.v1.ClockState
@@ -8191,56 +8290,57 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*RDASize)(nil),                          // 46: owl.v1.RDASize
 	(*SampleRate)(nil),                       // 47: owl.v1.SampleRate
 	(*LDSSize)(nil),                          // 48: owl.v1.LDSSize
-	(*PathConfig)(nil),                       // 49: owl.v1.PathConfig
-	(*PathAssignment)(nil),                   // 50: owl.v1.PathAssignment
-	(*Ack)(nil),                              // 51: owl.v1.Ack
-	(*Reject)(nil),                           // 52: owl.v1.Reject
-	(*Path)(nil),                             // 53: owl.v1.Path
-	(*Selector)(nil),                         // 54: owl.v1.Selector
-	(*ListProbesRequest)(nil),                // 55: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),               // 56: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                        // 57: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),                 // 58: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),                // 59: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),              // 60: owl.v1.GetPathStatsRequest
-	(*GetPathDelayDistributionRequest)(nil),  // 61: owl.v1.GetPathDelayDistributionRequest
-	(*GetPathDelayDistributionResponse)(nil), // 62: owl.v1.GetPathDelayDistributionResponse
-	(*GetRTTDistributionRequest)(nil),        // 63: owl.v1.GetRTTDistributionRequest
-	(*GetRTTDistributionResponse)(nil),       // 64: owl.v1.GetRTTDistributionResponse
-	(*TopRTTPrefixesRequest)(nil),            // 65: owl.v1.TopRTTPrefixesRequest
-	(*TopRTTPrefixesResponse)(nil),           // 66: owl.v1.TopRTTPrefixesResponse
-	(*ListReorderedPrefixesRequest)(nil),     // 67: owl.v1.ListReorderedPrefixesRequest
-	(*ListReorderedPrefixesResponse)(nil),    // 68: owl.v1.ListReorderedPrefixesResponse
-	(*ReorderedPrefix)(nil),                  // 69: owl.v1.ReorderedPrefix
-	(*RTTPrefix)(nil),                        // 70: owl.v1.RTTPrefix
-	(*CDFPoint)(nil),                         // 71: owl.v1.CDFPoint
-	(*GetPathStatsResponse)(nil),             // 72: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),            // 73: owl.v1.WatchPathStatsRequest
-	(*DelayQuantile)(nil),                    // 74: owl.v1.DelayQuantile
-	(*PathStats)(nil),                        // 75: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),              // 76: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),             // 77: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                        // 78: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                  // 79: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),                 // 80: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),    // 81: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil),   // 82: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),         // 83: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),        // 84: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),                 // 85: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),            // 86: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),           // 87: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                    // 88: owl.v1.CollectorInfo
-	nil,                                      // 89: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),            // 90: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 91: google.protobuf.Duration
+	(*LDASize)(nil),                          // 49: owl.v1.LDASize
+	(*PathConfig)(nil),                       // 50: owl.v1.PathConfig
+	(*PathAssignment)(nil),                   // 51: owl.v1.PathAssignment
+	(*Ack)(nil),                              // 52: owl.v1.Ack
+	(*Reject)(nil),                           // 53: owl.v1.Reject
+	(*Path)(nil),                             // 54: owl.v1.Path
+	(*Selector)(nil),                         // 55: owl.v1.Selector
+	(*ListProbesRequest)(nil),                // 56: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),               // 57: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                        // 58: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),                 // 59: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),                // 60: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),              // 61: owl.v1.GetPathStatsRequest
+	(*GetPathDelayDistributionRequest)(nil),  // 62: owl.v1.GetPathDelayDistributionRequest
+	(*GetPathDelayDistributionResponse)(nil), // 63: owl.v1.GetPathDelayDistributionResponse
+	(*GetRTTDistributionRequest)(nil),        // 64: owl.v1.GetRTTDistributionRequest
+	(*GetRTTDistributionResponse)(nil),       // 65: owl.v1.GetRTTDistributionResponse
+	(*TopRTTPrefixesRequest)(nil),            // 66: owl.v1.TopRTTPrefixesRequest
+	(*TopRTTPrefixesResponse)(nil),           // 67: owl.v1.TopRTTPrefixesResponse
+	(*ListReorderedPrefixesRequest)(nil),     // 68: owl.v1.ListReorderedPrefixesRequest
+	(*ListReorderedPrefixesResponse)(nil),    // 69: owl.v1.ListReorderedPrefixesResponse
+	(*ReorderedPrefix)(nil),                  // 70: owl.v1.ReorderedPrefix
+	(*RTTPrefix)(nil),                        // 71: owl.v1.RTTPrefix
+	(*CDFPoint)(nil),                         // 72: owl.v1.CDFPoint
+	(*GetPathStatsResponse)(nil),             // 73: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),            // 74: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                    // 75: owl.v1.DelayQuantile
+	(*PathStats)(nil),                        // 76: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),              // 77: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),             // 78: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                        // 79: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                  // 80: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),                 // 81: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),    // 82: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil),   // 83: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),         // 84: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),        // 85: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),                 // 86: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),            // 87: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),           // 88: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                    // 89: owl.v1.CollectorInfo
+	nil,                                      // 90: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),            // 91: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 92: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	75,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	76,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
 	7,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
 	8,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	78,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	90,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	79,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	91,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
 	33,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	6,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
 	12,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
@@ -8274,17 +8374,17 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	25,  // 35: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
 	24,  // 36: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
 	37,  // 37: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	54,  // 38: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	55,  // 38: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
 	0,   // 39: owl.v1.EpochReport.role:type_name -> owl.v1.Role
 	36,  // 40: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
 	37,  // 41: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
 	35,  // 42: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
 	34,  // 43: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	89,  // 44: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	90,  // 44: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
 	1,   // 45: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	49,  // 46: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	51,  // 47: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	52,  // 48: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	50,  // 46: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	52,  // 47: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	53,  // 48: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
 	42,  // 49: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
 	44,  // 50: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
 	46,  // 51: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
@@ -8292,107 +8392,108 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	47,  // 53: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
 	48,  // 54: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
 	39,  // 55: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
-	41,  // 56: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	50,  // 57: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	23,  // 58: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	3,   // 59: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
-	53,  // 60: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 61: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 62: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	54,  // 63: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	57,  // 64: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	90,  // 65: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	37,  // 66: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	53,  // 67: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	90,  // 68: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 69: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	90,  // 70: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 71: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	74,  // 72: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	71,  // 73: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	90,  // 74: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 75: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	74,  // 76: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	71,  // 77: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	90,  // 78: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 79: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 80: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	70,  // 81: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	90,  // 82: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 83: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	69,  // 84: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	69,  // 85: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	69,  // 86: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	18,  // 87: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	75,  // 88: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	90,  // 89: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	91,  // 90: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 91: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	37,  // 92: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 93: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	36,  // 94: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	36,  // 95: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	90,  // 96: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	74,  // 97: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	34,  // 98: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	90,  // 99: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 100: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	78,  // 101: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	90,  // 102: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	34,  // 103: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	90,  // 104: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 105: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 106: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	78,  // 107: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	34,  // 108: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	90,  // 109: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 110: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	90,  // 111: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	90,  // 112: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	90,  // 113: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	90,  // 114: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	85,  // 115: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	90,  // 116: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	88,  // 117: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 118: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	55,  // 119: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	58,  // 120: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	60,  // 121: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	61,  // 122: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	63,  // 123: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	65,  // 124: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	67,  // 125: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	73,  // 126: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	76,  // 127: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	79,  // 128: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	81,  // 129: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	83,  // 130: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	86,  // 131: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 132: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 133: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 134: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	38,  // 135: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	56,  // 136: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	59,  // 137: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	72,  // 138: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	62,  // 139: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	64,  // 140: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	66,  // 141: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	68,  // 142: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	75,  // 143: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	77,  // 144: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	80,  // 145: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	82,  // 146: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	84,  // 147: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	87,  // 148: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 149: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 150: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 151: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	135, // [135:152] is the sub-list for method output_type
-	118, // [118:135] is the sub-list for method input_type
-	118, // [118:118] is the sub-list for extension type_name
-	118, // [118:118] is the sub-list for extension extendee
-	0,   // [0:118] is the sub-list for field type_name
+	49,  // 56: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
+	41,  // 57: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	51,  // 58: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	23,  // 59: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	3,   // 60: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	54,  // 61: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 62: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 63: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	55,  // 64: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	58,  // 65: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	91,  // 66: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	37,  // 67: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	54,  // 68: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	91,  // 69: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 70: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	91,  // 71: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 72: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	75,  // 73: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	72,  // 74: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	91,  // 75: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 76: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	75,  // 77: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	72,  // 78: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	91,  // 79: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 80: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 81: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	71,  // 82: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	91,  // 83: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 84: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	70,  // 85: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	70,  // 86: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	70,  // 87: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	18,  // 88: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	76,  // 89: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	91,  // 90: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	92,  // 91: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 92: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	37,  // 93: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 94: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	36,  // 95: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	36,  // 96: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	91,  // 97: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	75,  // 98: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	34,  // 99: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	91,  // 100: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 101: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	79,  // 102: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	91,  // 103: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	34,  // 104: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	91,  // 105: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 106: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 107: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	79,  // 108: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	34,  // 109: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	91,  // 110: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 111: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	91,  // 112: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	91,  // 113: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	91,  // 114: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 115: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	86,  // 116: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	91,  // 117: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	89,  // 118: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 119: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	56,  // 120: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	59,  // 121: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	61,  // 122: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	62,  // 123: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	64,  // 124: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	66,  // 125: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	68,  // 126: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	74,  // 127: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	77,  // 128: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	80,  // 129: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	82,  // 130: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	84,  // 131: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	87,  // 132: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 133: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 134: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 135: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	38,  // 136: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	57,  // 137: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	60,  // 138: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	73,  // 139: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	63,  // 140: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	65,  // 141: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	67,  // 142: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	69,  // 143: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	76,  // 144: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	78,  // 145: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	81,  // 146: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	83,  // 147: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	85,  // 148: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	88,  // 149: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 150: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 151: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 152: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	136, // [136:153] is the sub-list for method output_type
+	119, // [119:136] is the sub-list for method input_type
+	119, // [119:119] is the sub-list for extension type_name
+	119, // [119:119] is the sub-list for extension extendee
+	0,   // [0:119] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -8421,6 +8522,7 @@ func file_owl_v1_owl_proto_init() {
 		(*CollectorMessage_SampleRate)(nil),
 		(*CollectorMessage_LdsSize)(nil),
 		(*CollectorMessage_Pause)(nil),
+		(*CollectorMessage_LdaSize)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -8428,7 +8530,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   84,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -71,6 +71,40 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// WithRows is c at rows rows per bank, or why c does not allow it: more
+// rows than c's, or rows Validate refuses. A collector sizes a path's LDA
+// within its parameters' (LDASize); the banks and seed stay.
+func (c Config) WithRows(rows int) (Config, error) {
+	if rows > c.Rows {
+		return Config{}, fmt.Errorf("lda rows %d exceed the parameters' %d", rows, c.Rows)
+	}
+	c.Rows = rows
+	return c, c.Validate()
+}
+
+// RowsFor is the rows per bank for epochs whose set differences (packets
+// lost or extra) reach d: the least power-of-two multiple of least of at
+// least 2d, at most most (least when d is 0). With d packets spoiling
+// rows at random, about e^(−d/rows) of a bank's rows stay usable: at 2d,
+// three fifths or more.
+func RowsFor(d, least, most int) int {
+	rows := least
+	for rows < 2*d && rows < most {
+		rows *= 2
+	}
+	return min(rows, most)
+}
+
+// Within returns an error wrapping synopsis.ErrMismatch unless o is c at
+// o.Rows rows per bank (WithRows).
+func (c Config) Within(o Config) error {
+	if o.Rows > c.Rows {
+		return fmt.Errorf("%w: lda rows %d exceed the parameters' %d", synopsis.ErrMismatch, o.Rows, c.Rows)
+	}
+	o.Rows = c.Rows
+	return c.Compatible(o)
+}
+
 // Compatible returns an error wrapping synopsis.ErrMismatch when o differs.
 func (c Config) Compatible(o Config) error {
 	if c.Rows != o.Rows || c.Seed != o.Seed || !slices.Equal(c.BankSampleLog2, o.BankSampleLog2) {
