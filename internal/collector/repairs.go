@@ -140,7 +140,8 @@ func (r *sessionRepairs) fetch(ctx context.Context, s reconcile.Side, req *owlv1
 // noteSampleRate remembers a path's upstream packet count of an epoch and,
 // when the sampling rate the probes use no longer fits params.sample.target,
 // tells them a new one: the highest rate 2^-k at which the busiest of the
-// recent epochs would have given at most twice the target.
+// recent epochs would have given at most √2 times the target
+// (sample.ShiftFor), so that it gives about the target.
 func (wk *worker) noteSampleRate(ps *pathState, packets uint64) {
 	target := uint64(wk.cfg.Params.Sample.Target)
 	if target == 0 {
@@ -151,11 +152,7 @@ func (wk *worker) noteSampleRate(ps *pathState, packets uint64) {
 	if len(ps.recentPackets) > 8 {
 		ps.recentPackets = ps.recentPackets[1:]
 	}
-	peak := slices.Max(ps.recentPackets)
-	want := 0
-	for want < sample.MaxShift && peak>>want > 2*target {
-		want++
-	}
+	want := sample.ShiftFor(slices.Max(ps.recentPackets), target)
 	cur, from := ps.sampleShift, ps.newest+sizeLead
 	ps.sampleShift = want
 	ps.mu.Unlock()

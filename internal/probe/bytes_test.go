@@ -17,6 +17,7 @@ import (
 	"github.com/owl-latency/owl/internal/sim"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // BenchmarkReportBytes is what one side of a path ships per packet in its
@@ -153,11 +154,7 @@ func epochTraffic(tb testing.TB, p params.Params, rate int) (layers.LinkType, []
 		}
 	}
 	frames = frames[:rate]
-	shift := 0
-	for uint64(len(frames))>>shift > 2*uint64(p.Sample.Target) {
-		shift++
-	}
-	return link, frames, shift
+	return link, frames, sample.ShiftFor(uint64(len(frames)), uint64(p.Sample.Target))
 }
 
 // nextLDSCols is the LDS size a collector with the default flows settings

@@ -61,6 +61,17 @@ func ForShift(seed uint64, shift int) (Config, error) {
 	return Config{Seed: seed, Threshold: 1 << (64 - shift)}, nil
 }
 
+// ShiftFor is the least shift k at which peak packets give at most √2 ×
+// target sampled ones (2^-k the highest such rate): an epoch as busy as
+// peak then gives between target/√2 and target·√2, about target.
+func ShiftFor(peak, target uint64) int {
+	k := 0
+	for k < MaxShift && float64(peak>>k) > math.Sqrt2*float64(target) {
+		k++
+	}
+	return k
+}
+
 // Shift is k when the configuration keeps 2^-k of packets, or −1 when its
 // threshold is not a power of two.
 func (c Config) Shift() int {

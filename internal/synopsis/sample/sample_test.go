@@ -492,3 +492,22 @@ func TestDecodeKeysRejects(t *testing.T) {
 		}
 	}
 }
+
+// ShiftFor gives an epoch as busy as peak about target entries: within a
+// factor √2 either way once peak reaches target/√2, and rate 1 below.
+func TestShiftFor(t *testing.T) {
+	for _, c := range []struct {
+		peak, target uint64
+		want         int
+	}{{0, 1000, 0}, {1000, 1000, 0}, {1414, 1000, 0}, {1415, 1000, 1}, {10_000, 1000, 3}, {100_000, 1000, 7}, {1_000_000, 1000, 10}} {
+		if got := ShiftFor(c.peak, c.target); got != c.want {
+			t.Errorf("ShiftFor(%d, %d) = %d, want %d", c.peak, c.target, got, c.want)
+		}
+	}
+	for peak := uint64(708); peak < 1<<40; peak = peak*3/2 + 1 {
+		n := float64(peak >> ShiftFor(peak, 1000))
+		if n <= 1000/math.Sqrt2-1 || n > 1000*math.Sqrt2 {
+			t.Errorf("peak %d: %v entries, not within a factor √2 of 1,000", peak, n)
+		}
+	}
+}
