@@ -83,8 +83,8 @@ func (c Config) WithRows(rows int) (Config, error) {
 }
 
 // RowsFor is the rows per bank for epochs whose set differences (packets
-// lost or extra) reach d: the least power-of-two multiple of least of at
-// least 2d, at most most (least when d is 0). With d packets spoiling
+// lost or extra) reach d: the smallest least·2^k of at least 2d, at most
+// most (least when d is 0). With d packets spoiling
 // rows at random, about e^(−d/rows) of a bank's rows stay usable: at 2d,
 // three fifths or more.
 func RowsFor(d, least, most int) int {
