@@ -188,6 +188,10 @@ type FlowsConfig struct {
 	// LDSLargePackets is the size (packets per epoch) of the flows the
 	// LDS is sized to measure well; smaller flows share cells.
 	LDSLargePackets int `yaml:"lds_large_packets"`
+	// SampleMinDelays is how many sampled delays of a top flow an epoch
+	// needs for the flow's delay quantiles (with 95% intervals). Any
+	// number gives the flow a mean where its sketches give none.
+	SampleMinDelays int `yaml:"sample_min_delays"`
 	// LDSDigestBytes is how many low bytes of each LDS cell's digest (the
 	// xor of its packets' IDs) the probes send: 8, 4 or 2. A cell is used
 	// for a flow only when both sides agree on its count and digest; with
@@ -298,7 +302,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MaxBuckets: 1 << 19, LDAMinRows: 32, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
-		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSMinRows: 2, LDSLargePackets: 128, LDSDigestBytes: 4, LDSPacked: true},
+		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSMinRows: 2, LDSLargePackets: 128, SampleMinDelays: 20, LDSDigestBytes: 4, LDSPacked: true},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
 		Reorder:         DefaultReorderConfig(),
@@ -420,6 +424,9 @@ func (c FlowsConfig) Validate(epochLen time.Duration, sketch lds.Config) error {
 	}
 	if !slices.Contains(lds.DigestWidths, c.LDSDigestBytes) {
 		return fmt.Errorf("lds_digest_bytes %d must be one of %v", c.LDSDigestBytes, lds.DigestWidths)
+	}
+	if c.SampleMinDelays < 1 {
+		return fmt.Errorf("sample_min_delays %d must be positive", c.SampleMinDelays)
 	}
 	if c.LDSLargePackets < 1 {
 		return fmt.Errorf("lds_large_packets %d must be positive", c.LDSLargePackets)

@@ -65,26 +65,35 @@ func (wk *worker) epochSketches(ew *epochWork, ldss [2][]byte, upL, downL *lds.L
 }
 
 // topFlows repairs the epoch's sketches with what RDA reconciliation found,
-// estimates the flows the two sides' RAP tables name, and adds them and the
-// repaired sketches to w. It returns the results, heaviest first.
+// estimates the flows the two sides' RAP tables name, from the sketches
+// and from the flows' sampled delays, and adds them and the repaired
+// sketches to w. It returns the results, heaviest first.
 func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owlv1.FlowStats {
 	up, down, path, epoch := ew.pr.up, ew.pr.down, ew.ps.path.Name, ew.epoch
-	if up.ldsCfg == nil || down.ldsCfg == nil {
-		return nil
+	var upL, downL *lds.LDS
+	if up.ldsCfg != nil && down.ldsCfg != nil {
+		upL, downL = sketches.Get().(*lds.LDS), sketches.Get().(*lds.LDS)
+		defer sketches.Put(upL)
+		defer sketches.Put(downL)
+		if !wk.epochSketches(ew, ldss, upL, downL) {
+			upL, downL = nil, nil
+		}
 	}
-	upL, downL := sketches.Get().(*lds.LDS), sketches.Get().(*lds.LDS)
-	defer sketches.Put(upL)
-	defer sketches.Put(downL)
-	if !wk.epochSketches(ew, ldss, upL, downL) {
+	sampled := flowDelays(ew)
+	if upL == nil && sampled.delays == nil {
 		return nil
 	}
 	remove := ew.remove
-	repaired := removeFromLDS(upL, downL, remove)
-	wk.noteLDSLoad(ew.ps, wk.ldsLoad(ew, upL, downL))
+	repaired := len(remove[0])+len(remove[1]) > 0
+	if upL != nil {
+		removeFromLDS(upL, downL, remove)
+		wk.noteLDSLoad(ew.ps, wk.ldsLoad(ew, upL, downL))
+	}
 	// The repaired sketches hold only the delivered packets: a flow's
 	// loss is the packets of it that reconciliation found upstream only.
+	// Without sketches, that is the loss where reconciliation was exact.
 	var lost map[uint64]float64
-	if repaired {
+	if repaired || upL == nil && ew.res.GetDecoded() {
 		lost = lostByFlow(remove[reconcile.Upstream])
 	}
 	seen := map[uint64]bool{}
@@ -100,27 +109,40 @@ func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owl
 				continue
 			}
 			seen[h] = true
-			fs := wk.estimateFlow(path, epoch, upL, downL, f)
+			fs := wk.flowResult(path, epoch, f, upL, downL)
 			fs.Top = true
-			if repaired {
+			if lost != nil {
 				fs.Lost = lost[h]
 				fs.Packets += fs.Lost
 			}
 			// The count-min estimate is an upper bound like the RAP
 			// counter; the smaller of the two is the better.
-			if p := float64(tf.GetPackets()); p > 0 && p < fs.Packets {
+			if p := float64(tf.GetPackets()); p > 0 && (p < fs.Packets || upL == nil) {
 				fs.Packets = p
 			}
+			applyFlowSample(fs, sampled.delays[h], sampled, wk.cfg.Flows.SampleMinDelays)
 			out = append(out, fs)
 			w.Flows = append(w.Flows, store.FlowResult{Hash: h, Stats: fs})
 		}
 	}
 	slices.SortFunc(out, func(a, b *owlv1.FlowStats) int { return cmp.Compare(b.GetPackets(), a.GetPackets()) })
-	// Kept in the pair form, a fifth to a quarter of the two wire forms
-	// (compatible: checked in epochSketches).
-	pb, _ := lds.AppendPair(make([]byte, 0, (len(ldss[0])+len(ldss[1]))/3), upL, downL)
-	w.LDS = append(w.LDS, store.LDSPair{EpochRef: store.EpochRef{Path: path, Epoch: epoch}, Pair: pb})
+	if upL != nil {
+		// Kept in the pair form, a fifth to a quarter of the two wire
+		// forms (compatible: checked in epochSketches).
+		pb, _ := lds.AppendPair(make([]byte, 0, (len(ldss[0])+len(ldss[1]))/3), upL, downL)
+		w.LDS = append(w.LDS, store.LDSPair{EpochRef: store.EpochRef{Path: path, Epoch: epoch}, Pair: pb})
+	}
 	return out
+}
+
+// flowResult is a flow's result from the epoch's sketches, or, with none
+// (nil), the result the flow's sampled delays fill in.
+func (wk *worker) flowResult(path string, epoch int64, f capture.FlowKey, upL, downL *lds.LDS) *owlv1.FlowStats {
+	if upL != nil {
+		return wk.estimateFlow(path, epoch, upL, downL, f)
+	}
+	return &owlv1.FlowStats{Path: path, Epoch: epoch, Flow: netpath.FlowToProto(f), Epochs: 1,
+		Start: timestamppb.New(time.Unix(0, wk.cfg.Params.Epoch.StartNS(epoch)))}
 }
 
 // decodeLDSPair decodes a stored pair of sketches, of either form.

@@ -48,7 +48,7 @@ func decodeList(s *side, prm params.Params) error {
 			return err
 		}
 		for _, p := range l.Packets {
-			s.sample.Insert(p.ID, p.OffsetNS)
+			s.sample.InsertFlow(p.ID, p.Flow, p.OffsetNS)
 		}
 	}
 	cfg := prm.LDS

@@ -84,6 +84,9 @@ type side struct {
 	digest uint64 // of its content (reportDigest)
 	// sample is the report's packet sample (nil: it has none).
 	sample *sample.Sample
+	// flowOf maps the keys of sampled packets to their flows' hashes
+	// (sampleFlows), for the top flows' sampled delays.
+	flowOf map[uint64]uint64
 	// listed says the report sent its exact list in place of synopses:
 	// lda, sample and ldsCfg were built from it, the RDA and LDS are
 	// built when the epoch is reconciled.
@@ -152,6 +155,10 @@ func decodeSide(p store.Pending, prm params.Params) (*side, error) {
 		if err := decodeList(s, prm); err != nil {
 			return nil, err
 		}
+		var err error
+		if s.flowOf, err = sampleFlows(s, prm.LDS.Seed); err != nil {
+			return nil, err
+		}
 		return s, nil
 	}
 	l, err := lda.Decode(p.Report.GetLda())
@@ -179,6 +186,9 @@ func decodeSide(p store.Pending, prm params.Params) (*side, error) {
 			return nil, err
 		}
 		s.ldsCfg = &cfg
+	}
+	if s.flowOf, err = sampleFlows(s, prm.LDS.Seed); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -216,29 +217,39 @@ func (s queryService) GetFlowStats(ctx context.Context, req *owlv1.GetFlowStatsR
 	}
 	limit = min(limit, maxResults)
 	h := f.Hash(s.c.cfg.Params.LDS.Seed)
-	var out []*owlv1.FlowStats
+	// The flow's stored results (a top flow's, also of epochs that sent
+	// no sketches), then an estimate from the sketches of the others.
+	byEpoch := map[int64]*owlv1.FlowStats{}
+	err = s.c.store.FlowResultsOf(req.GetPath(), lo, hi, h, func(fs *owlv1.FlowStats) bool {
+		byEpoch[fs.GetEpoch()] = fs
+		return ctx.Err() == nil
+	})
 	var decodeErr error
-	err = s.c.store.LDSPairs(req.GetPath(), lo, hi, func(p store.LDSPair) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		if fs, err := s.c.store.FlowResult(req.GetPath(), p.Epoch, h); err == nil && fs != nil {
-			out = append(out, fs)
-		} else {
+	if err == nil {
+		err = s.c.store.LDSPairs(req.GetPath(), lo, hi, func(p store.LDSPair) bool {
+			if ctx.Err() != nil {
+				return false
+			}
+			if byEpoch[p.Epoch] != nil {
+				return true
+			}
 			up, down, err := decodeLDSPair(p)
 			if err != nil {
 				decodeErr = fmt.Errorf("the sketches of %s epoch %d: %w", p.Path, p.Epoch, err)
 				return false
 			}
-			out = append(out, s.c.worker.estimateFlow(req.GetPath(), p.Epoch, up, down, f))
-		}
-		if len(out) > limit {
-			out = out[1:]
-		}
-		return true
-	})
+			byEpoch[p.Epoch] = s.c.worker.estimateFlow(req.GetPath(), p.Epoch, up, down, f)
+			return true
+		})
+	}
 	if err = errors.Join(err, decodeErr); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	epochs := slices.Sorted(maps.Keys(byEpoch))
+	epochs = epochs[max(0, len(epochs)-limit):]
+	out := make([]*owlv1.FlowStats, len(epochs))
+	for i, e := range epochs {
+		out[i] = byEpoch[e]
 	}
 	return &owlv1.GetFlowStatsResponse{Stats: out}, ctx.Err()
 }

@@ -415,7 +415,7 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 			ed.ldss[i].Insert(flowHash, p.ID, off, weight)
 			ed.raps[i].Add(flowHash, &p.Flow)
 			ed.caches[i].add(newEntry(p.ID, flowHash, off, weight), pl.maxCache)
-			if s := ed.samples[i]; s != nil && s.Insert(p.ID, off) && s.Len() > pl.params.Sample.MaxEntries {
+			if s := ed.samples[i]; s != nil && s.InsertFlow(p.ID, flowHash, off) && s.Len() > pl.params.Sample.MaxEntries {
 				s.Halve()
 			}
 			ed.packets[i]++
@@ -518,17 +518,25 @@ func (r *reporter) report(ce closedEpoch) {
 			rb, _ = ed.rdas[i].MarshalBinary()
 		}
 		var sb2 []byte
-		if s := ed.samples[i]; s != nil {
-			sb2, _ = s.MarshalBinary() // does not fail
-		}
 		var top []*owlv1.TopFlow
+		var hashes []uint64
 		for _, e := range ed.raps[i].Top(r.topFlows) {
 			top = append(top, &owlv1.TopFlow{Flow: netpath.FlowToProto(e.Value), Packets: e.Count})
+			hashes = append(hashes, e.Key)
+		}
+		if s := ed.samples[i]; s != nil {
+			sb2, _ = s.MarshalBinary() // does not fail
+			for k, pos := range s.FlowPositions(hashes) {
+				top[k].SamplePositions = pos
+			}
 		}
 		c := ed.caches[i]
 		list := r.exactList(c, rb != nil, len(b)+len(sb)+len(rb)+len(sb2))
 		if list != nil {
 			b, sb, rb, sb2 = nil, nil, nil, nil
+			for _, tf := range top {
+				tf.SamplePositions = nil // the list says every packet's flow
+			}
 		}
 		r.caches.put(a.path.Name, ce.epoch, c)
 		r.emit(&owlv1.EpochReport{

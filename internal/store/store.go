@@ -655,6 +655,28 @@ func (s *Store) FlowResults(path string, from, to int64, fn func(hash uint64, f 
 	})
 }
 
+// FlowResultsOf calls fn with the stored results of the flow with hash
+// hash in epochs from..to, in epoch order, until fn returns false.
+func (s *Store) FlowResultsOf(path string, from, to int64, hash uint64, fn func(f *owlv1.FlowStats) bool) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketFlows).Cursor()
+		end := flowKey(path, to, ^uint64(0))
+		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+			if len(k) < 8 || binary.BigEndian.Uint64(k[len(k)-8:]) != hash {
+				continue
+			}
+			f := &owlv1.FlowStats{}
+			if err := proto.Unmarshal(v, f); err != nil {
+				return fmt.Errorf("flow result %x: %w", k, err)
+			}
+			if !fn(f) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
 // FlowResult returns one stored per-flow result, or nil.
 func (s *Store) FlowResult(path string, epoch int64, hash uint64) (*owlv1.FlowStats, error) {
 	var out *owlv1.FlowStats

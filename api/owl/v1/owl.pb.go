@@ -2748,9 +2748,14 @@ type TopFlow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Flow  *FlowKey               `protobuf:"bytes,1,opt,name=flow,proto3" json:"flow,omitempty"`
 	// packets is the RAP counter (an upper bound for flows admitted late).
-	Packets       uint64 `protobuf:"varint,2,opt,name=packets,proto3" json:"packets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Packets uint64 `protobuf:"varint,2,opt,name=packets,proto3" json:"packets,omitempty"`
+	// sample_positions says which entries of the report's sample (in the
+	// sample's order: by key, then time) are this flow's packets: the
+	// first entry's position, then each one's distance from the one before.
+	// The collector joins them into the flow's exact sampled delays.
+	SamplePositions []uint32 `protobuf:"varint,3,rep,packed,name=sample_positions,json=samplePositions,proto3" json:"sample_positions,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TopFlow) Reset() {
@@ -2795,6 +2800,13 @@ func (x *TopFlow) GetPackets() uint64 {
 		return x.Packets
 	}
 	return 0
+}
+
+func (x *TopFlow) GetSamplePositions() []uint32 {
+	if x != nil {
+		return x.SamplePositions
+	}
+	return nil
 }
 
 // Counters say what a probe saw, and what it did not, during an epoch.
@@ -6604,7 +6616,17 @@ type FlowStats struct {
 	// (stddev / √observed; 0 when the flow's cells do not allow a stddev).
 	// The sketch uses a subset of the flow's packets: expect the mean within a
 	// few standard errors, plus what colliding flows add.
-	StderrNs      float64 `protobuf:"fixed64,13,opt,name=stderr_ns,json=stderrNs,proto3" json:"stderr_ns,omitempty"`
+	StderrNs float64 `protobuf:"fixed64,13,opt,name=stderr_ns,json=stderrNs,proto3" json:"stderr_ns,omitempty"`
+	// estimator says where mean_ns and stddev_ns come from: "lds" (the
+	// sketches) or "sample" (the flow's sampled packets' exact delays, when
+	// the sketches gave none, or none were sent).
+	Estimator string `protobuf:"bytes,15,opt,name=estimator,proto3" json:"estimator,omitempty"`
+	// sample_delays counts the flow's sampled packets both sides saw (top
+	// flows only); quantiles are their delay quantiles, with 95% intervals,
+	// once there are at least the collector's flows.sample_min_delays of
+	// them (exact at sampling rate 1).
+	SampleDelays  uint64           `protobuf:"varint,16,opt,name=sample_delays,json=sampleDelays,proto3" json:"sample_delays,omitempty"`
+	Quantiles     []*DelayQuantile `protobuf:"bytes,17,rep,name=quantiles,proto3" json:"quantiles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6735,6 +6757,27 @@ func (x *FlowStats) GetStderrNs() float64 {
 		return x.StderrNs
 	}
 	return 0
+}
+
+func (x *FlowStats) GetEstimator() string {
+	if x != nil {
+		return x.Estimator
+	}
+	return ""
+}
+
+func (x *FlowStats) GetSampleDelays() uint64 {
+	if x != nil {
+		return x.SampleDelays
+	}
+	return 0
+}
+
+func (x *FlowStats) GetQuantiles() []*DelayQuantile {
+	if x != nil {
+		return x.Quantiles
+	}
+	return nil
 }
 
 type TopFlowsRequest struct {
@@ -7758,10 +7801,11 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x19\n" +
 	"\bsrc_port\x18\x03 \x01(\rR\asrcPort\x12\x19\n" +
 	"\bdst_port\x18\x04 \x01(\rR\adstPort\x12\x1a\n" +
-	"\bprotocol\x18\x05 \x01(\rR\bprotocol\"H\n" +
+	"\bprotocol\x18\x05 \x01(\rR\bprotocol\"s\n" +
 	"\aTopFlow\x12#\n" +
 	"\x04flow\x18\x01 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12\x18\n" +
-	"\apackets\x18\x02 \x01(\x04R\apackets\"\xae\x02\n" +
+	"\apackets\x18\x02 \x01(\x04R\apackets\x12)\n" +
+	"\x10sample_positions\x18\x03 \x03(\rR\x0fsamplePositions\"\xae\x02\n" +
 	"\bCounters\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x12\n" +
 	"\x04late\x18\x02 \x01(\x04R\x04late\x12M\n" +
@@ -8092,7 +8136,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\"?\n" +
 	"\x14GetFlowStatsResponse\x12'\n" +
-	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05stats\"\x8b\x03\n" +
+	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.FlowStatsR\x05stats\"\x83\x04\n" +
 	"\tFlowStats\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x120\n" +
@@ -8108,7 +8152,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	" \x01(\bR\x03top\x12\x1c\n" +
 	"\testimated\x18\v \x01(\bR\testimated\x12\x16\n" +
 	"\x06epochs\x18\f \x01(\rR\x06epochs\x12\x1b\n" +
-	"\tstderr_ns\x18\r \x01(\x01R\bstderrNs\"\x93\x02\n" +
+	"\tstderr_ns\x18\r \x01(\x01R\bstderrNs\x12\x1c\n" +
+	"\testimator\x18\x0f \x01(\tR\testimator\x12#\n" +
+	"\rsample_delays\x18\x10 \x01(\x04R\fsampleDelays\x123\n" +
+	"\tquantiles\x18\x11 \x03(\v2\x15.owl.v1.DelayQuantileR\tquantiles\"\x93\x02\n" +
 	"\x0fTopFlowsRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
@@ -8441,59 +8488,60 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	79,  // 102: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
 	91,  // 103: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
 	34,  // 104: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	91,  // 105: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 106: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 107: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	79,  // 108: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	34,  // 109: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	91,  // 110: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 111: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	91,  // 112: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	91,  // 113: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	91,  // 114: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 115: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	86,  // 116: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	91,  // 117: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	89,  // 118: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 119: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	56,  // 120: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	59,  // 121: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	61,  // 122: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	62,  // 123: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	64,  // 124: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	66,  // 125: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	68,  // 126: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	74,  // 127: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	77,  // 128: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	80,  // 129: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	82,  // 130: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	84,  // 131: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	87,  // 132: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 133: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 134: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 135: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	38,  // 136: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	57,  // 137: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	60,  // 138: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	73,  // 139: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	63,  // 140: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	65,  // 141: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	67,  // 142: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	69,  // 143: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	76,  // 144: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	78,  // 145: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	81,  // 146: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	83,  // 147: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	85,  // 148: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	88,  // 149: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 150: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 151: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 152: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	136, // [136:153] is the sub-list for method output_type
-	119, // [119:136] is the sub-list for method input_type
-	119, // [119:119] is the sub-list for extension type_name
-	119, // [119:119] is the sub-list for extension extendee
-	0,   // [0:119] is the sub-list for field type_name
+	75,  // 105: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
+	91,  // 106: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 107: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 108: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	79,  // 109: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	34,  // 110: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	91,  // 111: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 112: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	91,  // 113: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	91,  // 114: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	91,  // 115: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 116: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	86,  // 117: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	91,  // 118: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	89,  // 119: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 120: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	56,  // 121: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	59,  // 122: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	61,  // 123: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	62,  // 124: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	64,  // 125: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	66,  // 126: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	68,  // 127: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	74,  // 128: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	77,  // 129: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	80,  // 130: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	82,  // 131: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	84,  // 132: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	87,  // 133: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 134: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 135: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 136: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	38,  // 137: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	57,  // 138: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	60,  // 139: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	73,  // 140: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	63,  // 141: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	65,  // 142: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	67,  // 143: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	69,  // 144: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	76,  // 145: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	78,  // 146: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	81,  // 147: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	83,  // 148: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	85,  // 149: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	88,  // 150: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 151: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 152: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 153: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	137, // [137:154] is the sub-list for method output_type
+	120, // [120:137] is the sub-list for method input_type
+	120, // [120:120] is the sub-list for extension type_name
+	120, // [120:120] is the sub-list for extension extendee
+	0,   // [0:120] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }

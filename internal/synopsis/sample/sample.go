@@ -140,6 +140,9 @@ func (c Config) KeepsKey(k uint64) bool {
 type Entry struct {
 	Key      uint64
 	OffsetNS int64
+	// Flow is the hash of the packet's flow where the sampler said it
+	// (InsertFlow), else 0; the wire form does not carry it.
+	Flow uint64
 }
 
 // Sample is one side's sampled packets of one epoch.
@@ -165,14 +168,66 @@ func (s *Sample) Len() int { return len(s.entries) }
 
 // Insert offers a packet; it is kept when the configuration keeps it, and
 // Insert says whether it was.
-func (s *Sample) Insert(id uint64, offsetNS int64) bool {
+func (s *Sample) Insert(id uint64, offsetNS int64) bool { return s.InsertFlow(id, 0, offsetNS) }
+
+// InsertFlow is Insert of a packet of the flow with hash flow, which the
+// entry keeps (Entry.Flow) for the sender to say which entries are of
+// which flow; the wire form does not carry it.
+func (s *Sample) InsertFlow(id, flow uint64, offsetNS int64) bool {
 	h := synopsis.Hash(id, s.cfg.Seed)
 	if s.cfg.Threshold != math.MaxUint64 && h >= s.cfg.Threshold {
 		return false
 	}
-	s.entries = append(s.entries, Entry{h &^ keyLow, offsetNS})
+	s.entries = append(s.entries, Entry{Key: h &^ keyLow, OffsetNS: offsetNS, Flow: flow})
 	s.sorted = false
 	return true
+}
+
+// FlowPositions returns, for each flow hash of flows, the positions in
+// Entries of the entries of that flow, as gaps: the first position, then
+// each one's distance from the one before (the form a report's top flows
+// carry). Flows with no entry get none.
+func (s *Sample) FlowPositions(flows []uint64) [][]uint32 {
+	out := make([][]uint32, len(flows))
+	at := make(map[uint64]int, len(flows))
+	for i, f := range flows {
+		at[f] = i
+	}
+	last := make([]int, len(flows))
+	for i, e := range s.Entries() {
+		k, ok := at[e.Flow]
+		if !ok {
+			continue
+		}
+		if len(out[k]) == 0 {
+			out[k] = append(out[k], uint32(i))
+		} else {
+			out[k] = append(out[k], uint32(i-last[k]))
+		}
+		last[k] = i
+	}
+	return out
+}
+
+// Positions decodes gaps (as FlowPositions gives them) into positions of
+// a sample of n entries; it refuses positions out of order or range.
+func Positions(gaps []uint32, n int) ([]int, error) {
+	out := make([]int, 0, min(len(gaps), n))
+	at := -1
+	for i, g := range gaps {
+		if i > 0 && g == 0 {
+			return nil, fmt.Errorf("sample positions: gap %d is 0", i)
+		}
+		at += int(g)
+		if i == 0 {
+			at++
+		}
+		if at >= n || at < 0 {
+			return nil, fmt.Errorf("sample positions: position %d past the sample's %d entries", at, n)
+		}
+		out = append(out, at)
+	}
+	return out, nil
 }
 
 // Halve halves the sampling rate, dropping the entries the lower
@@ -354,7 +409,7 @@ func Decode(b []byte) (*Sample, error) {
 			return nil, fmt.Errorf("%w: sample entry %d of %d truncated or its key beyond %d bits", synopsis.ErrFormat, i, n, KeyBits)
 		}
 		key += d
-		e := Entry{key << (64 - KeyBits), least + int64(off)}
+		e := Entry{Key: key << (64 - KeyBits), OffsetNS: least + int64(off)}
 		if e.OffsetNS < least {
 			return nil, fmt.Errorf("%w: sample entry %d: offset overflows", synopsis.ErrFormat, i)
 		}
@@ -413,7 +468,7 @@ func decodeIDs(r *synopsis.Reader) (*Sample, error) {
 			r.Fail("id", "not one the sampling keeps")
 			return nil, r.Err()
 		}
-		s.entries = append(s.entries, Entry{cfg.Key(id), off})
+		s.entries = append(s.entries, Entry{Key: cfg.Key(id), OffsetNS: off})
 		prevID, prevOff = id, off
 	}
 	if err := r.Done(); err != nil {

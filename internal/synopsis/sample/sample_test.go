@@ -134,7 +134,7 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 	// Copies of one ID, in time order.
 	key := s.Entries()[10].Key
-	s.entries = append(s.entries, Entry{key, 2e9}, Entry{key, 3e9})
+	s.entries = append(s.entries, Entry{Key: key, OffsetNS: 2e9}, Entry{Key: key, OffsetNS: 3e9})
 	s.sorted = false
 	b, err := s.MarshalBinary()
 	if err != nil {
@@ -508,6 +508,52 @@ func TestShiftFor(t *testing.T) {
 		n := float64(peak >> ShiftFor(peak, 1000))
 		if n <= 1000/math.Sqrt2-1 || n > 1000*math.Sqrt2 {
 			t.Errorf("peak %d: %v entries, not within a factor √2 of 1,000", peak, n)
+		}
+	}
+}
+
+// TestFlowPositions checks that the positions a sender gives of each
+// flow's entries decode, on a decoded copy of its sample, to exactly the
+// entries of that flow, and that bad positions are refused.
+func TestFlowPositions(t *testing.T) {
+	cfg, _ := ForShift(5, 2)
+	s, _ := New(cfg)
+	r := rand.New(rand.NewPCG(8, 9))
+	want := map[uint64]map[uint64]bool{} // flow → keys
+	for i := 0; i < 20_000; i++ {
+		id, flow := r.Uint64(), uint64(r.IntN(40))
+		if s.InsertFlow(id, flow, r.Int64N(1e9)) {
+			if want[flow] == nil {
+				want[flow] = map[uint64]bool{}
+			}
+			want[flow][cfg.Key(id)] = true
+		}
+	}
+	flows := []uint64{3, 17, 39, 1000} // 1000: no entry
+	gaps := s.FlowPositions(flows)
+	b, _ := s.MarshalBinary()
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := got.Entries()
+	for i, f := range flows {
+		pos, err := Positions(gaps[i], len(es))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pos) != len(want[f]) {
+			t.Fatalf("flow %d: %d positions, %d entries", f, len(pos), len(want[f]))
+		}
+		for _, p := range pos {
+			if !want[f][es[p].Key] {
+				t.Fatalf("flow %d: position %d holds a key of another flow", f, p)
+			}
+		}
+	}
+	for _, bad := range [][]uint32{{uint32(len(es))}, {0, 0}, {3, 1 << 31, 1 << 31}} {
+		if _, err := Positions(bad, len(es)); err == nil {
+			t.Errorf("positions %v of %d entries accepted", bad, len(es))
 		}
 	}
 }
