@@ -188,6 +188,14 @@ type FlowsConfig struct {
 	// LDSLargePackets is the size (packets per epoch) of the flows the
 	// LDS is sized to measure well; smaller flows share cells.
 	LDSLargePackets int `yaml:"lds_large_packets"`
+	// LDS is "auto" (the default): the collector turns a path's LDS off
+	// while its packet sample gives a flow of LDSLargePackets at least
+	// SampleMinDelays sampled delays (at the defaults, up to about 10,000
+	// packets per epoch), and the top flows' results come from the
+	// sample; or "always": every epoch carries an LDS, so that
+	// GetFlowStats can estimate any flow, not only the top ones. "auto"
+	// needs LDSMinCols above 0.
+	LDS string `yaml:"lds"`
 	// SampleMinDelays is how many sampled delays of a top flow an epoch
 	// needs for the flow's delay quantiles (with 95% intervals). Any
 	// number gives the flow a mean where its sketches give none.
@@ -285,6 +293,12 @@ type DelayBounds struct {
 	Max time.Duration `yaml:"max"`
 }
 
+// The values of FlowsConfig.LDS.
+const (
+	ldsAuto   = "auto"
+	ldsAlways = "always"
+)
+
 // DefaultConfig listens on :7700 (gRPC) and :7701 (HTTP) and keeps data in
 // ./owl-data.
 func DefaultConfig() Config {
@@ -302,7 +316,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MaxBuckets: 1 << 19, LDAMinRows: 32, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
-		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSMinRows: 2, LDSLargePackets: 128, SampleMinDelays: 20, LDSDigestBytes: 4, LDSPacked: true},
+		Flows:           FlowsConfig{Retention: time.Hour, MetricsTop: 10, LDSMinCols: 64, LDSMinRows: 2, LDSLargePackets: 128, LDS: ldsAuto, SampleMinDelays: 16, LDSDigestBytes: 4, LDSPacked: true},
 		Colate:          ColateConfig{MaxBytes: 10 << 30, Beta: 0.05, Alpha: 0.95},
 		RTT:             RTTConfig{Retention: 24 * time.Hour},
 		Reorder:         DefaultReorderConfig(),
@@ -424,6 +438,9 @@ func (c FlowsConfig) Validate(epochLen time.Duration, sketch lds.Config) error {
 	}
 	if !slices.Contains(lds.DigestWidths, c.LDSDigestBytes) {
 		return fmt.Errorf("lds_digest_bytes %d must be one of %v", c.LDSDigestBytes, lds.DigestWidths)
+	}
+	if c.LDS != ldsAuto && c.LDS != ldsAlways {
+		return fmt.Errorf("lds %q must be %q or %q", c.LDS, ldsAuto, ldsAlways)
 	}
 	if c.SampleMinDelays < 1 {
 		return fmt.Errorf("sample_min_delays %d must be positive", c.SampleMinDelays)

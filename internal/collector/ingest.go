@@ -290,7 +290,7 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 			st.mu.Lock()
 			a.RdaBuckets = uint32(st.rdaBuckets)
 			a.SampleShift = uint32(st.sampleShift)
-			a.LdsCols, a.LdsRows = uint32(st.ldsCols), st.ldsRows
+			a.LdsCols, a.LdsRows, a.LdsOff = uint32(st.ldsCols), st.ldsRows, st.ldsOff
 			a.LdaRows = uint32(st.ldaRows)
 			st.mu.Unlock()
 		}

@@ -326,3 +326,61 @@ func TestLDARowsFollowDifferences(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestLDSOffWhileTheSampleCovers: with flows.lds "auto", a path's LDS is
+// off while a flow of flows.lds_large_packets gets flows.sample_min_delays
+// sampled delays and the top flows name their sampled packets, on again
+// when the rate falls below that or they stop naming them; an epoch with
+// no sampled packet changes nothing; "always" keeps it on. The probes
+// are told (LDSSize.off), and so is a probe that connects later
+// (PathAssignment.lds_off).
+func TestLDSOffWhileTheSampleCovers(t *testing.T) {
+	for _, mode := range []string{ldsAuto, ldsAlways} {
+		cfg := testConfig(t)
+		cfg.Flows.LDS = mode
+		c := newTest(t, cfg)
+		conn := serve(t, c)
+		sizes, _ := ldsSizes(probeStream(t, conn, "a", cfg.Params))
+		ps := c.paths["p"]
+		off := func() bool {
+			ps.mu.Lock()
+			defer ps.mu.Unlock()
+			return ps.ldsOff
+		}
+		auto := mode == ldsAuto
+		for i, step := range []struct {
+			packets  uint64
+			sampling flowSampling
+			off      bool
+		}{
+			{1000, samplingNamed, auto},   // rate 1: 128 delays
+			{10_000, samplingNamed, auto}, // 1/8: 16
+			{10_000, samplingNone, false}, // an older probe: no names
+			{10_000, samplingNamed, auto},
+			{10_000, samplingUnknown, auto}, // nothing sampled: as it was
+			{20_000, samplingNamed, false},  // 1/16: 8
+			{0, samplingUnknown, false},
+		} {
+			was := off()
+			c.worker.noteSampleRate(ps, step.packets, step.sampling)
+			if got := off(); got != step.off {
+				t.Fatalf("%s, step %d (%d packets, sampling %d): off %t, want %t", mode, i, step.packets, step.sampling, got, step.off)
+			}
+			if step.off == was {
+				continue
+			}
+			select {
+			case m := <-sizes:
+				if m.GetOff() != step.off {
+					t.Errorf("%s, step %d: told off %t", mode, i, m.GetOff())
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s, step %d: the probe was not told", mode, i)
+			}
+			if a := c.pathConfig("b").GetPaths()[0]; a.GetLdsOff() != step.off {
+				t.Errorf("%s, step %d: a new probe's assignment says lds_off %t", mode, i, a.GetLdsOff())
+			}
+		}
+		c.Close()
+	}
+}

@@ -47,6 +47,8 @@ type pathState struct {
 	recentLDS []ldsLoad
 	ldsCols   int
 	ldsRows   uint32
+	// ldsOff says the probes were told to send no LDS (ldsOffFor).
+	ldsOff bool
 	// newest is the newest epoch a side came for: a size change names an
 	// epoch ahead of it.
 	newest int64

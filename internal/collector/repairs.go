@@ -141,8 +141,10 @@ func (r *sessionRepairs) fetch(ctx context.Context, s reconcile.Side, req *owlv1
 // when the sampling rate the probes use no longer fits params.sample.target,
 // tells them a new one: the highest rate 2^-k at which the busiest of the
 // recent epochs would have given at most √2 times the target
-// (sample.ShiftFor), so that it gives about the target.
-func (wk *worker) noteSampleRate(ps *pathState, packets uint64) {
+// (sample.ShiftFor), so that it gives about the target. With the rate it
+// turns the path's LDS off or on (ldsOffFor) by what an epoch with
+// sampled packets showed (flowsSampled); one with none leaves it be.
+func (wk *worker) noteSampleRate(ps *pathState, packets uint64, sampled flowSampling) {
 	target := uint64(wk.cfg.Params.Sample.Target)
 	if target == 0 {
 		return
@@ -153,14 +155,57 @@ func (wk *worker) noteSampleRate(ps *pathState, packets uint64) {
 		ps.recentPackets = ps.recentPackets[1:]
 	}
 	want := sample.ShiftFor(slices.Max(ps.recentPackets), target)
-	cur, from := ps.sampleShift, ps.newest+sizeLead
-	ps.sampleShift = want
-	ps.mu.Unlock()
-	if want == cur {
-		return
+	cur, from, wasOff := ps.sampleShift, ps.newest+sizeLead, ps.ldsOff
+	off := wasOff
+	if sampled != samplingUnknown {
+		off = wk.ldsOffFor(want, sampled == samplingNamed)
 	}
-	wk.log.Info("changing sampling rate", "path", ps.path.Name, "rate", fmt.Sprintf("1/%d", uint64(1)<<want), "was", fmt.Sprintf("1/%d", uint64(1)<<cur), "from_epoch", from)
-	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_SampleRate{SampleRate: &owlv1.SampleRate{Path: ps.path.Name, Shift: uint32(want), FromEpoch: from}}})
+	ps.sampleShift, ps.ldsOff = want, off
+	cols, rows := ps.ldsCols, ps.ldsRows
+	ps.mu.Unlock()
+	if want != cur {
+		wk.log.Info("changing sampling rate", "path", ps.path.Name, "rate", fmt.Sprintf("1/%d", uint64(1)<<want), "was", fmt.Sprintf("1/%d", uint64(1)<<cur), "from_epoch", from)
+		wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_SampleRate{SampleRate: &owlv1.SampleRate{Path: ps.path.Name, Shift: uint32(want), FromEpoch: from}}})
+	}
+	if off != wasOff {
+		wk.log.Info("turning the LDS", "path", ps.path.Name, "off", off, "rate", fmt.Sprintf("1/%d", uint64(1)<<want), "from_epoch", from)
+		wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(cols), Rows: rows, FromEpoch: from, Off: off}}})
+	}
+}
+
+// ldsOffFor says whether a path sampled at 2^-shift needs no LDS: with
+// flows.lds "auto" and LDS sizing on, when the epoch's top flows named
+// their sampled packets and a flow of flows.lds_large_packets gives at
+// least flows.sample_min_delays sampled delays. The flows the LDS is
+// sized to measure then have their delays from the sample (their exact
+// delays, where an LDS cell mixes in other flows' packets), and the LDS
+// would be most of the bytes: at 10,000 packets a second, 16 of 30 KB a
+// side.
+func (wk *worker) ldsOffFor(shift int, sampled bool) bool {
+	fc := wk.cfg.Flows
+	return fc.LDS == ldsAuto && fc.LDSMinCols > 0 && sampled && fc.LDSLargePackets>>shift >= fc.SampleMinDelays
+}
+
+// flowSampling is what an epoch shows of its top flows' sampled packets.
+type flowSampling int
+
+const (
+	samplingUnknown flowSampling = iota // no packet sampled upstream
+	samplingNamed                       // the top flows named theirs
+	samplingNone                        // they did not (an older probe), or a side sent no sample
+)
+
+// flowsSampled says whether an epoch's sample join can give its top flows
+// their delays: both sides sent a sample (or a list) and the upstream
+// one's top flows named their packets in it.
+func flowsSampled(pr *pairing) flowSampling {
+	switch {
+	case pr.up.sample != nil && pr.up.sample.Len() == 0:
+		return samplingUnknown
+	case pr.up.sample != nil && pr.down.sample != nil && len(pr.up.flowOf) > 0:
+		return samplingNamed
+	}
+	return samplingNone
 }
 
 // tellProbes sends msg to both probes of a path, those connected: one
@@ -234,10 +279,11 @@ func (wk *worker) noteLDSLoad(ps *pathState, load ldsLoad) {
 		want = cur
 	}
 	ps.ldsCols, ps.ldsRows = want, rows
+	off := ps.ldsOff
 	ps.mu.Unlock()
 	wk.log.Info("resizing LDS", "path", ps.path.Name, "cols", want, "was", cur, "rows", fmt.Sprintf("%0*b", sketch.Rows, rows),
 		"rows_were", fmt.Sprintf("%0*b", sketch.Rows, curRows), "from_epoch", from, "large_flows", load.large, "spoiled", most.spoiled)
-	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(want), Rows: rows, FromEpoch: from}}})
+	wk.tellProbes(ps, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_LdsSize{LdsSize: &owlv1.LDSSize{Path: ps.path.Name, Cols: uint32(want), Rows: rows, FromEpoch: from, Off: off}}})
 }
 
 // rdaWindow is how many recent epochs size a path's RDA.

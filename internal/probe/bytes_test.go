@@ -32,7 +32,7 @@ func BenchmarkReportBytes(b *testing.B) {
 	fc := collector.DefaultConfig().Flows
 	wire := lds.Wire{DigestBytes: fc.LDSDigestBytes, Packed: fc.LDSPacked}
 	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
-		for _, mode := range []string{"before", "plain", "lda=full", "lists=false", "lists=true", "lds=fixed", "digest=2", "rows=1"} {
+		for _, mode := range []string{"before", "plain", "lda=full", "lds=always", "lists=false", "lists=true", "lds=fixed", "digest=2", "rows=1"} {
 			b.Run(fmt.Sprintf("packets/s=%d/%s", rate, mode), func(b *testing.B) {
 				var reports []*owlv1.EpochReport
 				n := 0
@@ -41,17 +41,19 @@ func BenchmarkReportBytes(b *testing.B) {
 					case "lds=fixed":
 						reports, n = fixedLDSReports(b, rate)
 					case "digest=2":
-						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: 2, Packed: fc.LDSPacked}, fc.LDSMinRows)
+						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: 2, Packed: fc.LDSPacked}, fc.LDSMinRows, true)
 					case "before":
-						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, 0)
+						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, 0, false)
 					case "plain":
-						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, -fc.LDSMinRows)
+						reports, n = oneEpochReports(b, rate, false, lds.Wire{DigestBytes: fc.LDSDigestBytes}, -fc.LDSMinRows, false)
 					case "lda=full":
-						reports, n = oneEpochReports(b, rate, false, wire, -fc.LDSMinRows)
+						reports, n = oneEpochReports(b, rate, false, wire, -fc.LDSMinRows, false)
+					case "lds=always":
+						reports, n = oneEpochReports(b, rate, false, wire, fc.LDSMinRows, false)
 					case "rows=1":
-						reports, n = oneEpochReports(b, rate, false, wire, 1)
+						reports, n = oneEpochReports(b, rate, false, wire, 1, true)
 					default:
-						reports, n = oneEpochReports(b, rate, mode == "lists=true", wire, fc.LDSMinRows)
+						reports, n = oneEpochReports(b, rate, mode == "lists=true", wire, fc.LDSMinRows, true)
 					}
 				}
 				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols, rows int
@@ -96,7 +98,10 @@ func fixedLDSReports(tb testing.TB, rate int) ([]*owlv1.EpochReport, int) {
 // buckets, LDS cells per row (0: the parameters') and the mask of the
 // parameters' LDS rows (0: all), and LDA rows per bank (0: the
 // parameters').
-type epochShape struct{ rda, ldsCols, ldsRows, lda int }
+type epochShape struct {
+	rda, ldsCols, ldsRows, lda int
+	ldsOff                     bool
+}
 
 // oneEpochReports runs one epoch of exactly rate packets of synthetic
 // traffic (Pareto flow sizes) through an upstream probe's pipeline, as the
@@ -110,12 +115,15 @@ type epochShape struct{ rda, ldsCols, ldsRows, lda int }
 // densest rows), and LDAs follow it too (lda.RowsFor within
 // rda.lda_min_rows); −minRows is that with LDAs at params.lda.rows, as
 // before 2026-11-25 afternoon; 0 is as before 2026-11-25: RDAs of 256
-// buckets, all four LDS rows. It returns the reports and the packets.
-func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows int) ([]*owlv1.EpochReport, int) {
+// buckets, all four LDS rows. ldsAuto turns the LDS off where the
+// collector's flows.lds "auto" does (as since 2026-11-26). It returns the
+// reports and the packets.
+func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows int, ldsAuto bool) ([]*owlv1.EpochReport, int) {
 	p := params.Default()
 	link, frames, shift := epochTraffic(tb, p, rate)
 	shape := epochShape{rda: 256, ldsCols: p.LDS.Cols}
 	cfg := collector.DefaultConfig()
+	shape.ldsOff = ldsAuto && cfg.Flows.LDS == "auto" && cfg.Flows.LDSLargePackets>>shift >= cfg.Flows.SampleMinDelays
 	if minRows > 0 {
 		shape.lda = lda.RowsFor(rate/10_000, cfg.RDA.LDAMinRows, p.LDA.Rows)
 	}
@@ -128,7 +136,7 @@ func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows
 		}
 		shape.ldsRows = int(lds.RowsFor(p.LDS, 2*float64(rate/10_000)/float64(rate), largest, minRows))
 	}
-	for range 4 { // the collector's resizing, until it settles
+	for range 4 * (1 - b2i(shape.ldsOff)) { // the collector's resizing, until it settles
 		next := nextLDSCols(tb, p, shape, runEpoch(p, link, frames, shift, shape, wire, false)[0].GetLds())
 		if next == shape.ldsCols {
 			break
@@ -186,7 +194,7 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift i
 	var stats counters
 	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows), LdaRows: uint32(sh.lda)}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed})
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows), LdaRows: uint32(sh.lda), LdsOff: sh.ldsOff}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed})
 	pl.setPaths(set)
 	_ = pl.setLink(link)
 	for _, f := range frames {
@@ -223,4 +231,11 @@ func TestLDSDigestFromCollector(t *testing.T) {
 	if _, err := newPathSet(&owlv1.PathConfig{LdsDigestBytes: 3}); err == nil {
 		t.Error("3-byte digests accepted")
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -19,7 +19,8 @@ import (
 // collector applies
 // from the epoch it names (both sides change together), or, when that one
 // is open already or none is named, from the next epoch the pipeline
-// opens, never to one already open.
+// opens, never to one already open. An LDS turned off is not sent, and
+// the top flows name their packets in the sample.
 func TestLDSSizeFromNextEpoch(t *testing.T) {
 	p := params.Default()
 	first := int64(1_800_000_000)
@@ -38,7 +39,7 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl.setPaths(set)
-	for e := first; e < first+5; e++ {
+	for e := first; e < first+6; e++ {
 		link, frames, err := sim.Synthesize(sim.SynthConfig{Flows: 50, ParetoShape: 1.1, MaxPackets: 1000,
 			Start: time.Unix(0, p.Epoch.StartNS(e)), Span: p.Epoch.Length / 2, Seed: uint64(e)})
 		if err != nil {
@@ -56,6 +57,7 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 				err = errors.Join(pl.setLDSShape("all", 1024, 0b1100, first+3), pl.setSampleShift("all", 2, first+3), pl.setLDARows("all", 32, first+3))
 			case first + 3: // from one open: the next
 				err = errors.Join(pl.setLDSShape("all", 512, 0, first+2), pl.setSampleShift("all", 3, first+2), pl.setLDARows("all", 128, first+2))
+				pl.setLDSOff("all", true, first+5)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -63,12 +65,34 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 		}
 	}
 	pl.flush()
-	if len(reports) != 5 {
+	if len(reports) != 6 {
 		t.Fatalf("%d reports", len(reports))
 	}
-	for i, want := range []struct{ cols, rows, shift, ldaRows int }{{256, 4, 0, 64}, {256, 4, 0, 64}, {256, 4, 0, 64}, {1024, 2, 2, 32}, {512, 4, 3, 128}} {
+	for i, want := range []struct{ cols, rows, shift, ldaRows int }{{256, 4, 0, 64}, {256, 4, 0, 64}, {256, 4, 0, 64}, {1024, 2, 2, 32}, {512, 4, 3, 128}, {0, 0, 3, 128}} {
 		if lc, err := lda.DecodeConfig(reports[i].GetLda()); err != nil || lc.Rows != want.ldaRows {
 			t.Errorf("epoch %d: LDA of %d rows (%v), want %d", reports[i].GetEpoch(), lc.Rows, err, want.ldaRows)
+		}
+		s, err := sample.Decode(reports[i].GetSample())
+		if err != nil || s.Config().Shift() != want.shift {
+			t.Errorf("epoch %d: sample (%v) not at shift %d", reports[i].GetEpoch(), err, want.shift)
+			continue
+		}
+		named := 0
+		for _, tf := range reports[i].GetTopFlows() {
+			pos, err := sample.Positions(tf.GetSamplePositions(), s.Len())
+			if err != nil {
+				t.Errorf("epoch %d: %v", reports[i].GetEpoch(), err)
+			}
+			named += len(pos)
+		}
+		if named == 0 || named > s.Len() {
+			t.Errorf("epoch %d: the top flows name %d of the sample's %d packets", reports[i].GetEpoch(), named, s.Len())
+		}
+		if want.cols == 0 {
+			if len(reports[i].GetLds()) != 0 {
+				t.Errorf("epoch %d: an LDS turned off sent", reports[i].GetEpoch())
+			}
+			continue
 		}
 		cfg, err := lds.Check(reports[i].GetLds())
 		if err != nil || cfg.Cols != want.cols || cfg.Rows != want.rows {
@@ -76,9 +100,6 @@ func TestLDSSizeFromNextEpoch(t *testing.T) {
 		}
 		if want.rows == 2 && !slices.Equal(cfg.RowSampleLog2, []uint8{1, 0}) {
 			t.Errorf("epoch %d: rows sampling 2^-%v, want the two densest", reports[i].GetEpoch(), cfg.RowSampleLog2)
-		}
-		if s, err := sample.Decode(reports[i].GetSample()); err != nil || s.Config().Shift() != want.shift {
-			t.Errorf("epoch %d: sample (%v) not at shift %d", reports[i].GetEpoch(), err, want.shift)
 		}
 	}
 	for _, cols := range []int{0, p.LDS.Cols * 2, p.LDS.K - 1} {

@@ -21,8 +21,8 @@ import (
 func TestExactListRebuildsSynopses(t *testing.T) {
 	prm := params.Default()
 	for _, rate := range []int{100, 300} {
-		with, n := oneEpochReports(t, rate, true, lds.Wire{DigestBytes: 4, Packed: true}, 2)
-		without, _ := oneEpochReports(t, rate, false, lds.Wire{DigestBytes: 4, Packed: true}, 2)
+		with, n := oneEpochReports(t, rate, true, lds.Wire{DigestBytes: 4, Packed: true}, 2, true)
+		without, _ := oneEpochReports(t, rate, false, lds.Wire{DigestBytes: 4, Packed: true}, 2, true)
 		if len(with) != 1 || len(without) != 1 {
 			t.Fatalf("%d and %d reports", len(with), len(without))
 		}
@@ -73,7 +73,7 @@ func TestExactListRebuildsSynopses(t *testing.T) {
 		}
 	}
 	for _, rate := range []int{1000, 100_000} {
-		busy, _ := oneEpochReports(t, rate, true, lds.Wire{DigestBytes: 4, Packed: true}, 2)
+		busy, _ := oneEpochReports(t, rate, true, lds.Wire{DigestBytes: 4, Packed: true}, 2, true)
 		if r := busy[0]; len(r.GetList()) > 0 || len(r.GetRda()) == 0 {
 			t.Errorf("%d packets: list %d bytes, rda %d", rate, len(r.GetList()), len(r.GetRda()))
 		}

@@ -125,7 +125,11 @@ func mergeEpoch(a *closedEpoch, b closedEpoch, maxSample int) {
 		}
 		x.packets[i] += y.packets[j]
 		ldaMerged := x.ldas[i].Merge(y.ldas[j]) == nil // fails where a new LDA size came between the workers' epochs
-		_ = x.ldss[i].Merge(y.ldss[j])
+		if x.ldss[i] != nil && y.ldss[j] != nil {
+			_ = x.ldss[i].Merge(y.ldss[j])
+		} else {
+			x.ldss[i] = nil // the LDS was turned off or on between the workers' epochs: no sketch of part of the packets
+		}
 		for _, e := range y.raps[j].Top(y.raps[j].Len()) {
 			x.raps[i].AddCount(e.Key, &e.Value, e.Count)
 		}

@@ -31,11 +31,12 @@ type assignment struct {
 	path       netpath.Path
 	role       owlv1.Role
 	match      *netpath.Matcher
-	rdaBuckets int // 0: keep the current size
-	shift      int // the sampling rate's shift to start with
-	ldsCols    int // LDS cells per row to start with (0: the parameters')
-	ldsRows    int // mask of the parameters' LDS rows to start with (0: all)
-	ldaRows    int // LDA rows per bank to start with (0: the parameters')
+	rdaBuckets int  // 0: keep the current size
+	shift      int  // the sampling rate's shift to start with
+	ldsCols    int  // LDS cells per row to start with (0: the parameters')
+	ldsRows    int  // mask of the parameters' LDS rows to start with (0: all)
+	ldaRows    int  // LDA rows per bank to start with (0: the parameters')
+	ldsOff     bool // no LDS to start with
 }
 
 // pathSet is an immutable set of assignments. Each epoch keeps the set it
@@ -92,7 +93,7 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 			return nil, fmt.Errorf("path %q: lda_rows %d exceeds %d", p.Name, r, lda.MaxRows)
 		}
 		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets()),
-			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols()), ldsRows: int(pa.GetLdsRows()), ldaRows: int(pa.GetLdaRows())})
+			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols()), ldsRows: int(pa.GetLdsRows()), ldaRows: int(pa.GetLdaRows()), ldsOff: pa.GetLdsOff()})
 	}
 	return s, nil
 }
@@ -144,6 +145,7 @@ type pipeline struct {
 	ldsCols  sync.Map     // path name → LDS cells per row the collector asked for (scheduled)
 	ldsRows  sync.Map     // path name → mask of the LDS rows the collector asked for (scheduled with ldsCols)
 	ldaRows  sync.Map     // path name → LDA rows per bank the collector asked for (scheduled)
+	ldsOff   sync.Map     // path name → 1 while the collector asked for no LDS (scheduled)
 	opened   atomic.Int64 // the newest epoch opened
 	topFlows int          // flows reported per path and epoch (RAP keeps twice as many)
 	weightOf func(capture.FlowKey) uint64
@@ -201,6 +203,7 @@ func (pl *pipeline) setPaths(s *pathSet) {
 			pl.ldsCols.Delete(a.path.Name) // not for these parameters: theirs
 			pl.ldsRows.Delete(a.path.Name)
 		}
+		pl.setLDSOff(a.path.Name, a.ldsOff, 0)
 		if a.ldaRows > 0 && pl.setLDARows(a.path.Name, a.ldaRows, 0) != nil {
 			pl.ldaRows.Delete(a.path.Name) // not for these parameters: theirs
 		}
@@ -259,6 +262,16 @@ func (pl *pipeline) setLDSShape(path string, cols, rows int, from int64) error {
 	pl.schedule(&pl.ldsCols, path, cols, from)
 	pl.schedule(&pl.ldsRows, path, rows, from)
 	return nil
+}
+
+// setLDSOff makes a path's epochs from epoch from on (or, where that is
+// past, the next it opens) send no LDS (off) or one again: LDSSize.off.
+func (pl *pipeline) setLDSOff(path string, off bool, from int64) {
+	v := 0
+	if off {
+		v = 1
+	}
+	pl.schedule(&pl.ldsOff, path, v, from)
 }
 
 // checkLDSSize reports an LDS size from a collector that the parameters p
@@ -363,7 +376,9 @@ func (pl *pipeline) open(e int64) *epochData {
 		}
 		ed.rdas[i] = reuse(&rdas, rc, (*rda.RDA).Config, rda.New)                                                    // validated in Config and setRDASize
 		lc, _ := ldsShape(pl.params.LDS, setting(&pl.ldsCols, a.path.Name, e), setting(&pl.ldsRows, a.path.Name, e)) // checked by setLDSShape
-		ed.ldss[i] = reuse(&ldss, lc, (*lds.LDS).Config, lds.New)                                                    // validated in Config and setLDSShape
+		if setting(&pl.ldsOff, a.path.Name, e) == 0 {
+			ed.ldss[i] = reuse(&ldss, lc, (*lds.LDS).Config, lds.New) // validated in Config and setLDSShape
+		}
 		ed.raps[i] = rap.New[capture.FlowKey](2*pl.topFlows, uint64(i))
 		ed.caches[i] = &epochCache{rda: rc, complete: true}
 		ed.samples[i] = pl.newSample(a.path.Name, e)
@@ -412,7 +427,9 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 			}
 			ed.ldas[i].Insert(p.ID, off)
 			ed.rdas[i].Insert(p.ID, off)
-			ed.ldss[i].Insert(flowHash, p.ID, off, weight)
+			if l := ed.ldss[i]; l != nil {
+				l.Insert(flowHash, p.ID, off, weight)
+			}
 			ed.raps[i].Add(flowHash, &p.Flow)
 			ed.caches[i].add(newEntry(p.ID, flowHash, off, weight), pl.maxCache)
 			if s := ed.samples[i]; s != nil && s.InsertFlow(p.ID, flowHash, off) && s.Len() > pl.params.Sample.MaxEntries {
@@ -510,9 +527,12 @@ func (r *reporter) report(ce closedEpoch) {
 	clock := r.clock(r.grid.StartNS(ce.epoch), r.grid.EndNS(ce.epoch))
 	partial := r.partial(ce.epoch)
 	for i, a := range ed.set.paths {
-		b, _ := ed.ldas[i].MarshalBinary()     // does not fail
-		_ = ed.ldss[i].SetWire(ed.set.ldsWire) // checked by newPathSet
-		sb, _ := ed.ldss[i].MarshalBinary()
+		b, _ := ed.ldas[i].MarshalBinary() // does not fail
+		var sb []byte
+		if l := ed.ldss[i]; l != nil {
+			_ = l.SetWire(ed.set.ldsWire) // checked by newPathSet
+			sb, _ = l.MarshalBinary()
+		}
 		var rb []byte
 		if ed.rdas[i] != nil {
 			rb, _ = ed.rdas[i].MarshalBinary()
@@ -565,7 +585,9 @@ func (r *reporter) report(ce closedEpoch) {
 	}
 	for i := range ed.set.paths {
 		ldas.Put(ed.ldas[i])
-		ldss.Put(ed.ldss[i])
+		if ed.ldss[i] != nil {
+			ldss.Put(ed.ldss[i])
+		}
 		if ed.rdas[i] != nil {
 			rdas.Put(ed.rdas[i])
 		}

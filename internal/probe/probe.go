@@ -204,6 +204,7 @@ func (p *Probe) setLDSSize(m *owlv1.LDSSize) error {
 		if err := pl.setLDSShape(m.GetPath(), int(m.GetCols()), int(m.GetRows()), m.GetFromEpoch()); err != nil {
 			return err
 		}
+		pl.setLDSOff(m.GetPath(), m.GetOff(), m.GetFromEpoch())
 	}
 	return nil
 }

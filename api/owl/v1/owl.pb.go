@@ -3840,7 +3840,14 @@ type LDSSize struct {
 	// rows is a mask of params.lds's rows the LDS keeps (bit r: row r; 0:
 	// every row): the collector leaves out the rows the path's loss spoils
 	// and those too sparse to add estimates at it.
-	Rows          uint32 `protobuf:"varint,4,opt,name=rows,proto3" json:"rows,omitempty"`
+	Rows uint32 `protobuf:"varint,4,opt,name=rows,proto3" json:"rows,omitempty"`
+	// off: send no LDS at all from from_epoch on (cols and rows are kept
+	// for when it is back). The collector turns a path's LDS off while its
+	// packet sample gives a flow of flows.lds_large_packets at least
+	// flows.sample_min_delays sampled delays: the top flows' delays then
+	// come from the sample, exact, where the LDS mixes other flows' packets
+	// into the cells.
+	Off           bool `protobuf:"varint,5,opt,name=off,proto3" json:"off,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3901,6 +3908,13 @@ func (x *LDSSize) GetRows() uint32 {
 		return x.Rows
 	}
 	return 0
+}
+
+func (x *LDSSize) GetOff() bool {
+	if x != nil {
+		return x.Off
+	}
+	return false
 }
 
 // LDASize sets a path's LDA rows per bank (even, at most the deployment's
@@ -4091,7 +4105,9 @@ type PathAssignment struct {
 	LdsRows uint32 `protobuf:"varint,7,opt,name=lds_rows,json=ldsRows,proto3" json:"lds_rows,omitempty"`
 	// lda_rows is the LDA rows per bank to start with (LDASize.rows; 0:
 	// params.lda.rows).
-	LdaRows       uint32 `protobuf:"varint,8,opt,name=lda_rows,json=ldaRows,proto3" json:"lda_rows,omitempty"`
+	LdaRows uint32 `protobuf:"varint,8,opt,name=lda_rows,json=ldaRows,proto3" json:"lda_rows,omitempty"`
+	// lds_off: send no LDS to start with (LDSSize.off).
+	LdsOff        bool `protobuf:"varint,9,opt,name=lds_off,json=ldsOff,proto3" json:"lds_off,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4180,6 +4196,13 @@ func (x *PathAssignment) GetLdaRows() uint32 {
 		return x.LdaRows
 	}
 	return 0
+}
+
+func (x *PathAssignment) GetLdsOff() bool {
+	if x != nil {
+		return x.LdsOff
+	}
+	return false
 }
 
 // Ack tells a probe that its report with this seq is stored.
@@ -7889,13 +7912,14 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05shift\x18\x02 \x01(\rR\x05shift\x12\x1d\n" +
 	"\n" +
-	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"d\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"v\n" +
 	"\aLDSSize\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x1d\n" +
 	"\n" +
 	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\x12\x12\n" +
-	"\x04rows\x18\x04 \x01(\rR\x04rows\"P\n" +
+	"\x04rows\x18\x04 \x01(\rR\x04rows\x12\x10\n" +
+	"\x03off\x18\x05 \x01(\bR\x03off\"P\n" +
 	"\aLDASize\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x1d\n" +
@@ -7909,7 +7933,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\x12(\n" +
 	"\x10lds_digest_bytes\x18\x05 \x01(\rR\x0eldsDigestBytes\x12\x1d\n" +
 	"\n" +
-	"lds_packed\x18\x06 \x01(\bR\tldsPacked\"\x87\x02\n" +
+	"lds_packed\x18\x06 \x01(\bR\tldsPacked\"\xa0\x02\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
@@ -7919,7 +7943,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\fsample_shift\x18\x05 \x01(\rR\vsampleShift\x12\x19\n" +
 	"\blds_cols\x18\x06 \x01(\rR\aldsCols\x12\x19\n" +
 	"\blds_rows\x18\a \x01(\rR\aldsRows\x12\x19\n" +
-	"\blda_rows\x18\b \x01(\rR\aldaRows\"A\n" +
+	"\blda_rows\x18\b \x01(\rR\aldaRows\x12\x17\n" +
+	"\alds_off\x18\t \x01(\bR\x06ldsOff\"A\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
