@@ -31,7 +31,7 @@ import (
 func BenchmarkReportBytes(b *testing.B) {
 	fc := collector.DefaultConfig().Flows
 	wire := lds.Wire{DigestBytes: fc.LDSDigestBytes, Packed: fc.LDSPacked}
-	for _, rate := range []int{100, 1_000, 10_000, 100_000, 1_000_000} {
+	for _, rate := range []int{100, 1_000, 10_000, 20_000, 50_000, 100_000, 1_000_000} {
 		for _, mode := range []string{"before", "plain", "lda=full", "lds=always", "lists=false", "lists=true", "lds=fixed", "digest=2", "rows=1"} {
 			b.Run(fmt.Sprintf("packets/s=%d/%s", rate, mode), func(b *testing.B) {
 				var reports []*owlv1.EpochReport

@@ -538,18 +538,10 @@ func (r *reporter) report(ce closedEpoch) {
 			rb, _ = ed.rdas[i].MarshalBinary()
 		}
 		var sb2 []byte
-		var top []*owlv1.TopFlow
-		var hashes []uint64
-		for _, e := range ed.raps[i].Top(r.topFlows) {
-			top = append(top, &owlv1.TopFlow{Flow: netpath.FlowToProto(e.Value), Packets: e.Count})
-			hashes = append(hashes, e.Key)
-		}
 		if s := ed.samples[i]; s != nil {
 			sb2, _ = s.MarshalBinary() // does not fail
-			for k, pos := range s.FlowPositions(hashes) {
-				top[k].SamplePositions = pos
-			}
 		}
+		top := topFlows(ed.raps[i], ed.samples[i], r.topFlows)
 		c := ed.caches[i]
 		list := r.exactList(c, rb != nil, len(b)+len(sb)+len(rb)+len(sb2))
 		if list != nil {
@@ -593,6 +585,23 @@ func (r *reporter) report(ce closedEpoch) {
 		}
 	}
 	r.reportPoint(ed, ce.epoch, clock)
+}
+
+// topFlows is a path's n heaviest flows of an epoch, each naming its
+// packets in the epoch's sample s (none: nil).
+func topFlows(t *rap.Table[capture.FlowKey], s *sample.Sample, n int) []*owlv1.TopFlow {
+	var top []*owlv1.TopFlow
+	var hashes []uint64
+	for _, e := range t.Top(n) {
+		top = append(top, &owlv1.TopFlow{Flow: netpath.FlowToProto(e.Value), Packets: e.Count})
+		hashes = append(hashes, e.Key)
+	}
+	if s != nil {
+		for k, pos := range s.FlowPositions(hashes) {
+			top[k].SamplePositions = pos
+		}
+	}
+	return top
 }
 
 // reportPoint emits what the point measured of the epoch whatever the
