@@ -93,7 +93,7 @@ func historyResult(rng *rand.Rand, h History, path string, e int64, baseNS float
 	slices.Sort(ds)
 	quantile := func(q float64) *owlv1.DelayQuantile {
 		v := float64(ds[max(0, int(math.Ceil(q*float64(len(ds))))-1)])
-		return &owlv1.DelayQuantile{Q: q, ValueNs: v, LoNs: v, HiNs: v, Exact: true}
+		return &owlv1.DelayQuantile{Q: q, ValueNs: v, LoNs: v, HiNs: v, Exact: true, Confidence: 1}
 	}
 	lost := uint64(rng.IntN(3)) * uint64(rng.IntN(2))
 	start := h.Grid.StartNS(e)

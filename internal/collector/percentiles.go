@@ -226,7 +226,7 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 		return
 	}
 	for _, q := range qs {
-		res.Quantiles = append(res.Quantiles, &owlv1.DelayQuantile{Q: q.Q, ValueNs: float64(q.Value), LoNs: float64(q.Lo), HiNs: float64(q.Hi), Exact: q.Exact})
+		res.Quantiles = append(res.Quantiles, &owlv1.DelayQuantile{Q: q.Q, ValueNs: float64(q.Value), LoNs: float64(q.Lo), HiNs: float64(q.Hi), Exact: q.Exact, Confidence: q.Confidence})
 	}
 }
 

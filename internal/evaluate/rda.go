@@ -34,10 +34,13 @@ func BuildPackets(link layers.LinkType, frames []sim.Frame, id capture.IdentityC
 		return nil, err
 	}
 	foldFrames(dec, frames, w, func(l *[]reconcile.Packet, off int64, p *capture.Packet) {
-		*l = append(*l, reconcile.Packet{ID: p.ID, Entry: reconcile.Entry{OffsetNS: off}})
+		*l = append(*l, reconcile.Packet{ID: p.ID, Entry: reconcile.Entry{OffsetNS: off, Flow: p.Flow.Hash(FlowSeed)}})
 	}, nil)
 	return out, nil
 }
+
+// FlowSeed is the seed of the flow hashes BuildPackets gives packets.
+const FlowSeed = 0xf10
 
 // RDAConfig is how the offline evaluator sizes RDAs: the probes' RDA
 // (hashing and first size) and the collector's limits.

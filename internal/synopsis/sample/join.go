@@ -178,6 +178,12 @@ type Quantile struct {
 	// Exact is true when the sample is the whole population (rate 1):
 	// Value is the quantile itself, and Lo = Hi = Value.
 	Exact bool
+	// Confidence is the chance that [Lo, Hi] holds the population's
+	// quantile: at least the confidence asked for where the sample is
+	// large enough, less where an end had to be the sample's extreme
+	// (a 95% interval of p99 needs about 370 delays, of p99.9 about
+	// 3,700); 1 when Exact.
+	Confidence float64
 }
 
 // Quantiles returns the q-quantiles of sorted delays, with intervals that
@@ -202,12 +208,15 @@ func Quantiles(sorted []int64, qs []float64, conf float64, exact bool) ([]Quanti
 		k = max(0, min(n-1, k))
 		r := Quantile{Q: q, Value: sorted[k]}
 		if exact {
-			r.Lo, r.Hi, r.Exact = r.Value, r.Value, true
+			r.Lo, r.Hi, r.Exact, r.Confidence = r.Value, r.Value, true, 1
 			out = append(out, r)
 			continue
 		}
 		lo, hi := rankInterval(n, q, conf)
 		r.Lo, r.Hi = sorted[lo], sorted[hi]
+		// X(lo) ≤ ξq ≤ X(hi) ⇔ lo+1 ≤ B ≤ hi, B the values below ξq.
+		b := distuv.Binomial{N: float64(n), P: q}
+		r.Confidence = b.CDF(float64(hi)) - b.CDF(float64(lo))
 		out = append(out, r)
 	}
 	return out, nil
