@@ -25,6 +25,7 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 // Config is the collector's configuration.
@@ -73,6 +74,14 @@ type Config struct {
 	PairRetention time.Duration `yaml:"pair_retention"`
 	// DelayBounds are the plausible delays of a path (LDA usable rows).
 	DelayBounds DelayBounds `yaml:"delay_bounds"`
+	// SampleKeyBits is how many bits of each sampled packet's key above
+	// the sampling rate the probes send (sample wire version 3; 0: the
+	// full 48 bits, version 2, which collectors before it read). Fewer
+	// bits, fewer bytes; two packets of an epoch's sample whose keys
+	// agree are left out of the join, a chance of about n²/2^(bits+1) for
+	// n sampled packets (at the default 32 and 1,250 packets, one epoch
+	// in 5,000).
+	SampleKeyBits int `yaml:"sample_key_bits"`
 	// MaxMessageBytes bounds a message from a probe.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
 	// MaxPendingBytes bounds the memory of the reports held for their
@@ -313,6 +322,7 @@ func DefaultConfig() Config {
 		PairRetention:   10 * time.Minute,
 		WriteLoneAfter:  2 * time.Second,
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
+		SampleKeyBits:   32,
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MaxBuckets: 1 << 19, LDAMinRows: 32, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},
@@ -333,6 +343,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPendingBytes < 0 {
 		return fmt.Errorf("max_pending_bytes %d must not be negative", c.MaxPendingBytes)
+	}
+	if c.SampleKeyBits != 0 && (c.SampleKeyBits < sample.MinKeyBits || c.SampleKeyBits > sample.KeyBits) {
+		return fmt.Errorf("sample_key_bits %d must be 0 or in [%d, %d]", c.SampleKeyBits, sample.MinKeyBits, sample.KeyBits)
 	}
 	if c.MemoryLimitBytes < -1 {
 		return fmt.Errorf("memory_limit_bytes %d: give a size in bytes, 0 for the default or -1 for none", c.MemoryLimitBytes)

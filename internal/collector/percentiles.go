@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -31,6 +32,32 @@ type sampleJoin struct {
 	up, down  map[uint64]int64 // unmatched keys → absolute time, ns
 	ambiguous int              // entries of keys seen more than once, left out
 	narrowed  narrowing        // why the sample was narrowed, if it was
+	// keyBits is the width of its keys (0: sample.KeyBits): the narrower
+	// of the two sides' (sample.Joined.KeyBits).
+	keyBits int
+}
+
+// width is the width of sj's keys.
+func (sj *sampleJoin) width() int { return cmp.Or(sj.keyBits, sample.KeyBits) }
+
+// keyMask keeps the high bits bits of a key.
+func keyMask(bits int) uint64 { return ^uint64(0) << (64 - bits) }
+
+// narrowKeys narrows sj's keys (of its delays and unmatched upstream
+// entries) to bits, fewer than its own: to match them with a neighbour
+// whose keys are narrower.
+func (sj *sampleJoin) narrowKeys(bits int) {
+	m := keyMask(bits)
+	for i := range sj.keys {
+		sj.keys[i] &= m
+	}
+	up := make(map[uint64]int64, len(sj.up))
+	for k, at := range sj.up {
+		if prev, dup := up[k&m]; !dup || at < prev {
+			up[k&m] = at
+		}
+	}
+	sj.up, sj.keyBits = up, bits
 }
 
 // narrowing says why a sample is kept at a lower rate than its reports'.
@@ -89,7 +116,7 @@ func (wk *worker) estimateSample(w *epochWork) {
 // newSampleJoin keeps a join of an epoch's samples (at cfg) that starts at
 // start (ns), its entries left over at absolute times.
 func newSampleJoin(cfg sample.Config, j sample.Joined, start int64) *sampleJoin {
-	sj := &sampleJoin{cfg: cfg, downCfg: cfg, delays: j.Delays, keys: j.Keys, ambiguous: j.Ambiguous,
+	sj := &sampleJoin{cfg: cfg, downCfg: cfg, delays: j.Delays, keys: j.Keys, ambiguous: j.Ambiguous, keyBits: j.KeyBits,
 		up: make(map[uint64]int64, len(j.UpLeft)), down: make(map[uint64]int64, len(j.DownLeft))}
 	for _, e := range j.UpLeft {
 		sj.up[e.Key] = start + e.OffsetNS
@@ -123,9 +150,28 @@ func (sj *sampleJoin) match(next *sampleJoin) bool {
 		}
 		narrowed = true
 	}
+	// Keys are matched at the narrower width of the two.
+	if next.width() < sj.width() {
+		if sj.keys == nil && len(sj.delays) > 0 {
+			return narrowed
+		}
+		sj.narrowKeys(next.width())
+		narrowed = true
+	}
+	down := next.down // by key at sj's width → the key next.down has
+	var orig map[uint64]uint64
+	if next.width() > sj.width() {
+		m := keyMask(sj.width())
+		down, orig = make(map[uint64]int64, len(next.down)), make(map[uint64]uint64, len(next.down))
+		for k, at := range next.down {
+			if prev, dup := down[k&m]; !dup || at < prev {
+				down[k&m], orig[k&m] = at, k
+			}
+		}
+	}
 	matched := 0
 	for id, upNS := range sj.up {
-		downNS, ok := next.down[id]
+		downNS, ok := down[id]
 		if !ok || downNS < upNS {
 			continue
 		}
@@ -134,7 +180,11 @@ func (sj *sampleJoin) match(next *sampleJoin) bool {
 			sj.keys = append(sj.keys, id)
 		}
 		delete(sj.up, id)
-		delete(next.down, id)
+		if orig != nil {
+			delete(next.down, orig[id])
+		} else {
+			delete(next.down, id)
+		}
 		matched++
 	}
 	if matched > 0 {
@@ -234,14 +284,15 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 // versions 1 (no downstream threshold, no identities) and 2 (packet IDs
 // where 3 has keys) are still read, their IDs turned into keys.
 const (
-	sampleRecordV1  = 1
-	sampleRecordIDs = 2
-	sampleRecord    = 3
+	sampleRecordV1   = 1
+	sampleRecordIDs  = 2
+	sampleRecordKeys = 3 // keys of sample.KeyBits
+	sampleRecord     = 4 // keys of a width the record names
 )
 
 // encode appends the join to a boundary record: version, seed, threshold,
-// downstream threshold, flags, ambiguous, the delays with their
-// identities, then the unmatched entries.
+// downstream threshold, flags, the keys' width, ambiguous, the delays with
+// their identities, then the unmatched entries.
 func (sj *sampleJoin) encode(out []byte) []byte {
 	out = append(out, sampleRecord)
 	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Seed)
@@ -251,7 +302,7 @@ func (sj *sampleJoin) encode(out []byte) []byte {
 	if sj.keys != nil {
 		flags |= 0x80
 	}
-	out = append(out, flags)
+	out = append(out, flags, byte(sj.width()))
 	out = binary.LittleEndian.AppendUint32(out, uint32(sj.ambiguous))
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(sj.delays)))
 	for i, d := range sj.delays {
@@ -284,6 +335,13 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 		sj.downCfg.Threshold = binary.LittleEndian.Uint64(b[17:])
 		sj.narrowed, withKeys = narrowing(b[25]&^0x80), b[25]&0x80 != 0
 		b = b[26:]
+		if version == sampleRecord {
+			if len(b) < 1+4+4 || int(b[0]) < sample.MinKeyBits || int(b[0]) > sample.KeyBits {
+				return nil, errBoundary
+			}
+			sj.keyBits = int(b[0])
+			b = b[1:]
+		}
 	}
 	sj.ambiguous = int(binary.LittleEndian.Uint32(b))
 	n := int(binary.LittleEndian.Uint32(b[4:]))
@@ -316,7 +374,7 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 	if len(b) != 0 || !slices.IsSorted(sj.delays) {
 		return nil, errBoundary
 	}
-	if version < sampleRecord {
+	if version < sampleRecordKeys {
 		sj.idsToKeys()
 	}
 	return sj, nil

@@ -371,7 +371,9 @@ func TestSampleRecordOfIDs(t *testing.T) {
 	ids := []uint64{11, 12, 13}
 	old := &sampleJoin{cfg: cfg, downCfg: cfg, delays: []int64{100, 200}, keys: ids[:2],
 		up: map[uint64]int64{ids[2]: 5}, down: map[uint64]int64{ids[0]: 9}}
-	b := old.encode(nil)
+	cur := old.encode(nil)
+	// Versions 2 and 3 had no key width after the flags.
+	b := append(slices.Clone(cur[:26]), cur[27:]...)
 	b[0] = sampleRecordIDs
 	sj, err := decodeSampleJoin(b)
 	if err != nil {
@@ -380,8 +382,50 @@ func TestSampleRecordOfIDs(t *testing.T) {
 	if !slices.Equal(sj.keys, []uint64{cfg.Key(ids[0]), cfg.Key(ids[1])}) || sj.up[cfg.Key(ids[2])] != 5 || sj.down[cfg.Key(ids[0])] != 9 || len(sj.up) != 1 {
 		t.Errorf("keys %x, up %v, down %v: want the IDs' keys", sj.keys, sj.up, sj.down)
 	}
-	b[0] = sampleRecord
-	if sj, _ := decodeSampleJoin(b); !slices.Equal(sj.keys, ids[:2]) {
+	b[0] = sampleRecordKeys
+	if sj, _ := decodeSampleJoin(b); !slices.Equal(sj.keys, ids[:2]) || sj.width() != sample.KeyBits {
 		t.Errorf("a record of keys changed them: %x", sj.keys)
+	}
+	old.keyBits = 35
+	if sj, err := decodeSampleJoin(old.encode(nil)); err != nil || sj.width() != 35 || !slices.Equal(sj.keys, ids[:2]) {
+		t.Errorf("a record of 35-bit keys read back as %d bits (%v)", sj.width(), err)
+	}
+}
+
+// TestCrossersAtAKeyWidthChange: neighbouring epochs whose joins have keys
+// of different widths (their rates differ, or a probe sends full keys)
+// match their crossers at the narrower width, in either order, through
+// the stored form; a crosser of another packet is not matched.
+func TestCrossersAtAKeyWidthChange(t *testing.T) {
+	cfg, _ := sample.ForShift(7, 0)
+	const a, b, other = 0x1234_5678_9abc_0000, 0x0fed_cba9_8765_0000, 0x1234_5678_9abd_0000
+	narrow := func(k uint64) uint64 { return k & keyMask(35) }
+	for _, wideFirst := range []bool{true, false} {
+		w1, w2, k1, k2 := 48, 35, func(k uint64) uint64 { return k }, narrow
+		if !wideFirst {
+			w1, w2, k1, k2 = 35, 48, narrow, func(k uint64) uint64 { return k }
+		}
+		res := &owlv1.PathStats{Status: owlv1.ResultStatus_RESULT_STATUS_OK}
+		first := &boundary{epoch: 1, res: res, sample: &sampleJoin{cfg: cfg, downCfg: cfg, keyBits: w1, delays: []int64{100}, keys: []uint64{k1(other)},
+			up: map[uint64]int64{k1(a): 1_999_000, k1(b): 1_999_100}, down: map[uint64]int64{}}}
+		nextRes := &owlv1.PathStats{Status: owlv1.ResultStatus_RESULT_STATUS_OK}
+		next := &boundary{epoch: 2, res: nextRes, sample: &sampleJoin{cfg: cfg, downCfg: cfg, keyBits: w2,
+			up: map[uint64]int64{}, down: map[uint64]int64{k2(a): 2_000_400, k2(b ^ 1<<40): 2_000_500}}}
+		var err error
+		if first, err = decodeBoundary(1, first.encode(), res); err != nil {
+			t.Fatal(err)
+		}
+		if next, err = decodeBoundary(2, next.encode(), nextRes); err != nil {
+			t.Fatal(err)
+		}
+		if !first.match(next) {
+			t.Fatalf("wide first %t: nothing matched", wideFirst)
+		}
+		if got := first.sample.delays; !slices.Equal(got, []int64{100, 1400}) {
+			t.Errorf("wide first %t: delays %v, want a's 1400 ns added", wideFirst, got)
+		}
+		if first.sample.width() != 35 || len(first.sample.up) != 1 || len(next.sample.down) != 1 {
+			t.Errorf("wide first %t: width %d, %d unmatched up, %d down", wideFirst, first.sample.width(), len(first.sample.up), len(next.sample.down))
+		}
 	}
 }

@@ -79,11 +79,11 @@ func flowDelays(ew *epochWork) flowSamples {
 	if ew.bd == nil || ew.bd.sample == nil || ew.bd.sample.keys == nil {
 		return fs
 	}
-	up, down := ew.pr.up.flowOf, ew.pr.down.flowOf
+	sj := ew.bd.sample
+	up, down := flowsAt(ew.pr.up, sj.width()), flowsAt(ew.pr.down, sj.width())
 	if len(up)+len(down) == 0 {
 		return fs
 	}
-	sj := ew.bd.sample
 	fs.delays, fs.rate, fs.exact = map[uint64][]int64{}, sj.cfg.Rate(), sj.cfg.Rate() == 1 && sj.ambiguous == 0
 	for i, k := range sj.keys {
 		h, ok := up[k]
@@ -95,6 +95,20 @@ func flowDelays(ew *epochWork) flowSamples {
 		fs.delays[h] = append(fs.delays[h], sj.delays[i]) // sj.delays are sorted
 	}
 	return fs
+}
+
+// flowsAt is a side's flowOf with its keys at width bits, at most its
+// sample's (the join narrows the wider side's keys to the other's).
+func flowsAt(s *side, bits int) map[uint64]uint64 {
+	if s.sample == nil || s.sample.KeyBits() <= bits {
+		return s.flowOf
+	}
+	m := keyMask(bits)
+	out := make(map[uint64]uint64, len(s.flowOf))
+	for k, h := range s.flowOf {
+		out[k&m] = h
+	}
+	return out
 }
 
 // applyFlowSample writes a flow's sampled delays into its result: their

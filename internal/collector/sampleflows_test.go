@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -23,8 +24,15 @@ import (
 // truth's), with intervals that hold the flow's true median and 99th
 // percentile; a flow with fewer than flows.sample_min_delays sampled
 // delays gets a mean but no quantiles. Positions past the sample are
-// refused.
+// refused. The upstream side's keys are full, or narrowed to 35 bits
+// (sample wire version 3) while the downstream's stay full.
 func TestTopFlowsFromTheSample(t *testing.T) {
+	for _, width := range []int{sample.KeyBits, 35} {
+		t.Run(fmt.Sprintf("keys=%d", width), func(t *testing.T) { topFlowsFromTheSample(t, width) })
+	}
+}
+
+func topFlowsFromTheSample(t *testing.T, width int) {
 	cfg := testConfig(t)
 	c := newTest(t, cfg)
 	defer c.Close()
@@ -83,6 +91,9 @@ func TestTopFlowsFromTheSample(t *testing.T) {
 		ups.InsertFlow(id, r.Uint64(), at)
 		downA.Insert(id, at+d)
 		downs.Insert(id, at+d)
+	}
+	if err := ups.SetKeyBits(width); err != nil {
+		t.Fatal(err)
 	}
 	for k, pos := range ups.FlowPositions(hashes) {
 		top[k].SamplePositions = pos

@@ -101,6 +101,7 @@ func fixedLDSReports(tb testing.TB, rate int) ([]*owlv1.EpochReport, int) {
 type epochShape struct {
 	rda, ldsCols, ldsRows, lda int
 	ldsOff                     bool
+	keyBits                    int // sample key bits above the rate (0: 48-bit keys)
 }
 
 // oneEpochReports runs one epoch of exactly rate packets of synthetic
@@ -113,7 +114,9 @@ type epochShape struct {
 // follow the set difference down to 32 buckets and LDS rows the loss
 // (lds.RowsFor with flows.lds_min_rows minRows: at this loss, the minRows
 // densest rows), and LDAs follow it too (lda.RowsFor within
-// rda.lda_min_rows); −minRows is that with LDAs at params.lda.rows, as
+// rda.lda_min_rows), and sample keys are narrowed to sample_key_bits
+// above the rate; −minRows is that with LDAs at params.lda.rows and full
+// keys, as
 // before 2026-11-25 afternoon; 0 is as before 2026-11-25: RDAs of 256
 // buckets, all four LDS rows. ldsAuto turns the LDS off where the
 // collector's flows.lds "auto" does (as since 2026-11-26). It returns the
@@ -126,6 +129,9 @@ func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows
 	shape.ldsOff = ldsAuto && cfg.Flows.LDS == "auto" && cfg.Flows.LDSLargePackets>>shift >= cfg.Flows.SampleMinDelays
 	if minRows > 0 {
 		shape.lda = lda.RowsFor(rate/10_000, cfg.RDA.LDAMinRows, p.LDA.Rows)
+	}
+	if minRows > 0 {
+		shape.keyBits = cfg.SampleKeyBits
 	}
 	minRows = max(minRows, -minRows)
 	if minRows > 0 {
@@ -194,7 +200,8 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift i
 	var stats counters
 	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows), LdaRows: uint32(sh.lda), LdsOff: sh.ldsOff}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed})
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows), LdaRows: uint32(sh.lda), LdsOff: sh.ldsOff}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed,
+		SampleKeyBits: uint32(sh.keyBits)})
 	pl.setPaths(set)
 	_ = pl.setLink(link)
 	for _, f := range frames {

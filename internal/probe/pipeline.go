@@ -45,6 +45,9 @@ type pathSet struct {
 	paths []assignment
 	// ldsWire is how the reports carry their LDS (ldsWireOf).
 	ldsWire lds.Wire
+	// sampleKeyBits is how many bits of a sample's keys above its rate
+	// the reports carry (0: all 48).
+	sampleKeyBits int
 }
 
 // ldsWireOf is the LDS wire form a collector reads: digests of its
@@ -67,7 +70,10 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &pathSet{ldsWire: w}
+	s := &pathSet{ldsWire: w, sampleKeyBits: int(pc.GetSampleKeyBits())}
+	if b := s.sampleKeyBits; b != 0 && (b < sample.MinKeyBits || b > sample.KeyBits) {
+		return nil, fmt.Errorf("sample_key_bits %d out of [%d, %d]", b, sample.MinKeyBits, sample.KeyBits)
+	}
 	for _, pa := range pc.GetPaths() {
 		p, err := netpath.FromProto(pa.GetPath())
 		if err != nil {
@@ -539,6 +545,7 @@ func (r *reporter) report(ce closedEpoch) {
 		}
 		var sb2 []byte
 		if s := ed.samples[i]; s != nil {
+			_ = s.SetKeyBits(keyBits(s, ed.set.sampleKeyBits))
 			sb2, _ = s.MarshalBinary() // does not fail
 		}
 		top := topFlows(ed.raps[i], ed.samples[i], r.topFlows)
@@ -585,6 +592,16 @@ func (r *reporter) report(ce closedEpoch) {
 		}
 	}
 	r.reportPoint(ed, ce.epoch, clock)
+}
+
+// keyBits is the width of the keys a sample s at its rate 2^-k carries
+// when the collector reads above bits above the rate (0: all of them):
+// k + above, within [sample.MinKeyBits, sample.KeyBits].
+func keyBits(s *sample.Sample, above int) int {
+	if above == 0 {
+		return sample.KeyBits
+	}
+	return max(sample.MinKeyBits, min(sample.KeyBits, max(0, s.Config().Shift())+above))
 }
 
 // topFlows is a path's n heaviest flows of an epoch, each naming its

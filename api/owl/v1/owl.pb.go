@@ -4006,7 +4006,12 @@ type PathConfig struct {
 	// lds_packed: the collector reads LDS wire version 3, whose cells are
 	// bit-packed (about a fifth smaller when dense, more when sparse);
 	// false: a collector older than this field, or one told not to.
-	LdsPacked     bool `protobuf:"varint,6,opt,name=lds_packed,json=ldsPacked,proto3" json:"lds_packed,omitempty"`
+	LdsPacked bool `protobuf:"varint,6,opt,name=lds_packed,json=ldsPacked,proto3" json:"lds_packed,omitempty"`
+	// sample_key_bits: the collector reads sample wire version 3, whose keys
+	// keep this many bits above the sampling rate's shift (a rate 2^-k:
+	// k + sample_key_bits high bits of the sampling hash, at most 48); 0:
+	// send keys of 48 bits (version 2).
+	SampleKeyBits uint32 `protobuf:"varint,7,opt,name=sample_key_bits,json=sampleKeyBits,proto3" json:"sample_key_bits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4081,6 +4086,13 @@ func (x *PathConfig) GetLdsPacked() bool {
 		return x.LdsPacked
 	}
 	return false
+}
+
+func (x *PathConfig) GetSampleKeyBits() uint32 {
+	if x != nil {
+		return x.SampleKeyBits
+	}
+	return 0
 }
 
 // PathAssignment is a path and the probe's role on it.
@@ -7939,7 +7951,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x1d\n" +
 	"\n" +
-	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\x8d\x02\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\xb5\x02\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
@@ -7948,7 +7960,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\aaccepts\x18\x04 \x03(\x0e2\x13.owl.v1.Reject.KindR\aaccepts\x12(\n" +
 	"\x10lds_digest_bytes\x18\x05 \x01(\rR\x0eldsDigestBytes\x12\x1d\n" +
 	"\n" +
-	"lds_packed\x18\x06 \x01(\bR\tldsPacked\"\xa0\x02\n" +
+	"lds_packed\x18\x06 \x01(\bR\tldsPacked\x12&\n" +
+	"\x0fsample_key_bits\x18\a \x01(\rR\rsampleKeyBits\"\xa0\x02\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +

@@ -26,6 +26,9 @@ type Joined struct {
 	// than once and which copy arrived when cannot be told; Duplicates the
 	// extra downstream copies of a packet sent once.
 	Ambiguous, Duplicates int
+	// KeyBits is the width of the keys: the narrower of the two sides'
+	// (the wider side's keys are narrowed to it).
+	KeyBits int
 }
 
 // Join matches an upstream sample with a downstream one. downShiftNS is
@@ -39,8 +42,10 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 		return Joined{}, fmt.Errorf("%w: sampling seed or threshold differ (%x/%x and %x/%x)", synopsis.ErrMismatch,
 			up.cfg.Seed, up.cfg.Threshold, down.cfg.Seed, down.cfg.Threshold)
 	}
-	u, d := up.Entries(), down.Entries()
 	var j Joined
+	j.KeyBits = min(up.KeyBits(), down.KeyBits())
+	up, down = up.withKeyBits(j.KeyBits), down.withKeyBits(j.KeyBits)
+	u, d := up.Entries(), down.Entries()
 	j.Delays = make([]int64, 0, min(len(u), len(d)))
 	j.Keys = make([]uint64, 0, cap(j.Delays))
 	for len(u) > 0 || len(d) > 0 {
@@ -61,6 +66,17 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 	}
 	SortDelays(j.Delays, j.Keys)
 	return j, nil
+}
+
+// withKeyBits is s, or a copy of it, with keys of width b (at most its
+// own).
+func (s *Sample) withKeyBits(b int) *Sample {
+	if s.KeyBits() == b {
+		return s
+	}
+	n := &Sample{cfg: s.cfg, entries: slices.Clone(s.entries), keyBits: s.keyBits}
+	_ = n.SetKeyBits(b) // b is the narrower of two valid widths
+	return n
 }
 
 // SortDelays sorts delays and, along with them, their keys.
@@ -163,10 +179,10 @@ func lostCopy(u, d []Entry, shift int64) (int, bool) {
 	return synopsis.LostCopy(sent, arrived)
 }
 
-// Remainder is a sample of the entries left over by a join, for joining
+// Remainder is a sample of the entries left over by a join j, for joining
 // with a neighbouring epoch's sample.
-func Remainder(cfg Config, entries []Entry) *Sample {
-	return &Sample{cfg: cfg, entries: slices.Clone(entries), sorted: false}
+func Remainder(cfg Config, j Joined, entries []Entry) *Sample {
+	return &Sample{cfg: cfg, entries: slices.Clone(entries), sorted: false, keyBits: j.KeyBits}
 }
 
 // Quantile is a quantile of a sample of delays and its confidence

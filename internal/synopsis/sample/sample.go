@@ -109,8 +109,12 @@ func (c Config) Keeps(id uint64) bool {
 // decoded).
 const MaxEntries = 1 << 20
 
-// KeyBits is how many high bits of a packet's sampling hash its key keeps.
-const KeyBits = 48
+// KeyBits is how many high bits of a packet's sampling hash its key keeps,
+// at most (SetKeyBits narrows a sample's keys); MinKeyBits the fewest.
+const (
+	KeyBits    = 48
+	MinKeyBits = 16
+)
 
 // keyLow are the bits of a sampling hash a key leaves out.
 const keyLow = 1<<(64-KeyBits) - 1
@@ -150,6 +154,7 @@ type Sample struct {
 	cfg     Config
 	entries []Entry
 	sorted  bool
+	keyBits int // its keys' width: KeyBits unless narrowed (0 stands for KeyBits)
 }
 
 // New returns an empty sample.
@@ -162,6 +167,32 @@ func New(cfg Config) (*Sample, error) {
 
 // Config is the sample's configuration.
 func (s *Sample) Config() Config { return s.cfg }
+
+// KeyBits is how many high bits of the sampling hash the sample's keys
+// keep.
+func (s *Sample) KeyBits() int { return cmp.Or(s.keyBits, KeyBits) }
+
+// SetKeyBits narrows the sample's keys to their high b bits (in
+// [MinKeyBits, KeyBits], at most the current width): the wire form then
+// takes about KeyBits − b bits less per entry. Two packets whose keys
+// agree in those bits cannot be told apart, and a join leaves both out,
+// as it leaves out copies: with b − k bits above a rate 2^-k and n
+// entries, a chance of about n²/2^(b−k+1) per epoch (1,250 entries with
+// 32 bits above the rate: one epoch in 5,000).
+func (s *Sample) SetKeyBits(b int) error {
+	if b < MinKeyBits || b > s.KeyBits() {
+		return fmt.Errorf("sample key width %d out of [%d, %d]", b, MinKeyBits, s.KeyBits())
+	}
+	if b == s.KeyBits() {
+		return nil
+	}
+	mask := ^uint64(0) << (64 - b)
+	for i := range s.entries {
+		s.entries[i].Key &= mask
+	}
+	s.keyBits, s.sorted = b, false
+	return nil
+}
 
 // Len is the number of packets kept.
 func (s *Sample) Len() int { return len(s.entries) }
@@ -255,7 +286,12 @@ func (s *Sample) Merge(o *Sample) error {
 	if o.cfg.Threshold < s.cfg.Threshold {
 		s.narrow(o.cfg.Threshold)
 	}
+	if o.KeyBits() < s.KeyBits() {
+		_ = s.SetKeyBits(o.KeyBits()) // a valid width, narrower
+	}
+	mask := ^uint64(0) << (64 - s.KeyBits())
 	for _, e := range o.entries {
+		e.Key &= mask
 		if s.cfg.KeepsKey(e.Key) {
 			s.entries = append(s.entries, e)
 			s.sorted = false
@@ -281,7 +317,7 @@ func (s *Sample) Narrowed(cfg Config) (*Sample, error) {
 	if cfg.Threshold == s.cfg.Threshold {
 		return s, nil
 	}
-	n := &Sample{cfg: s.cfg, entries: slices.Clone(s.entries), sorted: s.sorted}
+	n := &Sample{cfg: s.cfg, entries: slices.Clone(s.entries), sorted: s.sorted, keyBits: s.keyBits}
 	n.narrow(cfg.Threshold)
 	return n, nil
 }
@@ -312,14 +348,18 @@ func (s *Sample) Entries() []Entry {
 	return s.entries
 }
 
-// Wire versions: 1 carried each packet's ID, 2 its key.
+// Wire versions: 1 carried each packet's ID, 2 its key, 3 its key at a
+// width it names.
 const (
-	versionIDs  = 1
-	versionKeys = 2
+	versionIDs       = 1
+	versionKeys      = 2
+	versionKeyWidths = 3
 )
 
-// MarshalBinary is the wire form (version 2): the envelope, seed and
-// threshold, the count, then, when there are entries, the Rice parameter
+// MarshalBinary is the wire form: version 2 for keys of KeyBits (which
+// collectors since 2026-11-24 read), version 3 for narrower ones. The
+// envelope, seed and threshold, in version 3 the keys' width (1 byte),
+// the count, then, when there are entries, the Rice parameter
 // k (1 byte), the least offset (varint) and the offsets' width w in bits
 // (1 byte), and a bit stream (least significant bit first): per entry by
 // key, its key's difference from the one before (the first from 0), in
@@ -327,13 +367,22 @@ const (
 // quotient in unary, ones ended by a zero, then k bits), and its offset
 // above the least in w bits. The keys of n entries below a threshold T
 // differ by about T/n, which the Rice code takes in about
-// log2(T/n) − 16 + 1.5 bits; the offsets of a 1 s epoch take 30. At
-// 1,000 packets an entry is about 8 bytes, where version 1 took 13.
+// log2(T/n) − (64 − width) + 1.5 bits; the offsets of a 1 s epoch take
+// 30. At 1,000 packets an entry is about 8 bytes with 48-bit keys, where
+// version 1 took 13.
 func (s *Sample) MarshalBinary() ([]byte, error) {
 	s.sort()
-	b := synopsis.AppendHeader(make([]byte, 0, 32+9*len(s.entries)), synopsis.KindSample, versionKeys)
+	width := s.KeyBits()
+	version := byte(versionKeys)
+	if width != KeyBits {
+		version = versionKeyWidths
+	}
+	b := synopsis.AppendHeader(make([]byte, 0, 32+9*len(s.entries)), synopsis.KindSample, version)
 	b = binary.LittleEndian.AppendUint64(b, s.cfg.Seed)
 	b = binary.LittleEndian.AppendUint64(b, s.cfg.Threshold)
+	if version == versionKeyWidths {
+		b = append(b, byte(width))
+	}
 	b = binary.AppendUvarint(b, uint64(len(s.entries)))
 	if len(s.entries) == 0 {
 		return b, nil
@@ -342,7 +391,7 @@ func (s *Sample) MarshalBinary() ([]byte, error) {
 	for _, e := range s.entries {
 		least, most = min(least, e.OffsetNS), max(most, e.OffsetNS)
 	}
-	span := s.entries[len(s.entries)-1].Key >> (64 - KeyBits)
+	span := s.entries[len(s.entries)-1].Key >> (64 - width)
 	k := riceParameter(span / uint64(len(s.entries)))
 	w := bits.Len64(uint64(most - least))
 	b = append(b, byte(k))
@@ -351,7 +400,7 @@ func (s *Sample) MarshalBinary() ([]byte, error) {
 	bw := synopsis.BitWriter{B: b}
 	var prev uint64
 	for _, e := range s.entries {
-		key := e.Key >> (64 - KeyBits)
+		key := e.Key >> (64 - width)
 		bw.Rice(key-prev, k)
 		bw.Bits(uint64(e.OffsetNS-least), w)
 		prev = key
@@ -363,12 +412,12 @@ func (s *Sample) MarshalBinary() ([]byte, error) {
 // its bit length less one, at least 0.
 func riceParameter(mean uint64) int { return max(0, bits.Len64(mean)-1) }
 
-// Decode parses a wire form (version 2, or version 1, whose IDs it turns
-// into keys), rejecting truncated, oversized, unsorted or trailing input,
-// and keys the threshold does not keep, with an error wrapping
+// Decode parses a wire form (version 2 or 3, or version 1, whose IDs it
+// turns into keys), rejecting truncated, oversized, unsorted or trailing
+// input, and keys the threshold does not keep, with an error wrapping
 // synopsis.ErrFormat.
 func Decode(b []byte) (*Sample, error) {
-	r, v, err := synopsis.NewReaderOf(b, synopsis.KindSample, versionIDs, versionKeys)
+	r, v, err := synopsis.NewReaderOf(b, synopsis.KindSample, versionIDs, versionKeyWidths)
 	if err != nil {
 		return nil, err
 	}
@@ -376,6 +425,13 @@ func Decode(b []byte) (*Sample, error) {
 		return decodeIDs(r)
 	}
 	cfg := Config{Seed: r.Uint64("seed"), Threshold: r.Uint64("threshold")}
+	width := KeyBits
+	if v == versionKeyWidths {
+		width = int(r.Byte("key width"))
+		if r.Err() == nil && (width < MinKeyBits || width >= KeyBits) {
+			return nil, fmt.Errorf("%w: sample key width %d out of [%d, %d)", synopsis.ErrFormat, width, MinKeyBits, KeyBits)
+		}
+	}
 	// Every entry takes at least one bit: check before allocating.
 	n := r.Uvarint("count", 8*uint64(r.Remaining()))
 	if r.Err() != nil {
@@ -384,7 +440,7 @@ func Decode(b []byte) (*Sample, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
 	}
-	s := &Sample{cfg: cfg, sorted: true}
+	s := &Sample{cfg: cfg, sorted: true, keyBits: width}
 	if n == 0 {
 		return s, r.Done()
 	}
@@ -392,7 +448,7 @@ func Decode(b []byte) (*Sample, error) {
 	if r.Err() != nil {
 		return nil, r.Err()
 	}
-	if k >= KeyBits || w > 63 {
+	if k >= width || w > 63 {
 		return nil, fmt.Errorf("%w: sample rice parameter %d or offset width %d out of range", synopsis.ErrFormat, k, w)
 	}
 	rest := r.Rest()
@@ -403,13 +459,13 @@ func Decode(b []byte) (*Sample, error) {
 	br := synopsis.BitReader{B: rest}
 	var key uint64
 	for i := uint64(0); i < n; i++ {
-		d, ok := br.Rice(k, 1<<KeyBits-1-key)
+		d, ok := br.Rice(k, 1<<width-1-key)
 		off, ok2 := br.Bits(w)
 		if !ok || !ok2 {
-			return nil, fmt.Errorf("%w: sample entry %d of %d truncated or its key beyond %d bits", synopsis.ErrFormat, i, n, KeyBits)
+			return nil, fmt.Errorf("%w: sample entry %d of %d truncated or its key beyond %d bits", synopsis.ErrFormat, i, n, width)
 		}
 		key += d
-		e := Entry{Key: key << (64 - KeyBits), OffsetNS: least + int64(off)}
+		e := Entry{Key: key << (64 - width), OffsetNS: least + int64(off)}
 		if e.OffsetNS < least {
 			return nil, fmt.Errorf("%w: sample entry %d: offset overflows", synopsis.ErrFormat, i)
 		}

@@ -257,7 +257,7 @@ func TestJoinExact(t *testing.T) {
 	if len(j.UpLeft) != crossed+lost+1 {
 		t.Errorf("%d upstream left over, want %d crossed + %d lost + the lost copy", len(j.UpLeft), crossed, lost)
 	}
-	jn, err := Join(Remainder(cfg, j.UpLeft), next, epoch)
+	jn, err := Join(Remainder(cfg, j, j.UpLeft), next, epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,6 +380,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:len(b)/2])
 	f.Add(marshalIDs(cfg, []uint64{0x9e3779b97f4a7c15, 0x3c6ef372fe94f82a}, []int64{5, 7}))
+	_ = s.SetKeyBits(24)
+	b, _ = s.MarshalBinary()
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Decode(b)
 		if err != nil {
@@ -398,7 +401,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal(err)
 		}
 		back, err := Decode(again)
-		if err != nil || back.Config() != s.Config() || !slices.Equal(back.Entries(), s.Entries()) {
+		if err != nil || back.Config() != s.Config() || back.KeyBits() != s.KeyBits() || !slices.Equal(back.Entries(), s.Entries()) {
 			t.Fatalf("re-encoding differs (%v)", err)
 		}
 	})
@@ -592,6 +595,83 @@ func TestFlowPositions(t *testing.T) {
 	for _, bad := range [][]uint32{{uint32(len(es))}, {0, 0}, {3, 1 << 31, 1 << 31}} {
 		if _, err := Positions(bad, len(es)); err == nil {
 			t.Errorf("positions %v of %d entries accepted", bad, len(es))
+		}
+	}
+}
+
+// TestKeyWidths: a sample's keys narrowed to fewer bits travel in wire
+// version 3, about 48 − b bits an entry shorter, and decode to the same
+// entries; a join of a narrowed side with a full one narrows the other
+// and gives the same delays as two full sides; positions of flows stay
+// true; widths out of range are refused.
+func TestKeyWidths(t *testing.T) {
+	cfg, _ := ForShift(31, 3)
+	r := rand.New(rand.NewPCG(31, 32))
+	up, _ := New(cfg)
+	down, _ := New(cfg)
+	for i := 0; i < 10_000; i++ {
+		id, at := r.Uint64(), r.Int64N(900_000_000)
+		up.InsertFlow(id, uint64(i%7), at)
+		if i%100 != 0 {
+			down.Insert(id, at+1000+r.Int64N(500_000))
+		}
+	}
+	full, _ := Join(up, down, 0)
+	wide, _ := up.MarshalBinary()
+	narrow, _ := Decode(wide)
+	if err := narrow.SetKeyBits(35); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := narrow.MarshalBinary()
+	saved := float64(len(wide)-len(b)) * 8 / float64(up.Len())
+	t.Logf("%d entries: %d bytes with 48-bit keys, %d with 35 (%.1f bits an entry less)", up.Len(), len(wide), len(b), saved)
+	if b[4] != versionKeyWidths || saved < 12 || saved > 14 {
+		t.Errorf("version %d, %.1f bits an entry saved, want 13", b[4], saved)
+	}
+	back, err := Decode(b)
+	if err != nil || back.KeyBits() != 35 || !slices.Equal(back.Entries(), narrow.Entries()) {
+		t.Fatalf("narrowed sample did not round-trip: %v", err)
+	}
+	j, err := Join(back, down, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.KeyBits != 35 || !slices.Equal(j.Delays, full.Delays) || len(j.UpLeft) != len(full.UpLeft) {
+		t.Errorf("join at 35 bits: %d delays, %d lost; at 48: %d, %d", len(j.Delays), len(j.UpLeft), len(full.Delays), len(full.UpLeft))
+	}
+	// Positions taken after narrowing name the flows' entries in the
+	// narrowed wire form.
+	n2, _ := Decode(wide)
+	for i, e := range up.Entries() {
+		n2.entries[i].Flow = e.Flow
+	}
+	_ = n2.SetKeyBits(35)
+	gaps := n2.FlowPositions([]uint64{3})
+	nb, _ := n2.MarshalBinary()
+	got, _ := Decode(nb)
+	pos, err := Positions(gaps[0], got.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, e := range up.Entries() {
+		if e.Flow == 3 {
+			want++
+		}
+	}
+	if len(pos) != want {
+		t.Errorf("%d positions of flow 3, %d entries", len(pos), want)
+	}
+	for _, w := range []int{MinKeyBits - 1, 36} {
+		if back.SetKeyBits(w) == nil {
+			t.Errorf("width %d accepted from %d", w, back.KeyBits())
+		}
+	}
+	bad := slices.Clone(b)
+	for _, w := range []byte{MinKeyBits - 1, KeyBits} {
+		bad[4+1+8+8] = w // after the envelope, seed and threshold
+		if _, err := Decode(bad); !errors.Is(err, synopsis.ErrFormat) {
+			t.Errorf("key width %d decoded: %v", w, err)
 		}
 	}
 }
