@@ -276,8 +276,13 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 		return
 	}
 	for _, q := range qs {
-		res.Quantiles = append(res.Quantiles, &owlv1.DelayQuantile{Q: q.Q, ValueNs: float64(q.Value), LoNs: float64(q.Lo), HiNs: float64(q.Hi), Exact: q.Exact, Confidence: q.Confidence})
+		res.Quantiles = append(res.Quantiles, quantileProto(q))
 	}
+}
+
+// quantileProto is a sampled quantile as the API gives it.
+func quantileProto(q sample.Quantile) *owlv1.DelayQuantile {
+	return &owlv1.DelayQuantile{Q: q.Q, ValueNs: float64(q.Value), LoNs: float64(q.Lo), HiNs: float64(q.Hi), Exact: q.Exact, Confidence: q.Confidence}
 }
 
 // sampleRecord is the version byte of a boundary record's sample part;

@@ -136,6 +136,6 @@ func applyFlowSample(fs *owlv1.FlowStats, delays []int64, s flowSamples, minDela
 		return
 	}
 	for _, q := range qs {
-		fs.Quantiles = append(fs.Quantiles, &owlv1.DelayQuantile{Q: q.Q, ValueNs: float64(q.Value), LoNs: float64(q.Lo), HiNs: float64(q.Hi), Exact: q.Exact, Confidence: q.Confidence})
+		fs.Quantiles = append(fs.Quantiles, quantileProto(q))
 	}
 }
