@@ -41,13 +41,16 @@ type pathState struct {
 	// sampleShift the sampling rate the probes were told to use, 2^-shift.
 	recentPackets []uint64
 	sampleShift   int
+	// sampleCost is what recent upstream reports' samples and LDS took
+	// (noteSampleCost).
+	sampleCost SampleCost
 	// recentLDS are what recent epochs' sketches showed (LDS sizing);
 	// ldsCols and ldsRows the LDS cells per row and the mask of
 	// params.lds's rows the probes were told to use (rows 0: all).
 	recentLDS []ldsLoad
 	ldsCols   int
 	ldsRows   uint32
-	// ldsOff says the probes were told to send no LDS (ldsOffFor).
+	// ldsOff says the probes were told to send no LDS (Config.SamplingFor).
 	ldsOff bool
 	// newest is the newest epoch a side came for: a size change names an
 	// epoch ahead of it.

@@ -138,12 +138,15 @@ func (r *sessionRepairs) fetch(ctx context.Context, s reconcile.Side, req *owlv1
 }
 
 // noteSampleRate remembers a path's upstream packet count of an epoch and,
-// when the sampling rate the probes use no longer fits params.sample.target,
-// tells them a new one: the highest rate 2^-k at which the busiest of the
+// with what recent reports took (noteSampleCost), when the sampling rate or
+// the LDS the probes use no longer fits, tells them new ones
+// (Config.SamplingFor): the highest rate 2^-k at which the busiest of the
 // recent epochs would have given at most √2 times the target
-// (sample.ShiftFor), so that it gives about the target. With the rate it
-// turns the path's LDS off or on (ldsOffFor) by what an epoch with
-// sampled packets showed (flowsSampled); one with none leaves it be.
+// (sample.ShiftFor), so that it gives about the target, and the LDS off
+// where the sample gives the large flows their delays at that rate, or,
+// at fewer bytes than the LDS, at a higher one. An epoch whose top flows
+// did not name their sampled packets (flowsSampled) turns the LDS on;
+// one with none sampled leaves the choice as it was.
 func (wk *worker) noteSampleRate(ps *pathState, packets uint64, sampled flowSampling) {
 	target := uint64(wk.cfg.Params.Sample.Target)
 	if target == 0 {
@@ -154,12 +157,10 @@ func (wk *worker) noteSampleRate(ps *pathState, packets uint64, sampled flowSamp
 	if len(ps.recentPackets) > 8 {
 		ps.recentPackets = ps.recentPackets[1:]
 	}
-	want := sample.ShiftFor(slices.Max(ps.recentPackets), target)
+	peak := slices.Max(ps.recentPackets)
 	cur, from, wasOff := ps.sampleShift, ps.newest+sizeLead, ps.ldsOff
-	off := wasOff
-	if sampled != samplingUnknown {
-		off = wk.ldsOffFor(want, sampled == samplingNamed)
-	}
+	named := sampled == samplingNamed || sampled == samplingUnknown && wasOff
+	want, off := wk.cfg.SamplingFor(peak, sample.ShiftFor(peak, target), ps.sampleCost, wasOff, named, wk.cfg.Params.Sample.MaxEntries)
 	ps.sampleShift, ps.ldsOff = want, off
 	cols, rows := ps.ldsCols, ps.ldsRows
 	ps.mu.Unlock()
@@ -173,17 +174,23 @@ func (wk *worker) noteSampleRate(ps *pathState, packets uint64, sampled flowSamp
 	}
 }
 
-// ldsOffFor says whether a path sampled at 2^-shift needs no LDS: with
-// flows.lds "auto" and LDS sizing on, when the epoch's top flows named
-// their sampled packets and a flow of flows.lds_large_packets gives at
-// least flows.sample_min_delays sampled delays. The flows the LDS is
-// sized to measure then have their delays from the sample (their exact
-// delays, where an LDS cell mixes in other flows' packets), and the LDS
-// would be most of the bytes: at 10,000 packets a second, 16 of 30 KB a
-// side.
-func (wk *worker) ldsOffFor(shift int, sampled bool) bool {
-	fc := wk.cfg.Flows
-	return fc.LDS == ldsAuto && fc.LDSMinCols > 0 && sampled && fc.LDSLargePackets>>shift >= fc.SampleMinDelays
+// noteSampleCost keeps what an epoch's upstream report took: bytes per
+// entry of its sample, and LDS bytes per packet where it sent one. A
+// side sent as an exact list, or with too few entries to say, changes
+// neither.
+func noteSampleCost(ps *pathState, up *side) {
+	packets := up.Report.GetCounters().GetPackets()
+	if up.listed || packets == 0 {
+		return
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if up.sample != nil && up.sample.Len() >= 16 {
+		ps.sampleCost.EntryBytes = float64(len(up.Report.GetSample())) / float64(up.sample.Len())
+	}
+	if b := len(up.Report.GetLds()); b > 0 {
+		ps.sampleCost.LDSPacketBytes = float64(b) / float64(packets)
+	}
 }
 
 // flowSampling is what an epoch shows of its top flows' sampled packets.

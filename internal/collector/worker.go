@@ -131,6 +131,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 		wk.estimateRDA(ctx, w, upRDA, downRDA)
 	}
 	wk.estimateSample(w)
+	noteSampleCost(ps, pr.up)
 	wk.noteSampleRate(ps, pr.up.Report.GetCounters().GetPackets(), flowsSampled(pr))
 	if w.res.Status == owlv1.ResultStatus_RESULT_STATUS_UNSPECIFIED {
 		w.res.Status = owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES

@@ -90,7 +90,7 @@ type FlowWeight struct {
 func Default() Params {
 	return Params{Identity: capture.DefaultIdentityConfig(), Epoch: epoch.DefaultConfig(), LDA: lda.DefaultConfig(),
 		RDA: rda.DefaultConfig(), LDS: lds.DefaultConfig(), Colate: Colate{Config: colate.DefaultConfig()},
-		Sample: Sample{Seed: 0x73616d706c65, Target: 1000, MaxEntries: 4096}}
+		Sample: Sample{Seed: 0x73616d706c65, Target: 1000, MaxEntries: 16384}}
 }
 
 // ColateConfig is the vectors' configuration: one per epoch.

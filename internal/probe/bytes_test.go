@@ -126,7 +126,6 @@ func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows
 	link, frames, shift := epochTraffic(tb, p, rate)
 	shape := epochShape{rda: 256, ldsCols: p.LDS.Cols}
 	cfg := collector.DefaultConfig()
-	shape.ldsOff = ldsAuto && cfg.Flows.LDS == "auto" && cfg.Flows.LDSLargePackets>>shift >= cfg.Flows.SampleMinDelays
 	if minRows > 0 {
 		shape.lda = lda.RowsFor(rate/10_000, cfg.RDA.LDAMinRows, p.LDA.Rows)
 	}
@@ -142,12 +141,23 @@ func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows
 		}
 		shape.ldsRows = int(lds.RowsFor(p.LDS, 2*float64(rate/10_000)/float64(rate), largest, minRows))
 	}
-	for range 4 * (1 - b2i(shape.ldsOff)) { // the collector's resizing, until it settles
+	for range 4 { // the collector's resizing, until it settles
 		next := nextLDSCols(tb, p, shape, runEpoch(p, link, frames, shift, shape, wire, false)[0].GetLds())
 		if next == shape.ldsCols {
 			break
 		}
 		shape.ldsCols = next
+	}
+	if ldsAuto {
+		// What the sized LDS and the sample take, as the collector
+		// weighs them (SamplingFor).
+		r := runEpoch(p, link, frames, shift, shape, wire, false)[0]
+		s, err := sample.Decode(r.GetSample())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cost := collector.SampleCost{EntryBytes: float64(len(r.GetSample())) / float64(max(1, s.Len())), LDSPacketBytes: float64(len(r.GetLds())) / float64(len(frames))}
+		shift, shape.ldsOff = cfg.SamplingFor(uint64(len(frames)), shift, cost, false, true, p.Sample.MaxEntries)
 	}
 	return runEpoch(p, link, frames, shift, shape, wire, lists), len(frames)
 }
