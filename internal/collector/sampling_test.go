@@ -1,10 +1,10 @@
 package collector
 
 import (
-	owlv1 "github.com/owl-latency/owl/api/owl/v1"
-	"github.com/owl-latency/owl/internal/store"
 	"testing"
 
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
