@@ -249,10 +249,3 @@ func TestLDSDigestFromCollector(t *testing.T) {
 		t.Error("3-byte digests accepted")
 	}
 }
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
