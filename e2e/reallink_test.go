@@ -477,8 +477,8 @@ func checkRealLink(t testing.TB, path string, res map[int64]*owlv1.PathStats, tr
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "path %s: owl vs ground truth (tshark header fields, tcpdump at both points)\n", path)
-	fmt.Fprintf(&b, "%10s %6s %5s %5s %5s %5s %4s %6s %6s %12s %12s %9s %12s %8s %11s %11s %7s %6s %s %s\n", "epoch", "sent", "lost", "owl", "cross", "owl", "dup",
-		"n", "owl n", "true µs", "owl µs", "err", "LDA µs", "LDA err", "true std", "owl std", "err", "m", "est", "std from")
+	fmt.Fprintf(&b, "%10s %6s %5s %5s %5s %5s %4s %6s %6s %12s %12s %9s %12s %8s %11s %11s %7s %6s %6s %s %s\n", "epoch", "sent", "lost", "owl", "cross", "owl", "dup",
+		"n", "owl n", "true µs", "owl µs", "err", "LDA µs", "LDA err", "true std", "owl std", "err", "bar", "m", "est", "std from")
 	exact, checked := 0, 0
 	firstSent := last
 	for e := first; e <= last; e++ {
@@ -514,9 +514,9 @@ func checkRealLink(t testing.TB, path string, res map[int64]*owlv1.PathStats, tr
 		case r.GetStddevFromSample():
 			from = "sample"
 		}
-		fmt.Fprintf(&b, "%10d %6d %5d %5.0f %5d %5d %4d %6d %6d %12.3f %12.3f %9.2e %12.3f %7.2f%% %11.3f %11.3f %6.1f%% %6d %s %s\n", e, tr.sent, tr.lost, r.GetLost(),
+		fmt.Fprintf(&b, "%10d %6d %5d %5.0f %5d %5d %4d %6d %6d %12.3f %12.3f %9.2e %12.3f %7.2f%% %11.3f %11.3f %6.1f%% %5.1f%% %6d %s %s\n", e, tr.sent, tr.lost, r.GetLost(),
 			tr.crossed, r.GetBoundaryMatched(), tr.dups, tr.n, r.GetSamples(), tr.mean()/1e3, r.GetMeanNs()/1e3, rel, r.GetLdaMeanNs()/1e3, 100*ldaRel,
-			tr.std()/1e3, r.GetStddevNs()/1e3, 100*stdRel, r.GetRdaBuckets(), r.GetEstimator(), from)
+			tr.std()/1e3, r.GetStddevNs()/1e3, 100*stdRel, 100*stddevBar(tr, r), r.GetRdaBuckets(), r.GetEstimator(), from)
 		if r.GetEstimator() == "rda" && r.GetDecoded() && r.GetUnusableBuckets() == 0 && e != last {
 			// The last epoch is left out: nothing follows it upstream, so
 			// what crossed its end is not matched the same way.
@@ -541,8 +541,8 @@ func checkRealLink(t testing.TB, path string, res map[int64]*owlv1.PathStats, tr
 			t.Errorf("%s epoch %d: duplicates %d (truth %d), reordered extras %d", path, e, r.GetDuplicates(), tr.dups, r.GetReordered())
 			t.Logf("%s epoch %d, the truth's lost and duplicated packets:\n%s", path, e, strings.Join(tr.odd, "\n"))
 		}
-		if tr.n >= 1000 && stdRel > 0.10 && e != last { // the last: see meanBar
-			t.Errorf("%s epoch %d: stddev %.1f ns, truth %.1f ns (%.1f%%)", path, e, r.GetStddevNs(), tr.std(), 100*stdRel)
+		if bar := stddevBar(tr, r); tr.n >= 1000 && stdRel > bar && e != last { // the last: see meanBar
+			t.Errorf("%s epoch %d: stddev %.1f ns, truth %.1f ns (%.1f%%, bar %.1f%%)", path, e, r.GetStddevNs(), tr.std(), 100*stdRel, 100*bar)
 		}
 	}
 	t.Logf("\n%s%d of %d epochs exact", b.String(), exact, checked)
@@ -613,4 +613,32 @@ func checkRealLinkFlows(t testing.TB, q owlv1.QueryServiceClient, path string, t
 	if checked == 0 {
 		t.Error("no top flow had an epoch of 300 packets to check")
 	}
+}
+
+// stddevBar is how far an epoch's standard deviation may be from the
+// truth: 10%, or, where it is the spread of k sampled delays (not all of
+// them), 4 standard errors of a sample's standard deviation, about
+// sqrt((κ − 1)/(4k)) of it for delays of kurtosis κ (the truth's). On
+// this link's heavy tail (Weibull 0.65 and reordered packets held 3 ms)
+// κ can pass 30: 704 sampled delays then have a standard error of 10%,
+// and a run failed the plain 10% bar at 13.3%.
+func stddevBar(tr *linkTruth, r *owlv1.PathStats) float64 {
+	const bar = 0.10
+	k := float64(r.GetSampleDelays())
+	if !r.GetStddevFromSample() || r.GetStddevExact() || k < 2 || len(tr.delays) < 2 {
+		return bar
+	}
+	m := tr.mean()
+	var m2, m4 float64
+	for _, d := range tr.delays {
+		x := float64(d) - m
+		m2 += x * x
+		m4 += x * x * x * x
+	}
+	n := float64(len(tr.delays))
+	m2, m4 = m2/n, m4/n
+	if m2 == 0 {
+		return bar
+	}
+	return math.Max(bar, 4*math.Sqrt((m4/(m2*m2)-1)/(4*k)))
 }
