@@ -257,6 +257,7 @@ func (ch *chaos) table(q owlv1.QueryServiceClient, names []string, truths []sim.
 				exact++
 			case unrepairedFor(s, tr):
 				unrepaired++
+				t.Logf("%s epoch %d %s: unrepaired: %s", n, tr.Epoch, when, s.GetDetail())
 			default:
 				t.Errorf("%s epoch %d %s: mean %.3f ns lost %.0f matched %d (estimator %s, %d unusable buckets, %d rebuilds, %q, stddev %.0f ns over %d); truth %.3f ns (%.3f within the epoch) lost %d crossed %d",
 					n, tr.Epoch, when, s.GetMeanNs(), s.GetLost(), s.GetBoundaryMatched(), s.GetEstimator(), s.GetUnusableBuckets(), s.GetRebuilds(), s.GetDetail(), s.GetStddevNs(), s.GetSamples(),

@@ -796,3 +796,71 @@ func TestRepairAskedAgainOnNewStream(t *testing.T) {
 			r.GetEstimator(), r.GetDecoded(), r.GetUnusableBuckets(), r.GetLost(), r.GetMeanNs(), delay)
 	}
 }
+
+// An epoch that times out with its other probe connected keeps the
+// present side's cache at its probe (the late side, within
+// pair_retention, needs its repairs): it is released when the lone side
+// is forgotten. With the other probe gone it is released at the timeout.
+func TestTimeoutKeepsCacheWhilePartnerConnected(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	now := epochTime(1000, 0)
+	c.now = func() time.Time { return now }
+	conn := serve(t, c)
+	released := make(chan int64, 16)
+	stA := probeStream(t, conn, "a", cfg.Params)
+	go func() {
+		for {
+			m, err := stA.Recv()
+			if err != nil {
+				return
+			}
+			for _, e := range m.GetRelease().GetEpochs() {
+				released <- e.GetEpoch()
+			}
+		}
+	}()
+	stB := probeStream(t, conn, "b", cfg.Params)
+	expect := func(what string, want int64) {
+		t.Helper()
+		select {
+		case e := <-released:
+			if e != want {
+				t.Errorf("%s: epoch %d released, want %d", what, e, want)
+			}
+			if want < 0 {
+				t.Errorf("%s: epoch %d released, want none", what, e)
+			}
+		case <-time.After(500 * time.Millisecond):
+			if want >= 0 {
+				t.Errorf("%s: epoch %d not released", what, want)
+			}
+		}
+	}
+	up, _ := ldaPair(t, cfg.Params.LDA, 100, 500, 2)
+	if err := c.report("a", report("p", 3, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(cfg.PairTimeout)
+	c.sweep()
+	if r, _ := c.store.Result("p", 3); r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM {
+		t.Fatalf("after timeout: %v", r.GetStatus())
+	}
+	expect("timed out, b connected", -1)
+	now = now.Add(cfg.PairRetention)
+	c.sweep()
+	expect("forgotten", 3)
+
+	_ = stB.CloseSend()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.probes.session("b") != nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.report("a", report("p", 5, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(cfg.PairTimeout)
+	c.sweep()
+	expect("timed out, b gone", 5)
+}

@@ -539,6 +539,11 @@ func (c *Collector) forget(ps *pathState, epoch int64) {
 	if !lone {
 		return
 	}
+	for _, s := range []*side{pr.up, pr.down} {
+		if s != nil {
+			c.probes.release(s.Probe, ps.path.Name, epoch) // kept since the timeout, if its partner was connected
+		}
+	}
 	if err := c.store.DeletePending(ps.path.Name, epoch); err != nil {
 		c.log.Error("dropping lone report", "path", ps.path.Name, "epoch", epoch, "err", err)
 		return
@@ -589,8 +594,15 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 		c.repl.enqueue(&owlv1.EpochCopy{Path: ps.path.Name, Epoch: epoch, Result: res})
 		c.worker.publish(res, nil)
 	}
+	// The side that came keeps its probe's cache while the other probe
+	// is connected: that side is then most likely behind (a capture
+	// replayed slower, a probe catching up on its spool), and when it
+	// comes within pair_retention the epoch needs the repairs (forget
+	// releases the cache otherwise). With the other probe gone the cache
+	// is released now, so that a file source is not held back by a
+	// partner that may never come.
 	for _, s := range []*side{up, down} {
-		if s != nil {
+		if s != nil && c.probes.session(ps.path.Other(s.Probe)) == nil {
 			c.probes.release(s.Probe, ps.path.Name, epoch)
 		}
 	}

@@ -35,6 +35,15 @@ type Selector struct {
 	DstPorts []string `yaml:"dst_ports"`
 }
 
+// Other is the path's observation point other than probe: the
+// downstream one for the upstream one, else the upstream one.
+func (p Path) Other(probe string) string {
+	if probe == p.Upstream {
+		return p.Downstream
+	}
+	return p.Upstream
+}
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 // ValidName reports whether s can name a path or an observation point:
