@@ -86,10 +86,16 @@ func TestBrowser(t *testing.T) {
 	if err != nil || len(series["epoch"]) != 3 {
 		t.Errorf("owlSeries %v, %v", series, err)
 	}
-	if _, err := b.Load(srv.URL+"/#/", "path", 500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "data-view=overview") {
+	if _, err := b.Load(srv.URL+"/#/", "path", 3*time.Second); err == nil || !strings.Contains(err.Error(), "data-view=overview") {
 		t.Errorf("waiting for a view the page does not show: %v", err)
 	}
 
+	// The failed wait above may have given up before the overview's
+	// render on a loaded machine: wait for it, so that the page is taller
+	// than the viewport when the screenshot is taken.
+	if _, err := b.Load(srv.URL+"/#/", "overview", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	shot, err := b.Screenshot(1200)
 	if err != nil {
 		t.Fatal(err)
