@@ -79,8 +79,10 @@ type Config struct {
 	// full 48 bits, version 2, which collectors before it read). Fewer
 	// bits, fewer bytes; two packets of an epoch's sample whose keys
 	// agree are left out of the join, a chance of about n²/2^(bits+1) for
-	// n sampled packets (at the default 32 and 1,250 packets, one epoch
-	// in 5,000).
+	// n sampled packets (at the default 28 and 1,250 packets, one epoch
+	// in 340). A sample at rate 1, the epoch's exact list, keeps 32 bits
+	// or more (probes since this default: one epoch in 8,600 at 1,000
+	// packets).
 	SampleKeyBits int `yaml:"sample_key_bits"`
 	// MaxMessageBytes bounds a message from a probe.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
@@ -234,7 +236,7 @@ type RDAConfig struct {
 	// mean needs few buckets to be exact; the standard deviation comes
 	// from the packet sample where it holds at least as many delays as
 	// the RDA has buckets, and else from the buckets, whose error falls
-	// as 1/√buckets. MinBuckets 0 (the default) is 32 where paths are
+	// as 1/√buckets. MinBuckets 0 (the default) is 16 where paths are
 	// sampled (params.sample.target above 0) and 256 where they are not.
 	// A report whose RDA is larger than MaxBuckets (or
 	// params.rda.buckets) is rejected, and the largest report
@@ -276,12 +278,13 @@ func (c Config) MemoryLimit() (int64, bool) {
 // standard deviation comes from the sample and the RDA needs only to
 // decode; without one the buckets give it.
 const (
-	sampledMinBuckets   = 32
+	sampledMinBuckets   = 16
 	unsampledMinBuckets = 256
 )
 
-// minBuckets is the fewest RDA buckets the collector asks for.
-func (c Config) minBuckets() int {
+// MinRDABuckets is the fewest RDA buckets per bank the collector asks
+// for.
+func (c Config) MinRDABuckets() int {
 	switch {
 	case c.RDA.MinBuckets > 0:
 		return c.RDA.MinBuckets
@@ -293,7 +296,7 @@ func (c Config) minBuckets() int {
 
 // limits are the bounds reconcile.Epoch keeps to.
 func (c Config) limits() reconcile.Limits {
-	return reconcile.Limits{MinBuckets: c.minBuckets(), MaxBuckets: c.RDA.MaxBuckets, MaxRebuilds: c.RDA.MaxRebuilds}
+	return reconcile.Limits{MinBuckets: c.MinRDABuckets(), MaxBuckets: c.RDA.MaxBuckets, MaxRebuilds: c.RDA.MaxRebuilds}
 }
 
 // DelayBounds is lda.DelayBounds in configuration form.
@@ -322,7 +325,7 @@ func DefaultConfig() Config {
 		PairRetention:   10 * time.Minute,
 		WriteLoneAfter:  2 * time.Second,
 		DelayBounds:     DelayBounds{Min: time.Duration(b.MinNS), Max: time.Duration(b.MaxNS)},
-		SampleKeyBits:   32,
+		SampleKeyBits:   28,
 		MaxMessageBytes: 64 << 20,
 		MaxPendingBytes: 512 << 20,
 		RDA:             RDAConfig{MaxBuckets: 1 << 19, LDAMinRows: 32, MaxRebuilds: 4, RequestTimeout: 10 * time.Second},

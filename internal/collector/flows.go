@@ -100,7 +100,7 @@ func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owl
 	var out []*owlv1.FlowStats
 	for _, s := range []*side{up, down} {
 		for _, tf := range s.Report.GetTopFlows() {
-			f, err := netpath.FlowFromProto(tf.GetFlow())
+			f, err := netpath.TopFlowKey(tf)
 			if err != nil {
 				continue
 			}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/reconcile"
 	"github.com/owl-latency/owl/internal/store"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
@@ -341,6 +342,14 @@ func fuzzReportSeeds(tb testing.TB, cfg Config) []*owlv1.EpochReport {
 		r.Seq, r.CacheEntries, r.CacheComplete = uint64(9+i), 3000, true
 	}
 	fd.Partial = "the probe started mid-epoch"
+	// The downstream side's top flows with their keys packed.
+	for _, tf := range fd.GetTopFlows() {
+		if k, err := netpath.FlowFromProto(tf.GetFlow()); err == nil {
+			if b, ok := netpath.AppendPackedFlow(nil, k); ok {
+				tf.Key, tf.Flow = b, nil
+			}
+		}
+	}
 	// Epoch 8 sent as exact lists (rebuilt into synopses by the collector).
 	lists := agreeEpoch(rand.New(rand.NewPCG(8, 9)), 200, 5, 3, 2)
 	lu, ld := report("p", 8, owlv1.Role_ROLE_UPSTREAM, nil), report("p", 8, owlv1.Role_ROLE_DOWNSTREAM, nil)

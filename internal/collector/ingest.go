@@ -267,7 +267,7 @@ var accepts = []owlv1.Reject_Kind{owlv1.Reject_KIND_REPORT, owlv1.Reject_KIND_CO
 // the RDA size to start with, and in a cluster which collector takes the
 // reports (the size comes from the owner only, whose late binding sets it).
 func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
-	pc := &owlv1.PathConfig{Params: c.cfg.Params.ToProto(), Accepts: accepts, LdsDigestBytes: uint32(c.cfg.Flows.LDSDigestBytes), LdsPacked: c.cfg.Flows.LDSPacked,
+	pc := &owlv1.PathConfig{Params: c.cfg.Params.ToProto(), Accepts: accepts, LdsDigestBytes: uint32(c.cfg.Flows.LDSDigestBytes), LdsPacked: c.cfg.Flows.LDSPacked, PackedFlowKeys: true,
 		SampleKeyBits: uint32(c.cfg.SampleKeyBits)}
 	if c.cl != nil {
 		pc.ColateCollector = c.cl.Owner(colateKey).GRPC

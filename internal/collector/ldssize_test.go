@@ -258,7 +258,7 @@ func TestLDSDamagedCells(t *testing.T) {
 // large difference.
 func TestRDASizeFollowsDifferences(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Params.RDA.Buckets, cfg.RDA.MinBuckets = 1024, 0 // 32: sampled
+	cfg.Params.RDA.Buckets, cfg.RDA.MinBuckets = 1024, 0 // 16: sampled
 	c := newTest(t, cfg)
 	defer c.Close()
 	ps := c.paths["p"]
@@ -278,8 +278,8 @@ func TestRDASizeFollowsDifferences(t *testing.T) {
 		t.Errorf("after 7 epochs: %d buckets, want still 1024", got)
 	}
 	c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 5)})
-	if got := size(); got != 32 {
-		t.Errorf("after 8 epochs of differences of up to 5: %d buckets, want the floor, 32", got)
+	if got := size(); got != 16 {
+		t.Errorf("after 8 epochs of differences of up to 5: %d buckets, want the floor, 16", got)
 	}
 	c.worker.noteSetDifference(ps, reconcile.Difference{Lost: make([]uint64, 400)})
 	if got := size(); got != 1000 {

@@ -282,6 +282,9 @@ func reportDigest(r *owlv1.EpochReport) uint64 {
 	for _, tf := range r.GetTopFlows() {
 		f := tf.GetFlow()
 		b = b[:0]
+		if k := tf.GetKey(); len(k) > 0 { // the digests of text keys stay as they were
+			b = append(append(b, 0xff), k...)
+		}
 		for _, s := range []string{f.GetSrc(), f.GetDst()} {
 			b = binary.AppendUvarint(b, uint64(len(s)))
 			b = append(b, s...)

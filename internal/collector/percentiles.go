@@ -248,7 +248,7 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 		notes = append(notes, fmt.Sprintf("the next epoch sampled at a lower rate; narrowed to it, 1/%.0f, so that the packets crossing into it count", 1/res.SampleRate))
 	}
 	if sj.ambiguous > 0 {
-		notes = append(notes, fmt.Sprintf("%d sampled entries of packets seen more than once left out (which copy arrived when cannot be told)", sj.ambiguous))
+		notes = append(notes, fmt.Sprintf("%d sampled entries whose keys came more than once left out (copies of a packet, or packets whose keys agree: which arrived when cannot be told)", sj.ambiguous))
 	}
 	res.SampleNote = strings.Join(notes, "; ")
 	if len(sj.delays) == 0 {

@@ -314,7 +314,7 @@ func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 		ps.recentDiff = ps.recentDiff[1:]
 	}
 	most, full := slices.Max(ps.recentDiff), len(ps.recentDiff) == rdaWindow
-	want := reconcile.Size(most, wk.cfg.minBuckets(), wk.cfg.RDA.MaxBuckets)
+	want := reconcile.Size(most, wk.cfg.MinRDABuckets(), wk.cfg.RDA.MaxBuckets)
 	cur := ps.rdaBuckets
 	change := want > cur || (want <= cur/4 && full)
 	if change {

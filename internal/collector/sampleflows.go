@@ -48,7 +48,7 @@ func sampleFlows(s *side, seed uint64) (map[uint64]uint64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: top flow %d: %v", synopsis.ErrFormat, i, err)
 		}
-		f, err := netpath.FlowFromProto(tf.GetFlow())
+		f, err := netpath.TopFlowKey(tf)
 		if err != nil {
 			continue // such a flow is left out of the per-flow results
 		}

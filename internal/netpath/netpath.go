@@ -5,6 +5,7 @@
 package netpath
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -230,6 +231,63 @@ func FlowFromProto(f *owlv1.FlowKey) (capture.FlowKey, error) {
 	}
 	k.SrcPort, k.DstPort, k.Proto = uint16(f.GetSrcPort()), uint16(f.GetDstPort()), uint8(f.GetProtocol())
 	return k, nil
+}
+
+// AppendPackedFlow appends the packed form of a flow key (TopFlow.key):
+// both addresses, 4 bytes each for IPv4 and 16 for IPv6, the ports
+// big-endian and the protocol. It returns b unchanged and false for a
+// flow whose addresses are of two families, which only the text form
+// carries.
+func AppendPackedFlow(b []byte, f capture.FlowKey) ([]byte, bool) {
+	switch {
+	case f.Src.Is4() && f.Dst.Is4():
+		s, d := f.Src.As4(), f.Dst.As4()
+		b = append(append(b, s[:]...), d[:]...)
+	case f.Src.Is6() && f.Dst.Is6():
+		s, d := f.Src.As16(), f.Dst.As16()
+		b = append(append(b, s[:]...), d[:]...)
+	default:
+		return b, false
+	}
+	b = binary.BigEndian.AppendUint16(b, f.SrcPort)
+	b = binary.BigEndian.AppendUint16(b, f.DstPort)
+	return append(b, f.Proto), true
+}
+
+// packedFlowLen is the length of a packed flow key of addresses n bytes
+// long.
+func packedFlowLen(n int) int { return 2*n + 5 }
+
+// PackedFlow parses the packed form of a flow key.
+func PackedFlow(b []byte) (capture.FlowKey, error) {
+	var k capture.FlowKey
+	n := 0
+	switch len(b) {
+	case packedFlowLen(4):
+		n = 4
+	case packedFlowLen(16):
+		n = 16
+	default:
+		return k, fmt.Errorf("packed flow key of %d bytes, want %d (IPv4) or %d (IPv6)", len(b), packedFlowLen(4), packedFlowLen(16))
+	}
+	k.Src, _ = netip.AddrFromSlice(b[:n])
+	k.Dst, _ = netip.AddrFromSlice(b[n : 2*n])
+	k.SrcPort = binary.BigEndian.Uint16(b[2*n:])
+	k.DstPort = binary.BigEndian.Uint16(b[2*n+2:])
+	k.Proto = b[2*n+4]
+	return k, nil
+}
+
+// TopFlowKey is a top flow's key, from its packed form where it has one
+// and else from its text form.
+func TopFlowKey(tf *owlv1.TopFlow) (capture.FlowKey, error) {
+	if b := tf.GetKey(); len(b) > 0 {
+		if tf.GetFlow() != nil {
+			return capture.FlowKey{}, errors.New("top flow with both a packed and a text key")
+		}
+		return PackedFlow(b)
+	}
+	return FlowFromProto(tf.GetFlow())
 }
 
 func mustProto(s string) uint8 {

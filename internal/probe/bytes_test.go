@@ -56,8 +56,12 @@ func BenchmarkReportBytes(b *testing.B) {
 						reports, n = oneEpochReports(b, rate, mode == "lists=true", wire, fc.LDSMinRows, true)
 					}
 				}
-				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols, rows int
+				var size, ldaB, rdaB, ldsB, smp, list, zipped, cols, rows, top, keys int
 				for _, r := range reports {
+					for _, tf := range r.GetTopFlows() {
+						top += proto.Size(tf)
+						keys += proto.Size(tf.GetFlow()) + len(tf.GetKey())
+					}
 					raw, _ := proto.Marshal(r)
 					size += len(raw)
 					ldaB, rdaB, ldsB, smp, list = ldaB+len(r.GetLda()), rdaB+len(r.GetRda()), ldsB+len(r.GetLds()), smp+len(r.GetSample()), list+len(r.GetList())
@@ -78,6 +82,8 @@ func BenchmarkReportBytes(b *testing.B) {
 				b.ReportMetric(float64(cols), "lds-cols")
 				b.ReportMetric(float64(rows), "lds-rows")
 				b.ReportMetric(float64(smp), "sample-bytes")
+				b.ReportMetric(float64(top), "topflow-bytes")
+				b.ReportMetric(float64(keys), "flowkey-bytes")
 				b.ReportMetric(float64(list), "list-bytes")
 				b.ReportMetric(float64(len(reports)), "reports")
 			})
@@ -111,7 +117,7 @@ type epochShape struct {
 // at the cells per row the collector settles on for such epochs
 // (nextLDSCols) in the LDS wire form wire; lists lets reports carry
 // exact lists. minRows above 0 is the collector's sizing since RDAs
-// follow the set difference down to 32 buckets and LDS rows the loss
+// follow the set difference down to the collector's floor and LDS rows the loss
 // (lds.RowsFor with flows.lds_min_rows minRows: at this loss, the minRows
 // densest rows), and LDAs follow it too (lda.RowsFor within
 // rda.lda_min_rows), and sample keys are narrowed to sample_key_bits
@@ -134,7 +140,7 @@ func oneEpochReports(tb testing.TB, rate int, lists bool, wire lds.Wire, minRows
 	}
 	minRows = max(minRows, -minRows)
 	if minRows > 0 {
-		shape.rda = reconcile.Size(rate/10_000, 32, cfg.RDA.MaxBuckets)
+		shape.rda = reconcile.Size(rate/10_000, cfg.MinRDABuckets(), cfg.RDA.MaxBuckets)
 		largest := 0.0
 		for _, tf := range runEpoch(p, link, frames, shift, shape, wire, false)[0].GetTopFlows() {
 			largest = max(largest, float64(tf.GetPackets()))
@@ -210,7 +216,7 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift i
 	var stats counters
 	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
-		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows), LdaRows: uint32(sh.lda), LdsOff: sh.ldsOff}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed,
+		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows), LdaRows: uint32(sh.lda), LdsOff: sh.ldsOff}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed, PackedFlowKeys: true,
 		SampleKeyBits: uint32(sh.keyBits)})
 	pl.setPaths(set)
 	_ = pl.setLink(link)

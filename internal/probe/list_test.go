@@ -20,7 +20,7 @@ import (
 // a list of 16 KB against 11 KB of synopses sized to the traffic).
 func TestExactListRebuildsSynopses(t *testing.T) {
 	prm := params.Default()
-	for _, rate := range []int{100, 200} {
+	for _, rate := range []int{100, 150} {
 		// With an LDS (flows.lds: always), to rebuild it too.
 		with, n := oneEpochReports(t, rate, true, lds.Wire{DigestBytes: 4, Packed: true}, 2, false)
 		without, _ := oneEpochReports(t, rate, false, lds.Wire{DigestBytes: 4, Packed: true}, 2, false)

@@ -2754,8 +2754,13 @@ type TopFlow struct {
 	// first entry's position, then each one's distance from the one before.
 	// The collector joins them into the flow's exact sampled delays.
 	SamplePositions []uint32 `protobuf:"varint,3,rep,packed,name=sample_positions,json=samplePositions,proto3" json:"sample_positions,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// key is the flow in packed form, in place of flow, where the collector
+	// asks for it (PathConfig.packed_flow_keys): source and destination
+	// address (4 bytes each for IPv4, 16 for IPv6), source and destination
+	// port (2 bytes each, big-endian), protocol (1 byte): 13 or 37 bytes.
+	Key           []byte `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TopFlow) Reset() {
@@ -2805,6 +2810,13 @@ func (x *TopFlow) GetPackets() uint64 {
 func (x *TopFlow) GetSamplePositions() []uint32 {
 	if x != nil {
 		return x.SamplePositions
+	}
+	return nil
+}
+
+func (x *TopFlow) GetKey() []byte {
+	if x != nil {
+		return x.Key
 	}
 	return nil
 }
@@ -4012,8 +4024,12 @@ type PathConfig struct {
 	// k + sample_key_bits high bits of the sampling hash, at most 48); 0:
 	// send keys of 48 bits (version 2).
 	SampleKeyBits uint32 `protobuf:"varint,7,opt,name=sample_key_bits,json=sampleKeyBits,proto3" json:"sample_key_bits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// packed_flow_keys: the collector reads a top flow's key in its packed
+	// form (TopFlow.key), a third of the text form's size; false: a
+	// collector older than this field, which reads TopFlow.flow only.
+	PackedFlowKeys bool `protobuf:"varint,8,opt,name=packed_flow_keys,json=packedFlowKeys,proto3" json:"packed_flow_keys,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PathConfig) Reset() {
@@ -4093,6 +4109,13 @@ func (x *PathConfig) GetSampleKeyBits() uint32 {
 		return x.SampleKeyBits
 	}
 	return 0
+}
+
+func (x *PathConfig) GetPackedFlowKeys() bool {
+	if x != nil {
+		return x.PackedFlowKeys
+	}
+	return false
 }
 
 // PathAssignment is a path and the probe's role on it.
@@ -7851,11 +7874,12 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x19\n" +
 	"\bsrc_port\x18\x03 \x01(\rR\asrcPort\x12\x19\n" +
 	"\bdst_port\x18\x04 \x01(\rR\adstPort\x12\x1a\n" +
-	"\bprotocol\x18\x05 \x01(\rR\bprotocol\"s\n" +
+	"\bprotocol\x18\x05 \x01(\rR\bprotocol\"\x85\x01\n" +
 	"\aTopFlow\x12#\n" +
 	"\x04flow\x18\x01 \x01(\v2\x0f.owl.v1.FlowKeyR\x04flow\x12\x18\n" +
 	"\apackets\x18\x02 \x01(\x04R\apackets\x12)\n" +
-	"\x10sample_positions\x18\x03 \x03(\rR\x0fsamplePositions\"\xae\x02\n" +
+	"\x10sample_positions\x18\x03 \x03(\rR\x0fsamplePositions\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\"\xae\x02\n" +
 	"\bCounters\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x12\n" +
 	"\x04late\x18\x02 \x01(\x04R\x04late\x12M\n" +
@@ -7951,7 +7975,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x1d\n" +
 	"\n" +
-	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\xb5\x02\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\xdf\x02\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
@@ -7961,7 +7985,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x10lds_digest_bytes\x18\x05 \x01(\rR\x0eldsDigestBytes\x12\x1d\n" +
 	"\n" +
 	"lds_packed\x18\x06 \x01(\bR\tldsPacked\x12&\n" +
-	"\x0fsample_key_bits\x18\a \x01(\rR\rsampleKeyBits\"\xa0\x02\n" +
+	"\x0fsample_key_bits\x18\a \x01(\rR\rsampleKeyBits\x12(\n" +
+	"\x10packed_flow_keys\x18\b \x01(\bR\x0epackedFlowKeys\"\xa0\x02\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
