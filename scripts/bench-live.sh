@@ -4,7 +4,9 @@
 # speed into one end; a probe captures the other end with 1 and 2 fanout
 # workers. For each run it prints the rate tcpreplay reached, the packets
 # the kernel offered the probe's sockets and the ring drops (from the
-# probe's /metrics). Needs root, iproute2, tcpreplay.
+# probe's /metrics), and the probe's CPU time (user + system, from /proc)
+# over the run with its packets per CPU-second. Needs root, iproute2,
+# tcpreplay.
 #   usage: scripts/bench-live.sh [seconds per run]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,20 +35,23 @@ for _ in $(seq 100); do [ -s "$dir/ready" ] && break; sleep 0.1; done
 grpc=$(sed 's/.*"grpc":"\([^"]*\)".*/\1/' "$dir/ready")
 loops=$(( secs * 20 ))   # the trace is 25,768 frames
 metric() { curl -s "http://127.0.0.1:$2/metrics" | awk -v m="$1" '$1==m {print $2}'; }
-printf "%-8s %-12s %14s %14s %12s\n" workers rate "sent pkt/s" "offered pkts" "ring drops"
+# cpu PID: user + system seconds of a live process.
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14+$15)/hz}' "/proc/$1/stat"; }
+printf "%-8s %-12s %14s %14s %12s %10s %14s\n" workers rate "sent pkt/s" "offered pkts" "ring drops" "probe s" "Mpkt/CPU-s"
 for workers in 1 2; do
   port=$((7790 + workers))
   "$dir/probe" -id bench-probe -collector "$grpc" -insecure -interface $b -workers $workers -metrics-listen 127.0.0.1:$port -log-level warn &
   probe=$!
   sleep 1.5
   for rate in 100000 200000 400000 topspeed; do
-    p0=$(metric owl_probe_ring_packets_total $port); d0=$(metric owl_probe_ring_drops_total $port)
+    p0=$(metric owl_probe_ring_packets_total $port); d0=$(metric owl_probe_ring_drops_total $port); c0=$(cpu $probe)
     if [ $rate = topspeed ]; then args=(--topspeed); else args=(--pps $rate); fi
     out=$(tcpreplay -i $a "${args[@]}" --loop $loops --duration $secs testdata/trace.pcap 2>&1 || true)
     sent=$(echo "$out" | awk '/Rated:/ {for (i=1;i<=NF;i++) if ($i ~ /pps/) print $(i-1)}' | head -1)
     sleep 1
-    p1=$(metric owl_probe_ring_packets_total $port); d1=$(metric owl_probe_ring_drops_total $port)
-    awk -v w=$workers -v r=$rate -v s="${sent:-?}" -v p0="$p0" -v p1="$p1" -v d0="$d0" -v d1="$d1" 'BEGIN {printf "%-8s %-12s %14s %14.0f %12.0f\n", w, r, s, p1-p0, d1-d0}'
+    p1=$(metric owl_probe_ring_packets_total $port); d1=$(metric owl_probe_ring_drops_total $port); c1=$(cpu $probe)
+    awk -v w=$workers -v r=$rate -v s="${sent:-?}" -v p0="$p0" -v p1="$p1" -v d0="$d0" -v d1="$d1" -v c0="$c0" -v c1="$c1" \
+      'BEGIN {c = c1 - c0; printf "%-8s %-12s %14s %14.0f %12.0f %10.2f %14.2f\n", w, r, s, p1-p0, d1-d0, c, c > 0 ? (p1-p0)/c/1e6 : 0}'
   done
   kill $probe; wait $probe 2>/dev/null || true
 done
