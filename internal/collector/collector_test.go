@@ -864,3 +864,120 @@ func TestTimeoutKeepsCacheWhilePartnerConnected(t *testing.T) {
 	c.sweep()
 	expect("timed out, b gone", 5)
 }
+
+// TestRebuildRefusedKeepsLDAWithDetail: the RDAs are too small for the
+// epoch's loss and the upstream probe has lost the epoch's cache, so it
+// answers the rebuild with an error. The result is the LDA's estimate,
+// and it says why the RDA was not used.
+func TestRebuildRefusedKeepsLDAWithDetail(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	const delay = 25_000
+	_, send := refusedRebuildEpoch(t, c, &cfg, delay)
+	send(0)
+	send(1)
+	r := waitResult(t, c, "p", 1, anyResult)
+	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || r.GetEstimator() != "lda" || r.GetRebuilds() != 1 || r.GetMeanNs() != delay ||
+		!strings.Contains(r.GetDetail(), "RDA reconciliation failed") || !strings.Contains(r.GetDetail(), "no cache") {
+		t.Errorf("%v %s, %d rebuilds, mean %v ns, detail %q: want the LDA's exact %d ns saying the rebuild failed",
+			r.GetStatus(), r.GetEstimator(), r.GetRebuilds(), r.GetMeanNs(), r.GetDetail(), delay)
+	}
+}
+
+// TestExactResultStaysOverLaterEstimate: another member reconciled the
+// epoch exactly (its copy is stored here) and its repairs used up the
+// probe's cache; this member's own reconciliation of the epoch can only
+// estimate. The exact result stays, in the store and in what watchers
+// are told.
+func TestExactResultStaysOverLaterEstimate(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	conn, send := refusedRebuildEpoch(t, c, &cfg, 25_000)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(0)
+	time.Sleep(200 * time.Millisecond) // a's side is pending, the watch registered
+	exact := &owlv1.PathStats{Path: "p", Epoch: 1, Status: owlv1.ResultStatus_RESULT_STATUS_OK, Estimator: "rda", Decoded: true, MeanNs: 24_999, Lost: 60}
+	if _, err := c.storeCopies([]*owlv1.EpochCopy{{Path: "p", Epoch: 1, Result: exact, Done: true}}); err != nil {
+		t.Fatal(err)
+	}
+	send(1)
+	var shown *owlv1.PathStats
+	for shown == nil || shown.GetEpoch() != 1 {
+		if shown, err = watch.Recv(); err != nil {
+			t.Fatalf("watching: %v", err)
+		}
+	}
+	stored, _ := c.store.Result("p", 1)
+	for what, r := range map[string]*owlv1.PathStats{"stored": stored, "shown": shown} {
+		if r.GetEstimator() != "rda" || r.GetMeanNs() != exact.GetMeanNs() {
+			t.Errorf("%s: %s mean %v ns (%q), want the exact copy's %v ns", what, r.GetEstimator(), r.GetMeanNs(), r.GetDetail(), exact.GetMeanNs())
+		}
+	}
+}
+
+// refusedRebuildEpoch serves c, has probes a and b report epoch 1 of
+// path p (300 packets, 60 lost, constant delay) with RDAs of 16 buckets,
+// which Size deems too few, and has a answer every rebuild and fetch with
+// "no cache". It returns the connection, and send, which sends the
+// upstream (0) or downstream (1) report.
+func refusedRebuildEpoch(t *testing.T, c *Collector, cfg *Config, delay int64) (conn *grpc.ClientConn, send func(int)) {
+	t.Helper()
+	conn = serve(t, c)
+	rcfg := cfg.Params.RDA
+	rcfg.Buckets = 16
+	rng := rand.New(rand.NewPCG(9, 10))
+	u, _ := rda.New(rcfg)
+	d, _ := rda.New(rcfg)
+	ul, _ := lda.New(cfg.Params.LDA)
+	dl, _ := lda.New(cfg.Params.LDA)
+	for i := range 300 {
+		id, at := rng.Uint64(), int64(i)*3_000_000
+		u.Insert(id, at)
+		ul.Insert(id, at)
+		if i%5 == 0 {
+			continue // 60 lost: Size wants 150 buckets
+		}
+		d.Insert(id, at+delay)
+		dl.Insert(id, at+delay)
+	}
+	rep := func(role owlv1.Role, r *rda.RDA, l *lda.LDA) *owlv1.EpochReport {
+		lb, _ := l.MarshalBinary()
+		out := report("p", 1, role, lb)
+		out.Rda, _ = r.MarshalBinary()
+		return out
+	}
+	a := probeStream(t, conn, "a", cfg.Params)
+	go func() {
+		for {
+			m, err := a.Recv()
+			if err != nil {
+				return
+			}
+			const gone = `no cache for path "p" epoch 1 (released, evicted or never seen)`
+			switch {
+			case m.GetRebuild() != nil:
+				_ = a.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_RebuildReply{RebuildReply: &owlv1.RebuildReply{
+					RequestId: m.GetRebuild().GetRequestId(), Error: gone}}})
+			case m.GetFetch() != nil:
+				_ = a.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_FetchReply{FetchReply: &owlv1.FetchReply{
+					RequestId: m.GetFetch().GetRequestId(), Error: gone}}})
+			}
+		}
+	}()
+	b := probeStream(t, conn, "b", cfg.Params)
+	go answerCaches(b, nil, make(chan *owlv1.Ack, 16))
+	sides := []struct {
+		st  owlv1.ProbeService_ConnectClient
+		rep *owlv1.EpochReport
+	}{{a, rep(owlv1.Role_ROLE_UPSTREAM, u, ul)}, {b, rep(owlv1.Role_ROLE_DOWNSTREAM, d, dl)}}
+	return conn, func(i int) {
+		if err := sides[i].st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: sides[i].rep}}); err != nil {
+			t.Error(err)
+		}
+	}
+}

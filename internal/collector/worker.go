@@ -146,8 +146,9 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	for _, r := range sw.Results {
 		judgeClocks(r, wk.cfg.ClockUncertaintyShare)
 	}
-	if err := wk.store.Apply(sw); err != nil {
-		return fmt.Errorf("storing result: %w", err)
+	shown, err := wk.storeEpoch(w, &sw)
+	if err != nil {
+		return err
 	}
 	sent := wk.repl.enqueueWrite(sw)
 	for _, s := range []*side{pr.up, pr.down} {
@@ -158,7 +159,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	if late := wk.finish(w); late > 0 {
 		wk.addConflicts(ps.path.Name, epoch, late)
 	}
-	wk.publish(w.res, pr)
+	wk.publish(shown, pr)
 	wk.m.flows(ps.path.Name, flows, wk.cfg.Flows.MetricsTop)
 	for _, u := range w.updated {
 		wk.publishUpdate(u)
@@ -167,6 +168,39 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	wk.probes.release(ps.path.Upstream, ps.path.Name, epoch)
 	wk.probes.release(ps.path.Downstream, ps.path.Name, epoch)
 	return nil
+}
+
+// storeEpoch writes an epoch's result and what goes with it in one
+// transaction. A result of the epoch stored already whose estimate is
+// nearer to exact stays (estimatorRank): another member reconciled the
+// epoch while its path changed owner and its repairs used up the probes'
+// caches, so that this one could only estimate. The kept result then
+// stands for this one in what is replicated and published: storeEpoch
+// returns the result stored.
+func (wk *worker) storeEpoch(w *epochWork, sw *store.Write) (*owlv1.PathStats, error) {
+	var kept *owlv1.PathStats
+	sw.Keep = func(stored, incoming *owlv1.PathStats) bool {
+		if incoming != w.res || missingSide(stored) || estimatorRank(stored) <= estimatorRank(incoming) {
+			return false
+		}
+		kept = stored
+		return true
+	}
+	if err := wk.store.Apply(*sw); err != nil {
+		return nil, fmt.Errorf("storing result: %w", err)
+	}
+	if kept == nil {
+		return w.res, nil
+	}
+	wk.log.Info("a result of the epoch nearer to exact was stored already; keeping it", "path", w.ps.path.Name, "epoch", w.epoch,
+		"stored", kept.GetEstimator(), "computed", w.res.GetEstimator(), "detail", w.res.GetDetail())
+	for i, r := range sw.Results {
+		if r == w.res {
+			sw.Results[i] = kept
+		}
+	}
+	w.bd = nil
+	return kept, nil
 }
 
 // finish takes a stored epoch out of the pairing table, notes when its
@@ -384,6 +418,9 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 	}
 	if err != nil {
 		wk.log.Warn("RDA reconciliation failed; keeping the LDA estimate", "path", path, "epoch", w.epoch, "err", err)
+		if res.Status == owlv1.ResultStatus_RESULT_STATUS_OK {
+			res.Detail = "the LDA's estimate: RDA reconciliation failed: " + err.Error()
+		}
 		return
 	}
 	est := out.Estimate

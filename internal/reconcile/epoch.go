@@ -166,21 +166,29 @@ func (st *epochState) adjust(r *rda.RDA) *rda.RDA {
 }
 
 // peel brings both sides to one size, large enough for their count
-// difference, peels, and rebuilds both larger while peeling fails.
+// difference, peels, and rebuilds both larger while peeling fails. When
+// a side cannot be rebuilt (its probe lost the epoch's cache) and both
+// are of one size already, it peels at that size: a difference a little
+// past the size's bound still decodes most of the time.
 func (st *epochState) peel(ctx context.Context) error {
 	lim := st.lim
 	askedRepeated := false
+	var stuck error // the rebuild that failed
 	for {
 		m := max(st.up.Config().Buckets, st.down.Config().Buckets)
 		if dLow := int(absDiff(st.up.Packets(), st.down.Packets())); Size(dLow, 1, rda.MaxBuckets) > m {
 			m = Size(dLow, lim.MinBuckets, lim.MaxBuckets)
 		}
-		if m != st.up.Config().Buckets || m != st.down.Config().Buckets {
+		if stuck == nil && (m != st.up.Config().Buckets || m != st.down.Config().Buckets) {
 			if st.out.Rebuilds >= lim.MaxRebuilds {
 				return fmt.Errorf("RDA sizes %d and %d differ and no rebuild is left", st.up.Config().Buckets, st.down.Config().Buckets)
 			}
 			if err := st.rebuildBoth(ctx, m); err != nil {
-				return err
+				if st.up.Config().Buckets != st.down.Config().Buckets {
+					return err
+				}
+				st.log.Warn("cannot rebuild the RDAs larger; peeling at the size reported", "buckets", st.up.Config().Buckets, "err", err)
+				stuck = err
 			}
 		}
 		var err error
@@ -196,6 +204,9 @@ func (st *epochState) peel(ctx context.Context) error {
 		size := st.up.Config().Buckets
 		if st.diff.Complete() || size >= lim.MaxBuckets || st.out.Rebuilds >= lim.MaxRebuilds {
 			return nil
+		}
+		if stuck != nil {
+			return fmt.Errorf("peeling at %d buckets incomplete (%v) and %w", size, st.diff, stuck)
 		}
 		residual := 0
 		for _, r := range st.diff.Residual {

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -318,6 +319,76 @@ func TestLostCopy(t *testing.T) {
 		lost, ok := lostCopy(c.up, c.down)
 		if ok != c.ok || ok && lost.OffsetNS != c.lost {
 			t.Errorf("lostCopy(%v, %v) = %v, %t; want %d, %t", c.up, c.down, lost, ok, c.lost, c.ok)
+		}
+	}
+}
+
+// cacheGone is a Local whose upstream probe lost the epoch's cache:
+// it cannot rebuild, and fetches nothing when fetchToo.
+type cacheGone struct {
+	*Local
+	fetchToo bool
+}
+
+var errCacheGone = errors.New("no cache for the epoch")
+
+func (c cacheGone) Rebuild(ctx context.Context, s Side, buckets int) (*rda.RDA, error) {
+	if s == Upstream {
+		return nil, errCacheGone
+	}
+	return c.Local.Rebuild(ctx, s, buckets)
+}
+
+func (c cacheGone) Fetch(ctx context.Context, s Side, ids []uint64) (map[uint64][]Entry, error) {
+	if s == Upstream && c.fetchToo {
+		return nil, errCacheGone
+	}
+	return c.Local.Fetch(ctx, s, ids)
+}
+
+// TestEpochPeelsWhenRebuildFails: 8 packets lost of 200, both RDAs at 16
+// buckets, which Size deems too few (20); the upstream probe cannot
+// rebuild. Epoch peels at 16 instead of giving up: most epochs decode
+// (exact when the timestamps come, unrepaired when they do not either);
+// the others fail with both the incomplete peel and the rebuild's error.
+func TestEpochPeelsWhenRebuildFails(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const trials, lost = 300, 8
+	for _, fetchToo := range []bool{false, true} {
+		decoded := 0
+		for range trials {
+			l := &Local{RDA: rda.Config{Banks: 2, Buckets: 16, Seed: rng.Uint64(), Check: true}}
+			var sum float64
+			for i := range 200 {
+				id, ts := rng.Uint64(), rng.Int64N(900_000_000)
+				l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
+				if i >= lost {
+					d := weibullNS(rng)
+					l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + d, Weight: 1}})
+					sum += float64(d)
+				}
+			}
+			up, _ := l.Rebuild(context.Background(), Upstream, 16)
+			down, _ := l.Rebuild(context.Background(), Downstream, 16)
+			out, err := Epoch(context.Background(), Input{Up: up, Down: down}, cacheGone{l, fetchToo}, Limits{MinBuckets: 16, MaxBuckets: 1 << 16, MaxRebuilds: 4})
+			if err != nil {
+				if !errors.Is(err, errCacheGone) || out.Peeled {
+					t.Fatalf("fetch fails too %t: %v (peeled %t)", fetchToo, err, out.Peeled)
+				}
+				continue
+			}
+			decoded++
+			want := sum / float64(200-lost)
+			if !out.Diff.Complete() || out.Lost != lost || out.Repaired == fetchToo || out.Buckets != 16 {
+				t.Fatalf("fetch fails too %t: complete %t, lost %d, repaired %t, %d buckets", fetchToo, out.Diff.Complete(), out.Lost, out.Repaired, out.Buckets)
+			}
+			if !fetchToo && math.Abs(out.Estimate.MeanNS-want) > 1e-9*want {
+				t.Fatalf("mean %.3f ns, want %.3f", out.Estimate.MeanNS, want)
+			}
+		}
+		t.Logf("fetch fails too %t: %d of %d epochs decoded at 16 buckets", fetchToo, decoded, trials)
+		if decoded < trials*3/4 {
+			t.Errorf("fetch fails too %t: %d of %d epochs decoded at 16 buckets, want ≥ 3/4", fetchToo, decoded, trials)
 		}
 	}
 }
