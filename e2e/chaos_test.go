@@ -193,10 +193,10 @@ func (ch *chaos) probe(id, file, speed string) *harness.Proc {
 	return p
 }
 
-// epochLog is what every run of every collector logged of a path's
+// epochLog is what every run of every collector and probe logged of a path's
 // epoch, run by run.
 func (ch *chaos) epochLog(path string, epoch int64) string {
-	logs, _ := filepath.Glob(filepath.Join(ch.env.Dir, "c[0-9]-*.log"))
+	logs, _ := filepath.Glob(filepath.Join(ch.env.Dir, "*.log"))
 	var b strings.Builder
 	for _, l := range logs {
 		data, err := os.ReadFile(l)
@@ -245,7 +245,7 @@ func (ch *chaos) table(q owlv1.QueryServiceClient, names []string, truths []sim.
 			s := by[tr.Epoch]
 			if s == nil || s.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 				t.Errorf("%s epoch %d %s: %v", n, tr.Epoch, when, s)
-				t.Logf("what the collectors logged of %s epoch %d:\n%s", n, tr.Epoch, ch.epochLog(n, tr.Epoch))
+				t.Logf("what the collectors and probes logged of %s epoch %d:\n%s", n, tr.Epoch, ch.epochLog(n, tr.Epoch))
 				continue
 			}
 			answered++
@@ -262,7 +262,7 @@ func (ch *chaos) table(q owlv1.QueryServiceClient, names []string, truths []sim.
 				t.Errorf("%s epoch %d %s: mean %.3f ns lost %.0f matched %d (estimator %s, %d unusable buckets, %d rebuilds, %q, stddev %.0f ns over %d); truth %.3f ns (%.3f within the epoch) lost %d crossed %d",
 					n, tr.Epoch, when, s.GetMeanNs(), s.GetLost(), s.GetBoundaryMatched(), s.GetEstimator(), s.GetUnusableBuckets(), s.GetRebuilds(), s.GetDetail(), s.GetStddevNs(), s.GetSamples(),
 					tr.AllMeanNS, tr.MeanNS, tr.Lost, tr.Crossed)
-				t.Logf("what the collectors logged of %s epoch %d:\n%s", n, tr.Epoch, ch.epochLog(n, tr.Epoch))
+				t.Logf("what the collectors and probes logged of %s epoch %d:\n%s", n, tr.Epoch, ch.epochLog(n, tr.Epoch))
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", n, len(truths), answered, exact, unmatched, unrepaired)

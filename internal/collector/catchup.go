@@ -24,8 +24,8 @@ import (
 // (owner or replica), it asks each other member for the path's stored
 // epochs in the blocks of epochs where their results differ
 // (ClusterService.Export: digests of each block of 256 epochs are
-// compared) and stores them like replicated copies, keeping the newer of
-// two results of an epoch (newerResult): a copy of a result that
+// compared) and stores them like replicated copies, keeping the preferred
+// of two results of an epoch (preferred): a copy of a result that
 // boundary matching changed later may have been dropped. A member that comes back, on its
 // data or on none, gets the history it missed; a new replica gets its
 // path's history; copies dropped on the way are fetched again. One round

@@ -271,15 +271,44 @@ func mergeResults(lists [][]*owlv1.PathStats, limit int) []*owlv1.PathStats {
 }
 
 // better says whether result a should be shown instead of b for the same
-// epoch.
+// epoch: the preferred one, else the later computed.
 func better(a, b *owlv1.PathStats) bool {
+	if preferred(a, b) || preferred(b, a) {
+		return preferred(a, b)
+	}
+	return a.GetComputed().AsTime().After(b.GetComputed().AsTime())
+}
+
+// preferred says whether result a of an epoch stands over b: a complete
+// result over one missing a side, then the estimate nearer to exact
+// (estimatorRank), then the further boundary matching (newerResult). Two
+// members can reconcile one epoch while its path changes owner, the
+// second without the repairs the first used up: the exact one stays.
+func preferred(a, b *owlv1.PathStats) bool {
 	if ma, mb := missingSide(a), missingSide(b); ma != mb {
 		return !ma
 	}
-	if newerResult(a, b) || newerResult(b, a) {
-		return newerResult(a, b)
+	if ra, rb := estimatorRank(a), estimatorRank(b); ra != rb {
+		return ra > rb
 	}
-	return a.GetComputed().AsTime().After(b.GetComputed().AsTime())
+	return newerResult(a, b)
+}
+
+// estimatorRank orders estimates by how near to exact they are: an RDA
+// decoded and repaired, one partly decoded, one unrepaired, the LDA's;
+// 0 for none.
+func estimatorRank(r *owlv1.PathStats) int {
+	switch r.GetEstimator() {
+	case "rda":
+		return 4
+	case "rda-partial":
+		return 3
+	case "rda-unrepaired":
+		return 2
+	case "lda":
+		return 1
+	}
+	return 0
 }
 
 func missingSide(r *owlv1.PathStats) bool {

@@ -589,11 +589,6 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	if late > 0 && !paired {
 		c.worker.addConflicts(ps.path.Name, epoch, late)
 	}
-	if !paired {
-		c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", epoch, "status", res.Status)
-		c.repl.enqueue(&owlv1.EpochCopy{Path: ps.path.Name, Epoch: epoch, Result: res})
-		c.worker.publish(res, nil)
-	}
 	// The side that came keeps its probe's cache while the other probe
 	// is connected: that side is then most likely behind (a capture
 	// replayed slower, a probe catching up on its spool), and when it
@@ -601,10 +596,17 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	// releases the cache otherwise). With the other probe gone the cache
 	// is released now, so that a file source is not held back by a
 	// partner that may never come.
+	cache := "kept"
 	for _, s := range []*side{up, down} {
 		if s != nil && c.probes.session(ps.path.Other(s.Probe)) == nil {
 			c.probes.release(s.Probe, ps.path.Name, epoch)
+			cache = "released"
 		}
+	}
+	if !paired {
+		c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", epoch, "status", res.Status, "repair_cache", cache)
+		c.repl.enqueue(&owlv1.EpochCopy{Path: ps.path.Name, Epoch: epoch, Result: res})
+		c.worker.publish(res, nil)
 	}
 }
 

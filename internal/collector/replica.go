@@ -31,7 +31,7 @@ func (s clusterService) Replicate(_ context.Context, req *owlv1.ReplicateRequest
 // stored, and returns how many results it wrote. Results, per-flow
 // results, sketches and boundary records go where this member's own go,
 // as they came; a result missing a side never replaces a stored one, nor
-// does one older than the stored one (newerResult).
+// does one the stored one is preferred to (preferred).
 // Lone sides go to replica-pending, and an epoch done takes its copies of
 // lone sides out. Copies of paths not configured here, whose parts name
 // another path or epoch, or that hold what no member stores (a sketch
@@ -39,7 +39,7 @@ func (s clusterService) Replicate(_ context.Context, req *owlv1.ReplicateRequest
 func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
 	kept := 0
 	w := store.Write{Keep: func(stored, incoming *owlv1.PathStats) bool {
-		keep := missingSide(incoming) || !missingSide(stored) && newerResult(stored, incoming)
+		keep := missingSide(incoming) || preferred(stored, incoming)
 		if keep {
 			kept++
 		}

@@ -428,6 +428,36 @@ func TestStoreCopiesReplaceMissing(t *testing.T) {
 	}
 }
 
+// TestStoreCopiesPreferExact: of two complete results of an epoch, the
+// one nearer to exact stays whichever comes first, also against a later
+// estimate whose boundary matching went further; and a query across
+// members shows it.
+func TestStoreCopiesPreferExact(t *testing.T) {
+	ok := owlv1.ResultStatus_RESULT_STATUS_OK
+	exact := &owlv1.PathStats{Path: "p", Epoch: 1, Status: ok, Estimator: "rda", MeanNs: 7}
+	for _, worse := range []*owlv1.PathStats{
+		{Path: "p", Epoch: 1, Status: ok, Estimator: "lda", MeanNs: 9, BoundaryMatched: 2, Computed: timestamppb.Now()},
+		{Path: "p", Epoch: 1, Status: ok, Estimator: "rda-unrepaired", MeanNs: 8, Computed: timestamppb.Now()},
+		{Path: "p", Epoch: 1, Status: ok, Estimator: "rda-partial", MeanNs: 8},
+	} {
+		for _, order := range [][]*owlv1.PathStats{{exact, worse}, {worse, exact}} {
+			c := newTest(t, testConfig(t))
+			for _, r := range order {
+				if _, err := c.storeCopies([]*owlv1.EpochCopy{{Path: "p", Epoch: 1, Result: r, Done: true}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r, _ := c.store.Result("p", 1); !proto.Equal(r, exact) {
+				t.Errorf("%s then %s: stored %v", order[0].GetEstimator(), order[1].GetEstimator(), r)
+			}
+			c.Close()
+		}
+		if !better(exact, worse) || better(worse, exact) {
+			t.Errorf("a query across members shows %s over rda", worse.GetEstimator())
+		}
+	}
+}
+
 // TestTimeOutKeepsCopiedResult: a lone side times out on a member that
 // has meanwhile got the epoch's complete result as a copy (another member
 // paired it): the complete result stays, and no missing-side result is
