@@ -51,6 +51,10 @@ fuzz:
 	$(FUZZ) -fuzz '^FuzzHandover$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzDelaySketch$$' ./internal/collector/
 	$(FUZZ) -fuzz '^FuzzRequest$$' ./internal/web/
+	$(FUZZ) -fuzz '^FuzzDecodePair$$' ./internal/synopsis/lds/
+	$(FUZZ) -fuzz '^FuzzBoundaryRecord$$' ./internal/collector/
+	$(FUZZ) -fuzz '^FuzzDecodeCache$$' ./internal/probe/
+	$(FUZZ) -fuzz '^FuzzPackedFlow$$' ./internal/netpath/
 
 # Development certificates for mTLS (docs/security.md) in $(CERTS): a CA,
 # the probes of the demo and of deployments/, a collector `collector`, a
