@@ -311,7 +311,16 @@ func TestCollectorRestartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-done
-	got, err := harness.WaitStats(ctx, query(t, addr), "a-to-b", len(want))
+	for _, p := range []*harness.Proc{pa, pb} {
+		if strings.Contains(p.Log(), "exiting before the collector released every epoch") {
+			t.Errorf("%s waited out its release timeout: the restarted collector did not release every epoch\n%s", p.Name, p.Log())
+		}
+	}
+	// The probes wait for every release before they exit (runProbes
+	// returns then): the results are all in by now.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	got, err := harness.WaitStats(ctx2, query(t, addr), "a-to-b", len(want))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, coll2.Log())
 	}

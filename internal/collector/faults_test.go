@@ -3,9 +3,11 @@ package collector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +294,69 @@ func TestBacklogBound(t *testing.T) {
 	}
 	if st := status.Convert(c.answer(&session{probe: "a"}, owlv1.Reject_KIND_REPORT, "p", 2, 9, err)); st.Code() != codes.ResourceExhausted {
 		t.Errorf("the stream ends with %v, want ResourceExhausted", st)
+	}
+}
+
+// TestHelloReleasesStoredEpochs: a collector that stored an epoch's
+// result and stopped before it released the epoch releases it when the
+// probe, connecting again, lists it as unreleased; epochs stored missing
+// a side, without a result, of another path's probes or of no path stay
+// unreleased.
+func TestHelloReleasesStoredEpochs(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Paths = append(cfg.Paths, netpath.Path{Name: "q", Upstream: "b", Downstream: "c"})
+	c := newTest(t, cfg)
+	defer c.Close()
+	for _, r := range []struct {
+		path   string
+		epoch  int64
+		status owlv1.ResultStatus
+	}{
+		{"p", 5, owlv1.ResultStatus_RESULT_STATUS_OK},
+		{"p", 6, owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM},
+		{"p", 9, owlv1.ResultStatus_RESULT_STATUS_PARTIAL},
+		{"q", 5, owlv1.ResultStatus_RESULT_STATUS_OK},
+	} {
+		res := &owlv1.PathStats{Path: r.path, Epoch: r.epoch, Start: timestamppb.New(epochTime(r.epoch, 0)), Status: r.status, Samples: 10}
+		if err := c.store.PutResult(res, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := serve(t, c)
+	st, err := owlv1.NewProbeServiceClient(conn).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := []*owlv1.EpochRef{{Path: "p", Epoch: 5}, {Path: "p", Epoch: 6}, {Path: "p", Epoch: 7},
+		{Path: "p", Epoch: 9}, {Path: "q", Epoch: 5}, {Path: "nowhere", Epoch: 5}}
+	hello := &owlv1.Hello{ProbeId: "a", Params: cfg.Params.ToProto(), Replay: true, Unreleased: refs}
+	if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: hello}}); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan *owlv1.EpochRef, 16)
+	go func() {
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				return
+			}
+			for _, e := range m.GetRelease().GetEpochs() {
+				released <- e
+			}
+		}
+	}()
+	var got []string
+	timeout := time.After(time.Second)
+	for done := false; !done; {
+		select {
+		case e := <-released:
+			got = append(got, fmt.Sprintf("%s/%d", e.GetPath(), e.GetEpoch()))
+		case <-timeout:
+			done = true
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"p/5", "p/9"}; !slices.Equal(got, want) {
+		t.Errorf("released %v, want %v", got, want)
 	}
 }

@@ -70,6 +70,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	if err := c.openSession(sess); err != nil {
 		return err
 	}
+	c.releaseStored(sess.probe, h.GetUnreleased())
 	received := make(chan error, 1)
 	go c.receive(sess, received)
 	return sess.pump(received)
@@ -182,6 +183,44 @@ func (c *Collector) openSession(sess *session) error {
 		return c.sendPaths(sess)
 	}
 	return nil
+}
+
+// maxHelloUnreleased bounds the epochs of a Hello looked up.
+const maxHelloUnreleased = 4096
+
+// releaseStored releases the epochs a probe lists in its Hello as
+// unreleased whose complete result this collector stores and that wait
+// for nothing more here: it stored the result and acknowledged the
+// reports, then stopped before it released the epochs, and the probe
+// does not send acknowledged reports again. An epoch still pending, or
+// stored missing a side (the late side may yet come), stays the
+// worker's and pairing's to release.
+func (c *Collector) releaseStored(probe string, refs []*owlv1.EpochRef) {
+	byPath := map[string][]int64{}
+	for _, ref := range refs[:min(len(refs), maxHelloUnreleased)] {
+		ps := c.paths[ref.GetPath()]
+		if ps == nil || (ps.path.Upstream != probe && ps.path.Downstream != probe) {
+			continue
+		}
+		ps.mu.Lock()
+		_, pending := ps.pending[ref.GetEpoch()]
+		ps.mu.Unlock()
+		if pending {
+			continue
+		}
+		res, err := c.store.Result(ref.GetPath(), ref.GetEpoch())
+		if err != nil {
+			c.log.Warn("reading a result to release its epoch", "path", ref.GetPath(), "epoch", ref.GetEpoch(), "err", err)
+			continue
+		}
+		if res != nil && !missingSide(res) {
+			byPath[ref.GetPath()] = append(byPath[ref.GetPath()], ref.GetEpoch())
+		}
+	}
+	for path, epochs := range byPath {
+		c.log.Info("releasing epochs whose results were stored before", "probe", probe, "path", path, "epochs", len(epochs))
+		c.probes.release(probe, path, epochs...)
+	}
 }
 
 // handle takes one message of a probe's stream after its Hello, other

@@ -559,6 +559,28 @@ func (s *cacheStore) unreleased() int {
 	return len(s.outstanding)
 }
 
+// maxHelloUnreleased bounds the epochs a Hello lists as unreleased.
+const maxHelloUnreleased = 4096
+
+// unreleasedRefs lists up to max reported epochs the collector has not
+// released, oldest first.
+func (s *cacheStore) unreleasedRefs(max int) []*owlv1.EpochRef {
+	s.mu.Lock()
+	keys := make([]cacheKey, 0, len(s.outstanding))
+	for k := range s.outstanding {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(keys, func(a, b cacheKey) int {
+		return cmp.Or(cmp.Compare(a.epoch, b.epoch), cmp.Compare(a.path, b.path))
+	})
+	refs := make([]*owlv1.EpochRef, 0, min(max, len(keys)))
+	for _, k := range keys[:min(max, len(keys))] {
+		refs = append(refs, &owlv1.EpochRef{Path: k.path, Epoch: k.epoch})
+	}
+	return refs
+}
+
 func (s *cacheStore) get(path string, epoch int64) *epochCache {
 	s.mu.Lock()
 	defer s.mu.Unlock()

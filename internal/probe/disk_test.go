@@ -2,6 +2,7 @@ package probe
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -491,5 +492,26 @@ owl_probe_data_dir_dropped_total{what="spool_write"} 1
 `
 	if err := testutil.GatherAndCompare(p2.reg, strings.NewReader(want), "owl_probe_data_dir_dropped_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestUnreleasedRefs: a Hello lists the reported epochs not released,
+// oldest first, up to its bound.
+func TestUnreleasedRefs(t *testing.T) {
+	cs := newCacheStore(8, 1<<30)
+	cfg := rda.Config{Banks: 2, Buckets: 64, Seed: 7, Check: true}
+	for _, k := range []cacheKey{{"b", 4}, {"a", 4}, {"a", 2}, {"a", 3}, {"b", 1}} {
+		cs.put(k.path, k.epoch, &epochCache{rda: cfg, complete: true})
+	}
+	cs.release("a", 3)
+	var got []string
+	for _, r := range cs.unreleasedRefs(3) {
+		got = append(got, fmt.Sprintf("%s/%d", r.GetPath(), r.GetEpoch()))
+	}
+	if want := []string{"b/1", "a/2", "a/4"}; !slices.Equal(got, want) {
+		t.Errorf("unreleased %v, want %v", got, want)
+	}
+	if n := len(cs.unreleasedRefs(maxHelloUnreleased)); n != 4 {
+		t.Errorf("%d unreleased listed, want 4", n)
 	}
 }

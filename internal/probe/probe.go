@@ -236,9 +236,12 @@ func (p *Probe) release(path string, epoch int64)                      { p.cache
 // hello introduces the probe; one that reads files says it replays them
 // (its epochs may be old). It carries the probe's parameters only when it
 // was given its own: the collector then checks them; otherwise the probe
-// takes the collector's from the path configuration.
+// takes the collector's from the path configuration. It lists the epochs
+// not yet released, for a collector that stored their results and then
+// stopped before it released them.
 func (p *Probe) hello() *owlv1.Hello {
-	h := &owlv1.Hello{ProbeId: p.cfg.ID, Version: buildinfo.Version(), Clock: p.clockStatus(), Replay: p.live == nil}
+	h := &owlv1.Hello{ProbeId: p.cfg.ID, Version: buildinfo.Version(), Clock: p.clockStatus(), Replay: p.live == nil,
+		Unreleased: p.caches.unreleasedRefs(maxHelloUnreleased)}
 	if p.cfg.ExplicitParams {
 		h.Params = p.cfg.Params.ToProto()
 	}

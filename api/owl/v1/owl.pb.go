@@ -1695,7 +1695,13 @@ type Hello struct {
 	Replay bool `protobuf:"varint,5,opt,name=replay,proto3" json:"replay,omitempty"`
 	// pauses is true when the probe honours Pause: a collector that falls
 	// behind pauses it instead of ending its stream.
-	Pauses        bool `protobuf:"varint,6,opt,name=pauses,proto3" json:"pauses,omitempty"`
+	Pauses bool `protobuf:"varint,6,opt,name=pauses,proto3" json:"pauses,omitempty"`
+	// unreleased are epochs the probe has reported and still keeps repair
+	// caches for (at most 4096, oldest first). The collector releases
+	// those whose complete result it already stores: a collector that
+	// stopped between storing a result and releasing its epochs would
+	// otherwise hold a file-reading probe back until its release_timeout.
+	Unreleased    []*EpochRef `protobuf:"bytes,7,rep,name=unreleased,proto3" json:"unreleased,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1770,6 +1776,13 @@ func (x *Hello) GetPauses() bool {
 		return x.Pauses
 	}
 	return false
+}
+
+func (x *Hello) GetUnreleased() []*EpochRef {
+	if x != nil {
+		return x.Unreleased
+	}
+	return nil
 }
 
 // SynopsisParams are the parameters both ends of a path must share.
@@ -7789,14 +7802,17 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tresponses\x18\x02 \x01(\x04R\tresponses\x12\x18\n" +
 	"\amatched\x18\x03 \x01(\x04R\amatched\x12\x1c\n" +
 	"\tambiguous\x18\x04 \x01(\x04R\tambiguous\x12'\n" +
-	"\x0fprefixes_folded\x18\x05 \x01(\x04R\x0eprefixesFolded\"\xc7\x01\n" +
+	"\x0fprefixes_folded\x18\x05 \x01(\x04R\x0eprefixesFolded\"\xf9\x01\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bprobe_id\x18\x01 \x01(\tR\aprobeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
 	"\x06params\x18\x03 \x01(\v2\x16.owl.v1.SynopsisParamsR\x06params\x12)\n" +
 	"\x05clock\x18\x04 \x01(\v2\x13.owl.v1.ClockStatusR\x05clock\x12\x16\n" +
 	"\x06replay\x18\x05 \x01(\bR\x06replay\x12\x16\n" +
-	"\x06pauses\x18\x06 \x01(\bR\x06pauses\"\xf1\x02\n" +
+	"\x06pauses\x18\x06 \x01(\bR\x06pauses\x120\n" +
+	"\n" +
+	"unreleased\x18\a \x03(\v2\x10.owl.v1.EpochRefR\n" +
+	"unreleased\"\xf1\x02\n" +
 	"\x0eSynopsisParams\x122\n" +
 	"\bidentity\x18\x01 \x01(\v2\x16.owl.v1.IdentityParamsR\bidentity\x12)\n" +
 	"\x05epoch\x18\x02 \x01(\v2\x13.owl.v1.EpochParamsR\x05epoch\x12#\n" +
@@ -8493,136 +8509,137 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	21,  // 26: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
 	23,  // 27: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
 	37,  // 28: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	29,  // 29: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	30,  // 30: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	31,  // 31: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	32,  // 32: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	27,  // 33: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	28,  // 34: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	25,  // 35: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	24,  // 36: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
-	37,  // 37: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	55,  // 38: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,   // 39: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	36,  // 40: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	37,  // 41: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	35,  // 42: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	34,  // 43: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	90,  // 44: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,   // 45: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	50,  // 46: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	52,  // 47: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	53,  // 48: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	42,  // 49: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	44,  // 50: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	46,  // 51: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	40,  // 52: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	47,  // 53: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	48,  // 54: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
-	39,  // 55: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
-	49,  // 56: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
-	41,  // 57: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	51,  // 58: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	23,  // 59: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	3,   // 60: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
-	54,  // 61: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 62: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 63: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	55,  // 64: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	58,  // 65: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	91,  // 66: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	37,  // 67: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	54,  // 68: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	91,  // 69: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 70: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	91,  // 71: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 72: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	75,  // 73: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	72,  // 74: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	91,  // 75: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 76: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	75,  // 77: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	72,  // 78: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	91,  // 79: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 80: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 81: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	71,  // 82: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	91,  // 83: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 84: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	70,  // 85: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	70,  // 86: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	70,  // 87: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	18,  // 88: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	76,  // 89: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	91,  // 90: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	92,  // 91: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 92: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	37,  // 93: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 94: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	36,  // 95: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	36,  // 96: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	91,  // 97: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	75,  // 98: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	34,  // 99: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	91,  // 100: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 101: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	79,  // 102: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	91,  // 103: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	34,  // 104: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	75,  // 105: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
-	91,  // 106: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 107: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 108: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	79,  // 109: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	34,  // 110: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	91,  // 111: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 112: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	91,  // 113: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	91,  // 114: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	91,  // 115: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 116: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	86,  // 117: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	91,  // 118: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	89,  // 119: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 120: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	56,  // 121: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	59,  // 122: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	61,  // 123: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	62,  // 124: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	64,  // 125: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	66,  // 126: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	68,  // 127: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	74,  // 128: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	77,  // 129: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	80,  // 130: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	82,  // 131: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	84,  // 132: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	87,  // 133: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 134: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 135: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 136: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	38,  // 137: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	57,  // 138: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	60,  // 139: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	73,  // 140: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	63,  // 141: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	65,  // 142: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	67,  // 143: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	69,  // 144: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	76,  // 145: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	78,  // 146: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	81,  // 147: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	83,  // 148: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	85,  // 149: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	88,  // 150: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 151: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 152: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 153: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	137, // [137:154] is the sub-list for method output_type
-	120, // [120:137] is the sub-list for method input_type
-	120, // [120:120] is the sub-list for extension type_name
-	120, // [120:120] is the sub-list for extension extendee
-	0,   // [0:120] is the sub-list for field type_name
+	41,  // 29: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
+	29,  // 30: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	30,  // 31: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	31,  // 32: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	32,  // 33: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	27,  // 34: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	28,  // 35: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	25,  // 36: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	24,  // 37: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	37,  // 38: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	55,  // 39: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,   // 40: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	36,  // 41: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	37,  // 42: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	35,  // 43: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	34,  // 44: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	90,  // 45: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,   // 46: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	50,  // 47: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	52,  // 48: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	53,  // 49: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	42,  // 50: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	44,  // 51: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	46,  // 52: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	40,  // 53: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	47,  // 54: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	48,  // 55: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
+	39,  // 56: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
+	49,  // 57: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
+	41,  // 58: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	51,  // 59: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	23,  // 60: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	3,   // 61: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	54,  // 62: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 63: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 64: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	55,  // 65: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	58,  // 66: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	91,  // 67: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	37,  // 68: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	54,  // 69: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	91,  // 70: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 71: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	91,  // 72: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 73: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	75,  // 74: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	72,  // 75: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	91,  // 76: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 77: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	75,  // 78: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	72,  // 79: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	91,  // 80: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 81: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 82: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	71,  // 83: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	91,  // 84: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 85: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	70,  // 86: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	70,  // 87: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	70,  // 88: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	18,  // 89: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	76,  // 90: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	91,  // 91: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	92,  // 92: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 93: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	37,  // 94: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 95: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	36,  // 96: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	36,  // 97: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	91,  // 98: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	75,  // 99: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	34,  // 100: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	91,  // 101: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 102: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	79,  // 103: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	91,  // 104: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	34,  // 105: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	75,  // 106: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
+	91,  // 107: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 108: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 109: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	79,  // 110: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	34,  // 111: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	91,  // 112: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 113: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	91,  // 114: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	91,  // 115: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	91,  // 116: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	91,  // 117: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	86,  // 118: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	91,  // 119: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	89,  // 120: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 121: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	56,  // 122: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	59,  // 123: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	61,  // 124: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	62,  // 125: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	64,  // 126: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	66,  // 127: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	68,  // 128: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	74,  // 129: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	77,  // 130: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	80,  // 131: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	82,  // 132: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	84,  // 133: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	87,  // 134: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 135: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 136: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 137: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	38,  // 138: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	57,  // 139: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	60,  // 140: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	73,  // 141: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	63,  // 142: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	65,  // 143: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	67,  // 144: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	69,  // 145: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	76,  // 146: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	78,  // 147: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	81,  // 148: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	83,  // 149: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	85,  // 150: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	88,  // 151: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 152: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 153: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 154: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	138, // [138:155] is the sub-list for method output_type
+	121, // [121:138] is the sub-list for method input_type
+	121, // [121:121] is the sub-list for extension type_name
+	121, // [121:121] is the sub-list for extension extendee
+	0,   // [0:121] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
