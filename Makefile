@@ -39,6 +39,7 @@ FUZZ = $(GO) test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIM
 fuzz:
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/capture/
 	$(FUZZ) -fuzz '^FuzzFileSource$$' ./internal/capture/
+	$(FUZZ) -fuzz '^FuzzFastDecode$$' ./internal/capture/
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/lda/
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/rda/
 	$(FUZZ) -fuzz '^FuzzDecode$$' ./internal/synopsis/lds/

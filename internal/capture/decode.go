@@ -104,6 +104,7 @@ type Decoder struct {
 
 	decoded []gopacket.LayerType
 	scratch []byte
+	noFast  bool // every frame through the parser (tests)
 }
 
 // NewDecoder returns a Decoder for frames of the given link type (Ethernet,
@@ -163,20 +164,12 @@ func (d *Decoder) Config() IdentityConfig { return d.cfg }
 // Decode decodes frame, captured at tsNS, into p. It returns ErrNotIP for
 // frames without IP and a *DecodeError for broken ones.
 func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
-	parser := d.parser
-	if d.raw && len(frame) > 0 && frame[0]>>4 == 6 {
-		parser = d.parser6
-	}
-	err := parser.DecodeLayers(frame, &d.decoded)
-	if d.inner != nil && err == nil {
-		parser, err = d.decodeVXLAN(parser)
-	}
-	ipIdx, l4, tag := d.innermostIP()
-	if ipIdx < 0 || err != nil && l4 == gopacket.LayerTypeZero {
-		if err = d.frameError(frame, parser, err, ipIdx); err != nil {
+	if d.noFast || !d.fast(frame) {
+		if err := d.parse(frame); err != nil {
 			return err
 		}
 	}
+	ipIdx, l4, tag := d.innermostIP()
 
 	b := d.scratch[:0]
 	var ipPayload []byte
@@ -236,6 +229,24 @@ func (d *Decoder) Decode(frame []byte, tsNS int64, p *Packet) error {
 	b = append(b, payload[:min(len(payload), d.cfg.PayloadBytes)]...)
 	p.ID = xxh3.HashSeed(b, d.cfg.Seed)
 	p.TimeNS = tsNS
+	return nil
+}
+
+// parse decodes frame's layers with gopacket's parser into d.decoded; it
+// returns the error of a frame that yields no usable IP packet.
+func (d *Decoder) parse(frame []byte) error {
+	parser := d.parser
+	if d.raw && len(frame) > 0 && frame[0]>>4 == 6 {
+		parser = d.parser6
+	}
+	err := parser.DecodeLayers(frame, &d.decoded)
+	if d.inner != nil && err == nil {
+		parser, err = d.decodeVXLAN(parser)
+	}
+	ipIdx, l4, _ := d.innermostIP()
+	if ipIdx < 0 || err != nil && l4 == gopacket.LayerTypeZero {
+		return d.frameError(frame, parser, err, ipIdx)
+	}
 	return nil
 }
 
