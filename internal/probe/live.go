@@ -139,7 +139,7 @@ func (p *Probe) liveWorker(ctx context.Context, w int, src *capture.LiveSource, 
 		// timeout, so that an idle socket closes its epochs.
 		if now := time.Now(); err != nil || now.Sub(lastAdvance) > lc.cfg.PollTimeout {
 			ref := p.clock.Now() // the time scale of the corrected timestamps
-			pl.window.Advance(ref)
+			pl.advance(ref)
 			if p.merge != nil {
 				p.merge.watermark(w, ref)
 			}
@@ -167,7 +167,7 @@ func (p *Probe) closeAtStop(stopNS int64) (last int64, discarded int) {
 	closeNS := grid.EndNS(last) + int64(grid.Grace)
 	p.rep.stoppedNS.Store(stopNS)
 	for w, pl := range p.pipes {
-		pl.window.Advance(closeNS)
+		pl.advance(closeNS)
 		if p.merge != nil {
 			p.merge.watermark(w, closeNS)
 		}

@@ -167,6 +167,8 @@ type pipeline struct {
 	rtt *rttMatcher
 	// reorder tracks TCP reordering by prefix (nil when off).
 	reorder *reorder.Tracker
+	// unpublished are the frames and packets not yet in stats.
+	unpublished struct{ frames, packets uint64 }
 }
 
 // newPipeline returns a pipeline (one capture worker's synopses) that hands
@@ -396,7 +398,12 @@ func (pl *pipeline) open(e int64) *epochData {
 
 // frame feeds one captured frame.
 func (pl *pipeline) frame(data []byte, tsNS int64) {
-	pl.stats.frames.Add(1)
+	// The shared counters take the counts in batches: an atomic add is a
+	// full barrier, which made the misses of one packet's synopsis
+	// updates wait before the next packet's work.
+	if pl.unpublished.frames++; pl.unpublished.frames >= publishEvery {
+		pl.publish()
+	}
 	if pl.correct != nil {
 		tsNS = pl.correct(tsNS)
 	}
@@ -407,7 +414,7 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 		pl.stats.decodeFailures[r].Add(1)
 		return
 	}
-	pl.stats.packets.Add(1)
+	pl.unpublished.packets++
 	ed, off, ok := pl.window.Get(p.TimeNS)
 	if !ok {
 		pl.stats.late.Add(1)
@@ -453,11 +460,34 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	}
 }
 
+// publishEvery is how many frames a pipeline counts before it adds them
+// to the shared counters (and at each epoch's close, flush and advance).
+const publishEvery = 256
+
+// publish adds the frames and packets counted since the last call to the
+// shared counters.
+func (pl *pipeline) publish() {
+	pl.stats.frames.Add(pl.unpublished.frames)
+	pl.stats.packets.Add(pl.unpublished.packets)
+	pl.unpublished.frames, pl.unpublished.packets = 0, 0
+}
+
 // flush closes every open epoch (end of a capture file).
-func (pl *pipeline) flush() { pl.window.Flush() }
+func (pl *pipeline) flush() {
+	pl.publish()
+	pl.window.Flush()
+}
+
+// advance moves the pipeline's time on to nowNS (no packet came), closing
+// the epochs past their grace.
+func (pl *pipeline) advance(nowNS int64) {
+	pl.publish()
+	pl.window.Advance(nowNS)
+}
 
 // close turns a closed epoch into one report per path.
 func (pl *pipeline) close(cl epoch.Closed[*epochData]) {
+	pl.publish()
 	if pl.reorder != nil {
 		cl.Value.reorder = pl.reorder.Report()
 	}
