@@ -27,24 +27,56 @@ type Table[T any] struct {
 	heap []Entry[T]     // min-heap by Count
 	pos  map[uint64]int // key → index in heap
 	rnd  *rand.Rand
+	// held counts the tracked keys by their top bits: a key whose
+	// count is 0 is not tracked, and most packets of a stream of many
+	// small flows are then counted without a look-up in pos.
+	held  []uint32
+	shift uint
 }
 
 // New returns a table of k counters; seed makes admissions repeatable.
 func New[T any](k int, seed uint64) *Table[T] {
-	return &Table[T]{k: max(k, 1), pos: make(map[uint64]int, k), rnd: rand.New(rand.NewPCG(seed, 0x726170))}
+	k = max(k, 1)
+	bits := uint(6)
+	for 1<<bits < 8*k {
+		bits++
+	}
+	return &Table[T]{k: k, pos: make(map[uint64]int, k), rnd: rand.New(rand.NewPCG(seed, 0x726170)),
+		held: make([]uint32, 1<<bits), shift: 64 - bits}
+}
+
+// find is the heap index of a tracked key.
+func (t *Table[T]) find(key uint64) (int, bool) {
+	if t.held[key>>t.shift] == 0 {
+		return 0, false
+	}
+	i, ok := t.pos[key]
+	return i, ok
+}
+
+// track records key at heap index i.
+func (t *Table[T]) track(key uint64, i int) {
+	t.pos[key] = i
+	t.held[key>>t.shift]++
+}
+
+// untrack forgets key.
+func (t *Table[T]) untrack(key uint64) {
+	delete(t.pos, key)
+	t.held[key>>t.shift]--
 }
 
 // Add counts a packet of the flow with this key; v is copied only when the
 // flow is admitted.
 func (t *Table[T]) Add(key uint64, v *T) {
-	if i, ok := t.pos[key]; ok {
+	if i, ok := t.find(key); ok {
 		t.heap[i].Count++
 		t.down(i)
 		return
 	}
 	if len(t.heap) < t.k {
 		t.heap = append(t.heap, Entry[T]{Key: key, Value: *v, Count: 1})
-		t.pos[key] = len(t.heap) - 1
+		t.track(key, len(t.heap)-1)
 		t.up(len(t.heap) - 1)
 		return
 	}
@@ -52,9 +84,9 @@ func (t *Table[T]) Add(key uint64, v *T) {
 	if t.rnd.Uint64N(min+1) != 0 {
 		return
 	}
-	delete(t.pos, t.heap[0].Key)
+	t.untrack(t.heap[0].Key)
 	t.heap[0] = Entry[T]{Key: key, Value: *v, Count: min + 1}
-	t.pos[key] = 0
+	t.track(key, 0)
 	t.down(0)
 }
 
@@ -119,22 +151,22 @@ func (t *Table[T]) down(i int) {
 // a tracked flow's counter grows by n; an untracked flow takes a free
 // counter, or the smallest one if n exceeds it.
 func (t *Table[T]) AddCount(key uint64, v *T, n uint64) {
-	if i, ok := t.pos[key]; ok {
+	if i, ok := t.find(key); ok {
 		t.heap[i].Count += n
 		t.down(i)
 		return
 	}
 	if len(t.heap) < t.k {
 		t.heap = append(t.heap, Entry[T]{Key: key, Value: *v, Count: n})
-		t.pos[key] = len(t.heap) - 1
+		t.track(key, len(t.heap)-1)
 		t.up(len(t.heap) - 1)
 		return
 	}
 	if n <= t.heap[0].Count {
 		return
 	}
-	delete(t.pos, t.heap[0].Key)
+	t.untrack(t.heap[0].Key)
 	t.heap[0] = Entry[T]{Key: key, Value: *v, Count: n}
-	t.pos[key] = 0
+	t.track(key, 0)
 	t.down(0)
 }

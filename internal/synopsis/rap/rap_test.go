@@ -79,20 +79,70 @@ func TestCountsAndHeap(t *testing.T) {
 	if tab.Top(1)[0].Count < 8 {
 		t.Error("heaviest flow lost")
 	}
+	checkHeld(t, tab)
 }
 
-func BenchmarkAdd(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 1))
-	z := rand.NewZipf(r, 1.2, 1, 1_000_000)
-	keys := make([]uint64, 1<<16)
-	for i := range keys {
-		keys[i] = z.Uint64()*0x9e3779b97f4a7c15 + 1
+// checkHeld fails unless the table's filter counts exactly its tracked
+// keys, slot by slot.
+func checkHeld[T any](t *testing.T, tab *Table[T]) {
+	t.Helper()
+	want := make([]uint32, len(tab.held))
+	for k := range tab.pos {
+		want[k>>tab.shift]++
 	}
-	tab := New[uint64](200, 1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		k := keys[i&(len(keys)-1)]
-		tab.Add(k, &k)
+	if !slices.Equal(want, tab.held) {
+		t.Fatalf("filter out of step with the tracked keys")
+	}
+}
+
+// TestFilterFollowsKeys: through admissions, evictions and merges of
+// hashed keys, a key is found exactly when it is tracked.
+func TestFilterFollowsKeys(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	z := rand.NewZipf(r, 1.1, 1, 50_000)
+	tab := New[uint64](40, 9)
+	for i := range 200_000 {
+		k := z.Uint64()*0x9e3779b97f4a7c15 + 1
+		if i%7 == 0 {
+			tab.AddCount(k, &k, uint64(1+i%5))
+		} else {
+			tab.Add(k, &k)
+		}
+		_, tracked := tab.pos[k]
+		if _, ok := tab.find(k); ok != tracked {
+			t.Fatalf("key %#x: found %t, tracked %t", k, ok, tracked)
+		}
+	}
+	checkHeld(t, tab)
+	for _, e := range tab.heap {
+		if _, ok := tab.find(e.Key); !ok {
+			t.Fatalf("tracked key %#x not found", e.Key)
+		}
+	}
+}
+
+// BenchmarkAdd: 200 counters over Zipf (s = 1.2) flow sizes, where most
+// packets are of tracked flows, and over a million flows of equal size,
+// where most are not.
+func BenchmarkAdd(b *testing.B) {
+	for _, dist := range []string{"zipf", "uniform"} {
+		b.Run(dist, func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 1))
+			z := rand.NewZipf(r, 1.2, 1, 1_000_000)
+			keys := make([]uint64, 1<<16)
+			for i := range keys {
+				k := z.Uint64()
+				if dist == "uniform" {
+					k = r.Uint64N(1_000_000)
+				}
+				keys[i] = k*0x9e3779b97f4a7c15 + 1
+			}
+			tab := New[uint64](200, 1)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				k := keys[i&(len(keys)-1)]
+				tab.Add(k, &k)
+			}
+		})
 	}
 }
