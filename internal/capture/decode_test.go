@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 // build serializes layers into a frame with correct lengths and checksums.
@@ -533,5 +536,21 @@ func TestTransportFields(t *testing.T) {
 		if p.L4 != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, p.L4, c.want)
 		}
+	}
+}
+
+// TestFlowKeyEncoding pins the flow key's 41 bytes and its hash: probes
+// and collectors of different versions must know a flow by the same hash.
+func TestFlowKeyEncoding(t *testing.T) {
+	f := FlowKey{Src: netip.MustParseAddr("10.1.2.3"), Dst: netip.MustParseAddr("2001:db8::7"), SrcPort: 0x1234, DstPort: 443, Proto: 6, Tag: 1<<24 | 0xabcdef}
+	want := []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3,
+		0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7,
+		0x12, 0x34, 0x01, 0xbb, 6, 0x01, 0xab, 0xcd, 0xef}
+	got := f.AppendBinary([]byte{0xee})
+	if !bytes.Equal(got, append([]byte{0xee}, want...)) {
+		t.Fatalf("encoding %x, want ee%x", got, want)
+	}
+	if h, w := f.Hash(99), lds.FlowHash(want, 99); h != w {
+		t.Errorf("hash %#x, want %#x", h, w)
 	}
 }

@@ -5,6 +5,7 @@
 package capture
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 
@@ -76,17 +77,26 @@ const FlowKeySize = 41
 // hashing and storage: 16-byte source and destination addresses (IPv4 as
 // IPv4-mapped IPv6), source and destination ports, protocol, tag.
 func (f FlowKey) AppendBinary(b []byte) []byte {
-	s, d := f.Src.As16(), f.Dst.As16()
-	b = append(b, s[:]...)
-	b = append(b, d[:]...)
-	return append(b, byte(f.SrcPort>>8), byte(f.SrcPort), byte(f.DstPort>>8), byte(f.DstPort), f.Proto,
-		byte(f.Tag>>24), byte(f.Tag>>16), byte(f.Tag>>8), byte(f.Tag))
+	var k [FlowKeySize]byte
+	f.put(&k)
+	return append(b, k[:]...)
+}
+
+// put writes AppendBinary's encoding into k.
+func (f FlowKey) put(k *[FlowKeySize]byte) {
+	*(*[16]byte)(k[0:]) = f.Src.As16()
+	*(*[16]byte)(k[16:]) = f.Dst.As16()
+	binary.BigEndian.PutUint16(k[32:], f.SrcPort)
+	binary.BigEndian.PutUint16(k[34:], f.DstPort)
+	k[36] = f.Proto
+	binary.BigEndian.PutUint32(k[37:], f.Tag)
 }
 
 // Hash is the flow's hash under seed (the deployment's LDS seed): the key
 // by which the LDS, the COLATE vector, the collector's per-flow results
 // and the evaluator all know a flow.
 func (f FlowKey) Hash(seed uint64) uint64 {
-	var b [FlowKeySize]byte
-	return lds.FlowHash(f.AppendBinary(b[:0]), seed)
+	var k [FlowKeySize]byte
+	f.put(&k)
+	return lds.FlowHash(k[:], seed)
 }
