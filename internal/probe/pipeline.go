@@ -169,13 +169,16 @@ type pipeline struct {
 	reorder *reorder.Tracker
 	// unpublished are the frames and packets not yet in stats.
 	unpublished struct{ frames, packets uint64 }
+	// sampleLens are the entries of each path's sample in its last
+	// closed epoch.
+	sampleLens map[string]int
 }
 
 // newPipeline returns a pipeline (one capture worker's synopses) that hands
 // its closed epochs to sink.
 func newPipeline(p params.Params, maxCache, topFlows int, sink func(closedEpoch), stats *counters) (*pipeline, error) {
 	pl := &pipeline{params: p, decs: map[layers.LinkType]*capture.Decoder{}, sink: sink, stats: stats,
-		maxCache: maxCache, topFlows: topFlows}
+		maxCache: maxCache, topFlows: topFlows, sampleLens: map[string]int{}}
 	var err error
 	if pl.weightOf, err = p.WeightOf(); err != nil {
 		return nil, err
@@ -360,6 +363,11 @@ func (pl *pipeline) newSample(path string, e int64) *sample.Sample {
 	}
 	cfg, _ := sample.ForShift(pl.params.Sample.Seed, setting(&pl.shifts, path, e)) // checked by setSampleShift and newPathSet
 	s, _ := sample.New(cfg)                                                        // a shift's threshold is never 0
+	// Room for as many entries as the path's last closed epoch had, and
+	// an eighth more: growing by doubling copied the sample ~10 times.
+	if n := pl.sampleLens[path]; n > 0 {
+		s.Grow(min(n+n/8, pl.params.Sample.MaxEntries+1))
+	}
 	return s
 }
 
@@ -488,6 +496,11 @@ func (pl *pipeline) advance(nowNS int64) {
 // close turns a closed epoch into one report per path.
 func (pl *pipeline) close(cl epoch.Closed[*epochData]) {
 	pl.publish()
+	for i, a := range cl.Value.set.paths {
+		if s := cl.Value.samples[i]; s != nil {
+			pl.sampleLens[a.path.Name] = s.Len()
+		}
+	}
 	if pl.reorder != nil {
 		cl.Value.reorder = pl.reorder.Report()
 	}

@@ -165,6 +165,11 @@ func New(cfg Config) (*Sample, error) {
 	return &Sample{cfg: cfg, sorted: true}, nil
 }
 
+// Grow makes room for n more entries, as when the caller expects an
+// epoch like the one before: the entries then need not be copied as the
+// sample grows.
+func (s *Sample) Grow(n int) { s.entries = slices.Grow(s.entries, n) }
+
 // Config is the sample's configuration.
 func (s *Sample) Config() Config { return s.cfg }
 
