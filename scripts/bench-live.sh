@@ -51,7 +51,7 @@ for workers in 1 2; do
     sleep 1
     p1=$(metric owl_probe_ring_packets_total $port); d1=$(metric owl_probe_ring_drops_total $port); c1=$(cpu $probe)
     awk -v w=$workers -v r=$rate -v s="${sent:-?}" -v p0="$p0" -v p1="$p1" -v d0="$d0" -v d1="$d1" -v c0="$c0" -v c1="$c1" \
-      'BEGIN {c = c1 - c0; printf "%-8s %-12s %14s %14.0f %12.0f %10.2f %14.2f\n", w, r, s, p1-p0, d1-d0, c, c > 0 ? (p1-p0)/c/1e6 : 0}'
+      'BEGIN {c = c1 - c0; printf "%-8s %-12s %14s %14.0f %12.0f %10.2f %14.2f\n", w, r, s, p1-p0, d1-d0, c, (c > 0 ? (p1-p0)/c/1e6 : 0)}'
   done
   kill $probe; wait $probe 2>/dev/null || true
 done
