@@ -91,6 +91,11 @@ func (d *Decoder) fast(frame []byte) bool {
 	default:
 		return false
 	}
+	return d.fastL4(proto, l4)
+}
+
+// fastL4 decodes a whole TCP or UDP header for fast, or returns false.
+func (d *Decoder) fastL4(proto uint8, l4 []byte) bool {
 	switch proto {
 	case uint8(layers.IPProtocolTCP):
 		if len(l4) < 20 {

@@ -46,19 +46,7 @@ func sameDecode(t *testing.T, pair [2]*Decoder, frame []byte) {
 // FuzzFastDecode: the fast path and gopacket's parser turn every frame
 // into the same packet, or the same error.
 func FuzzFastDecode(f *testing.F) {
-	frames, _ := traceFrames(f)
-	for i := 0; i < len(frames); i += len(frames) / 40 {
-		f.Add(frames[i], uint8(0))
-	}
-	for _, fr := range testFrames(f) {
-		f.Add(fr, uint8(0))
-		f.Add(fr[14:], uint8(1))
-		f.Add(fr, uint8(3))
-	}
-	for _, c := range encapCases(f) {
-		f.Add(c.frame, uint8(0))
-		f.Add(c.frame, uint8(3))
-	}
+	addDecodeSeeds(f)
 	pairs := decoderPairs(f)
 	f.Fuzz(func(t *testing.T, frame []byte, link uint8) {
 		sameDecode(t, pairs[link%4], frame)

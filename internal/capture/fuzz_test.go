@@ -12,18 +12,7 @@ import (
 // FuzzDecode feeds arbitrary frames to the decoder: it must never panic, and
 // a frame it accepts must decode the same way twice.
 func FuzzDecode(f *testing.F) {
-	frames, _ := traceFrames(f)
-	for i := 0; i < len(frames); i += len(frames) / 40 {
-		f.Add(frames[i], uint8(0))
-	}
-	for _, fr := range testFrames(f) {
-		f.Add(fr, uint8(0))
-		f.Add(fr[14:], uint8(1))
-	}
-	for _, c := range encapCases(f) {
-		f.Add(c.frame, uint8(0))
-		f.Add(c.frame, uint8(3))
-	}
+	addDecodeSeeds(f)
 	cfg := DefaultIdentityConfig()
 	eth, _ := NewDecoder(layers.LinkTypeEthernet, cfg)
 	raw, _ := NewDecoder(layers.LinkTypeRaw, cfg)
@@ -58,6 +47,25 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("second decode differs: %+v vs %+v (%v)", q, p, err)
 		}
 	})
+}
+
+// addDecodeSeeds seeds a fuzz test of (frame, link) with frames of the
+// bundled trace, the test frames (Ethernet, and raw from link 1), and the
+// encapsulations (from links 0 and 3, which knows VXLAN on 8472).
+func addDecodeSeeds(f *testing.F) {
+	frames, _ := traceFrames(f)
+	for i := 0; i < len(frames); i += len(frames) / 40 {
+		f.Add(frames[i], uint8(0))
+	}
+	for _, fr := range testFrames(f) {
+		f.Add(fr, uint8(0))
+		f.Add(fr[14:], uint8(1))
+		f.Add(fr, uint8(3))
+	}
+	for _, c := range encapCases(f) {
+		f.Add(c.frame, uint8(0))
+		f.Add(c.frame, uint8(3))
+	}
 }
 
 // FuzzFileSource feeds arbitrary bytes as a capture file.
