@@ -344,7 +344,11 @@ func fetch(ctx context.Context, r Repairs, s Side, ids []uint64) (map[uint64][]E
 func (st *epochState) compute(upTS, downTS map[uint64][]Entry, repaired bool) error {
 	diff := st.diff
 	u := NewUsable(st.up.Config(), diff)
-	upR, downR := st.up.Clone(), st.down.Clone()
+	upR, downR := scratchRDA(), scratchRDA()
+	defer scratch.Put(upR)
+	defer scratch.Put(downR)
+	upR.SetCopy(st.up)
+	downR.SetCopy(st.down)
 	out := &st.out
 	out.Repaired = repaired
 	out.Duplicates = uint64(len(st.pre))

@@ -15,6 +15,7 @@ package rda
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/owl-latency/owl/internal/synopsis"
@@ -183,20 +184,39 @@ func (r *RDA) Merge(o *RDA) error {
 // Subtract returns r − o: the packets in r and not in o with count +1,
 // those in o and not in r with count −1; common packets cancel.
 func (r *RDA) Subtract(o *RDA) (*RDA, error) {
-	if err := r.cfg.Compatible(o.cfg); err != nil {
+	d := &RDA{}
+	if err := d.SetDifference(r, o); err != nil {
 		return nil, err
 	}
-	d := &RDA{cfg: r.cfg, buckets: make([]Bucket, len(r.buckets))}
-	for i, a := range r.buckets {
-		b := o.buckets[i]
-		d.buckets[i] = Bucket{ID: a.ID ^ b.ID, SumNS: a.SumNS - b.SumNS, Count: a.Count - b.Count, Check: a.Check ^ b.Check}
-	}
 	return d, nil
+}
+
+// SetDifference makes r the difference a − b, as Subtract returns it, in
+// r's own storage when it is large enough: a caller that reconciles
+// epoch after epoch need not allocate an RDA for each. The zero RDA is a
+// valid r.
+func (r *RDA) SetDifference(a, b *RDA) error {
+	if err := a.cfg.Compatible(b.cfg); err != nil {
+		return err
+	}
+	n := len(a.buckets)
+	r.cfg, r.buckets = a.cfg, slices.Grow(r.buckets[:0], n)[:n]
+	for i, x := range a.buckets {
+		y := b.buckets[i]
+		r.buckets[i] = Bucket{ID: x.ID ^ y.ID, SumNS: x.SumNS - y.SumNS, Count: x.Count - y.Count, Check: x.Check ^ y.Check}
+	}
+	return nil
 }
 
 // Clone returns a deep copy.
 func (r *RDA) Clone() *RDA {
 	return &RDA{cfg: r.cfg, buckets: append([]Bucket(nil), r.buckets...)}
+}
+
+// SetCopy makes r a deep copy of a, in r's own storage when it is large
+// enough. The zero RDA is a valid r.
+func (r *RDA) SetCopy(a *RDA) {
+	r.cfg, r.buckets = a.cfg, append(r.buckets[:0], a.buckets...)
 }
 
 // Packets is the number of packets in the first bank (each packet is in

@@ -248,3 +248,46 @@ func BenchmarkInsert(b *testing.B) {
 		r.Insert(ids[i&(len(ids)-1)], int64(i))
 	}
 }
+
+// TestSetInReusedStorage: SetDifference and SetCopy into an RDA that
+// held another of another size give what Subtract and Clone give, and
+// reuse its storage when it is large enough.
+func TestSetInReusedStorage(t *testing.T) {
+	fill := func(cfg Config, seed uint64, n int) *RDA {
+		r, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rnd := rand.New(rand.NewPCG(seed, 1))
+		for range n {
+			r.Insert(rnd.Uint64(), int64(rnd.IntN(1e9)))
+		}
+		return r
+	}
+	small := Config{Banks: 2, Buckets: 64, Seed: 5, Check: true}
+	large := Config{Banks: 2, Buckets: 512, Seed: 5, Check: true}
+	a, b := fill(small, 1, 300), fill(small, 2, 280)
+	want, err := a.Subtract(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dst RDA
+	dst.SetCopy(fill(large, 3, 100)) // larger, other contents
+	before := &dst.buckets[0]
+	if err := dst.SetDifference(a, b); err != nil {
+		t.Fatal(err)
+	}
+	if dst.Config() != small || !slices.Equal(dst.buckets, want.buckets) {
+		t.Fatalf("difference in reused storage differs from Subtract's")
+	}
+	if &dst.buckets[0] != before {
+		t.Errorf("a large enough RDA's storage was not reused")
+	}
+	dst.SetCopy(a)
+	if dst.Config() != a.Config() || !slices.Equal(dst.buckets, a.Clone().buckets) {
+		t.Fatalf("copy in reused storage differs from Clone's")
+	}
+	if err := dst.SetDifference(a, fill(large, 4, 10)); err == nil {
+		t.Errorf("RDAs of two sizes subtracted")
+	}
+}
