@@ -151,20 +151,9 @@ func storedEpoch(tx *bolt.Tx, k, v []byte) (StoredEpoch, error) {
 	if err := proto.Unmarshal(v, se.Result); err != nil {
 		return se, fmt.Errorf("result %x: %w", k, err)
 	}
-	fc := tx.Bucket(bucketFlows).Cursor()
-	for fk, fv := fc.Seek(k); fk != nil && len(fk) == len(k)+8 && bytes.HasPrefix(fk, k); fk, fv = fc.Next() {
-		f := FlowResult{Hash: binary.BigEndian.Uint64(fk[len(k):]), Stats: &owlv1.FlowStats{}}
-		if err := proto.Unmarshal(fv, f.Stats); err != nil {
-			return se, fmt.Errorf("flow result %x: %w", fk, err)
-		}
-		se.Flows = append(se.Flows, f)
-	}
-	if lv := tx.Bucket(bucketLDS).Get(k); lv != nil {
-		p, err := parseLDS(k, bytes.Clone(lv))
-		if err != nil {
-			return se, err
-		}
-		se.LDS = &p
+	var err error
+	if se.Flows, se.LDS, err = epochFlowData(tx, k); err != nil {
+		return se, err
 	}
 	se.Boundary = bytes.Clone(tx.Bucket(bucketBoundary).Get(k))
 	return se, nil

@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -23,15 +22,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
-	"github.com/owl-latency/owl/internal/synopsis/lds"
 )
 
 var (
 	bucketResults  = []byte("results")
 	bucketPending  = []byte("pending")
 	bucketBoundary = []byte("boundary")
-	bucketFlows    = []byte("flows")
-	bucketLDS      = []byte("lds")
+	// Per-flow data (sketches and per-flow results) of each path's
+	// epochs: flows.go.
+	bucketFlowIndex = []byte("flow-index")
+	bucketFlowData  = []byte("flow-data")
 	// Copies of lone sides whose path another member owns, same keys as
 	// pending: this member keeps the second copy of that path's state.
 	bucketReplicaPending = []byte("replica-pending")
@@ -79,7 +79,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("%s is damaged: %w; %s", path, err, damagedAdvice)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlows, bucketLDS, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT, bucketReorder} {
+		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlowIndex, bucketFlowData, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT, bucketReorder} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -89,6 +89,10 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("initialising %s: %w", path, err)
+	}
+	if err := migrateFlowData(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("upgrading %s: %w", path, err)
 	}
 	st := &Store{db: db}
 	err = db.View(func(tx *bolt.Tx) error {
@@ -326,51 +330,6 @@ type Write struct {
 	ReplicaPending []Pending
 }
 
-// FlowResult is a per-flow result and the hash its key is stored under.
-type FlowResult struct {
-	Hash  uint64
-	Stats *owlv1.FlowStats
-}
-
-// LDSPair is the two sides' LDS of one path and epoch: Pair in the pair
-// form (lds.AppendPair), or, as collectors stored them before it, Up and
-// Down, each side's wire form.
-type LDSPair struct {
-	EpochRef
-	Pair     []byte
-	Up, Down []byte
-}
-
-// ldsRecord is what putLDS stores for p: the pair form, or the
-// upstream's length and then both wire forms. A record of the second
-// kind starts with a length: never the pair form's envelope.
-func ldsRecord(p LDSPair) []byte {
-	if p.Pair != nil {
-		return p.Pair
-	}
-	v := binary.AppendUvarint(nil, uint64(len(p.Up)))
-	return append(append(v, p.Up...), p.Down...)
-}
-
-// parseLDS reads a record putLDS stored under k.
-func parseLDS(k, v []byte) (LDSPair, error) {
-	p := LDSPair{EpochRef: EpochRef{Path: string(k[:len(k)-9]), Epoch: keyEpoch(k)}}
-	if lds.IsPair(v) {
-		p.Pair = v
-		return p, nil
-	}
-	n, m := binary.Uvarint(v)
-	if m <= 0 || uint64(len(v)-m) < n {
-		return p, fmt.Errorf("lds record %x is malformed", k)
-	}
-	p.Up, p.Down = v[m:m+int(n)], v[m+int(n):]
-	return p, nil
-}
-
-func flowKey(path string, epoch int64, hash uint64) []byte {
-	return binary.BigEndian.AppendUint64(epochKey(path, epoch), hash)
-}
-
 // Apply makes all changes of w or none.
 func (s *Store) Apply(w Write) error {
 	vals := make([][]byte, len(w.Results))
@@ -381,13 +340,9 @@ func (s *Store) Apply(w Write) error {
 		}
 		vals[i] = v
 	}
-	flowVals := make([][]byte, len(w.Flows))
-	for i, f := range w.Flows {
-		v, err := proto.Marshal(f.Stats)
-		if err != nil {
-			return err
-		}
-		flowVals[i] = v
+	recs, err := flowData(w.LDS, w.Flows)
+	if err != nil {
+		return err
 	}
 	replicas := make([][]byte, len(w.ReplicaPending))
 	for i, p := range w.ReplicaPending {
@@ -401,8 +356,7 @@ func (s *Store) Apply(w Write) error {
 		var kept map[EpochRef]bool
 		var err error
 		steps := []func() error{
-			func() error { return putFlows(tx, w.Flows, flowVals) },
-			func() error { return putLDS(tx, w.LDS) },
+			func() error { return putFlowData(tx, recs) },
 			func() error { kept, err = putResults(tx, w.Results, vals, w.Keep); return err },
 			func() error { return putBoundaries(tx, w.Boundaries, w.DropBoundaries, kept) },
 			func() error { return deleteSides(tx.Bucket(bucketPending), w.Done) },
@@ -416,28 +370,6 @@ func (s *Store) Apply(w Write) error {
 		}
 		return nil
 	})
-}
-
-// putFlows stores per-flow results (vals are their encodings).
-func putFlows(tx *bolt.Tx, fs []FlowResult, vals [][]byte) error {
-	b := tx.Bucket(bucketFlows)
-	for i, f := range fs {
-		if err := b.Put(flowKey(f.Stats.GetPath(), f.Stats.GetEpoch(), f.Hash), vals[i]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// putLDS stores sketch pairs (ldsRecord).
-func putLDS(tx *bolt.Tx, ps []LDSPair) error {
-	b := tx.Bucket(bucketLDS)
-	for _, p := range ps {
-		if err := b.Put(epochKey(p.Path, p.Epoch), ldsRecord(p)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // putResults stores results (vals are their encodings), leaving a stored
@@ -631,153 +563,6 @@ func (s *Store) Results(path string, from, to int64, limit int) ([]*owlv1.PathSt
 	})
 	slices.Reverse(out)
 	return out, err
-}
-
-// FlowResults returns the per-flow results of a path for epochs in
-// [from, to], calling fn for each until it returns false.
-func (s *Store) FlowResults(path string, from, to int64, fn func(hash uint64, f *owlv1.FlowStats) bool) error {
-	return s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketFlows).Cursor()
-		end := flowKey(path, to, ^uint64(0))
-		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-			if len(k) < 8 {
-				continue
-			}
-			f := &owlv1.FlowStats{}
-			if err := proto.Unmarshal(v, f); err != nil {
-				return fmt.Errorf("flow result %x: %w", k, err)
-			}
-			if !fn(binary.BigEndian.Uint64(k[len(k)-8:]), f) {
-				return nil
-			}
-		}
-		return nil
-	})
-}
-
-// FlowResultsOf calls fn with the stored results of the flow with hash
-// hash in epochs from..to, in epoch order, until fn returns false.
-func (s *Store) FlowResultsOf(path string, from, to int64, hash uint64, fn func(f *owlv1.FlowStats) bool) error {
-	return s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketFlows).Cursor()
-		end := flowKey(path, to, ^uint64(0))
-		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-			if len(k) < 8 || binary.BigEndian.Uint64(k[len(k)-8:]) != hash {
-				continue
-			}
-			f := &owlv1.FlowStats{}
-			if err := proto.Unmarshal(v, f); err != nil {
-				return fmt.Errorf("flow result %x: %w", k, err)
-			}
-			if !fn(f) {
-				return nil
-			}
-		}
-		return nil
-	})
-}
-
-// FlowResult returns one stored per-flow result, or nil.
-func (s *Store) FlowResult(path string, epoch int64, hash uint64) (*owlv1.FlowStats, error) {
-	var out *owlv1.FlowStats
-	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketFlows).Get(flowKey(path, epoch, hash))
-		if v == nil {
-			return nil
-		}
-		out = &owlv1.FlowStats{}
-		return proto.Unmarshal(v, out)
-	})
-	return out, err
-}
-
-// LDSPairs calls fn with the stored sketches of a path's epochs in
-// [from, to], oldest first, until it returns false. The pair's bytes are
-// valid only during the call.
-func (s *Store) LDSPairs(path string, from, to int64, fn func(p LDSPair) bool) error {
-	return s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketLDS).Cursor()
-		end := epochKey(path, to)
-		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-			p, err := parseLDS(k, v)
-			if err != nil {
-				return err
-			}
-			if !fn(p) {
-				return nil
-			}
-		}
-		return nil
-	})
-}
-
-// FlowEpochs calls fn with each epoch of a path that has stored sketches
-// (every epoch with per-flow results has them), oldest first, until it
-// returns false. It reads keys only.
-func (s *Store) FlowEpochs(path string, fn func(epoch int64) bool) error {
-	return s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketLDS).Cursor()
-		end := epochKey(path, math.MaxInt64)
-		for k, _ := c.Seek(epochKey(path, math.MinInt64)); k != nil && bytes.Compare(k, end) <= 0; k, _ = c.Next() {
-			if !fn(keyEpoch(k)) {
-				return nil
-			}
-		}
-		return nil
-	})
-}
-
-// EpochRange is the epochs from First to Last, both included.
-type EpochRange struct{ First, Last int64 }
-
-// DeleteFlows deletes a path's sketches and per-flow results of the
-// epochs in the ranges, in one transaction, and returns how many records
-// went.
-func (s *Store) DeleteFlows(path string, ranges []EpochRange) (int, error) {
-	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		n = 0
-		for _, r := range ranges {
-			if r.First > r.Last {
-				continue
-			}
-			start := epochKey(path, r.First)
-			for _, x := range []struct {
-				name []byte
-				end  []byte
-			}{{bucketLDS, epochKey(path, r.Last)}, {bucketFlows, flowKey(path, r.Last, math.MaxUint64)}} {
-				c := tx.Bucket(x.name).Cursor()
-				for k, _ := c.Seek(start); k != nil && bytes.Compare(k, x.end) <= 0; k, _ = c.Seek(start) {
-					if err := c.Delete(); err != nil {
-						return err
-					}
-					n++
-				}
-			}
-		}
-		return nil
-	})
-	return n, err
-}
-
-// PruneFlows deletes a path's sketches and per-flow results of epochs
-// before epoch, and returns how many records went.
-func (s *Store) PruneFlows(path string, epoch int64) (int, error) {
-	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		start, end := epochKey(path, math.MinInt64), epochKey(path, epoch)
-		for _, name := range [][]byte{bucketLDS, bucketFlows} {
-			c := tx.Bucket(name).Cursor()
-			for k, _ := c.Seek(start); k != nil && bytes.Compare(k, end) < 0; k, _ = c.Seek(start) {
-				if err := c.Delete(); err != nil {
-					return err
-				}
-				n++
-			}
-		}
-		return nil
-	})
-	return n, err
 }
 
 // A COLATE record is the vector's message without its vector, length

@@ -1,0 +1,96 @@
+package store
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+)
+
+// BenchmarkApply stores path-epochs the way a collector under load does:
+// one writer per path (200), each Write a result, its per-flow results
+// and its sketch pair, in shared transactions. The sizes are owl-load's
+// at 5,000 packets per path-epoch (20 top flows, a 4.2 KB sketch pair).
+func BenchmarkApply(b *testing.B) {
+	for _, c := range []struct {
+		flows int
+		lds   bool
+	}{{20, true}, {0, true}, {20, false}, {0, false}} {
+		b.Run(fmt.Sprintf("flows=%d/lds=%v", c.flows, c.lds), func(b *testing.B) { benchApply(b, c.flows, c.lds) })
+	}
+}
+
+func benchApply(b *testing.B, flows int, withLDS bool) {
+	s, err := Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const paths = 200
+	rng := rand.New(rand.NewPCG(1, 2))
+	pair := make([]byte, 4200)
+	for i := range pair {
+		pair[i] = byte(rng.Uint32())
+	}
+	var next atomic.Int64
+	b.SetParallelism(paths / 2)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, w0 := cpuTime(), written()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := next.Add(1)
+			path, epoch := fmt.Sprintf("load-%d", n%paths), 1_800_000_000+n/paths
+			w := Write{
+				Results: []*owlv1.PathStats{{Path: path, Epoch: epoch, Estimator: "rda", MeanNs: 1e5, StddevNs: 1e4}},
+				Done:    []EpochRef{{Path: path, Epoch: epoch}},
+			}
+			if withLDS {
+				w.LDS = []LDSPair{{EpochRef: EpochRef{Path: path, Epoch: epoch}, Pair: pair}}
+			}
+			for f := range flows {
+				w.Flows = append(w.Flows, FlowResult{Hash: uint64(f) * 0x9e3779b97f4a7c15, Stats: &owlv1.FlowStats{
+					Path: path, Epoch: epoch, Packets: float64(250 - 10*f), MeanNs: 1e5, Estimator: "lds", Top: true,
+					Flow:      &owlv1.FlowKey{Src: fmt.Sprintf("10.0.0.%d", f), Dst: "10.0.1.1", SrcPort: uint32(40000 + f), DstPort: 443, Protocol: 6},
+					Quantiles: []*owlv1.DelayQuantile{{Q: 0.5, ValueNs: 1e5}, {Q: 0.99, ValueNs: 2e5}},
+				}})
+			}
+			if err := s.Apply(w); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(written()-w0)/float64(b.N), "written-B/op")
+}
+
+// cpuTime is the process's user and system CPU time in nanoseconds.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// written is the bytes the process has written (/proc/self/io, wchar).
+func written() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
+			n, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return n
+}

@@ -1,0 +1,137 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Collectors before the per-flow records of flows.go kept sketches in
+// bucket "lds" under the epoch's key, and per-flow results in bucket
+// "flows" one per flow, under the epoch's key and the flow's hash.
+var (
+	legacyLDS   = []byte("lds")
+	legacyFlows = []byte("flows")
+)
+
+// migrateBatch is about how many old records one transaction moves.
+var migrateBatch = 20000
+
+// migrateFlowData moves the per-flow data of a database an older
+// collector wrote into records of flows.go, a batch per transaction (a
+// move cut short goes on at the next start), and drops the old buckets
+// once empty.
+func migrateFlowData(db *bolt.DB) error {
+	for {
+		done := false
+		err := db.Update(func(tx *bolt.Tx) error {
+			n, err := moveLegacyFlows(tx)
+			if err != nil || n > 0 {
+				return err
+			}
+			if n, err = moveLegacyLDS(tx); err != nil || n > 0 {
+				return err
+			}
+			done = true
+			for _, name := range [][]byte{legacyFlows, legacyLDS} {
+				if tx.Bucket(name) != nil {
+					if err := tx.DeleteBucket(name); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("moving per-flow data to one record per epoch: %w", err)
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// mergeInto adds to the record of epoch key ek a sketch (when not nil)
+// and flow entries.
+func mergeInto(tx *bolt.Tx, ek, sketch, flows []byte) error {
+	data := tx.Bucket(bucketFlowData)
+	dk := dataKey(ek)
+	s, f, err := splitRecord(data.Get(dk))
+	if err != nil {
+		return fmt.Errorf("per-flow data %x: %w", ek, err)
+	}
+	if sketch != nil {
+		s = sketch
+	}
+	if err := tx.Bucket(bucketFlowIndex).Put(bytes.Clone(ek), nil); err != nil {
+		return err
+	}
+	return data.Put(dk, joinRecord(s, append(bytes.Clone(f), flows...)))
+}
+
+// moveLegacyFlows moves whole epochs of old per-flow results, about
+// migrateBatch of them, and returns how many it moved.
+func moveLegacyFlows(tx *bolt.Tx) (int, error) {
+	old := tx.Bucket(legacyFlows)
+	if old == nil {
+		return 0, nil
+	}
+	c := old.Cursor()
+	n := 0
+	var ek, part []byte
+	for k, v := c.First(); k != nil; k, v = c.First() {
+		if len(k) < 17 {
+			if err := c.Delete(); err != nil {
+				return n, err
+			}
+			continue
+		}
+		if e := k[:len(k)-8]; !bytes.Equal(e, ek) {
+			if ek != nil {
+				if err := mergeInto(tx, ek, nil, part); err != nil {
+					return n, err
+				}
+			}
+			if n >= migrateBatch {
+				return n, nil
+			}
+			ek, part = bytes.Clone(e), nil
+		}
+		part = binary.BigEndian.AppendUint64(part, binary.BigEndian.Uint64(k[len(k)-8:]))
+		part = binary.AppendUvarint(part, uint64(len(v)))
+		part = append(part, v...)
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if ek == nil {
+		return n, nil
+	}
+	return n, mergeInto(tx, ek, nil, part)
+}
+
+// moveLegacyLDS moves up to migrateBatch old sketch records and returns
+// how many it moved.
+func moveLegacyLDS(tx *bolt.Tx) (int, error) {
+	old := tx.Bucket(legacyLDS)
+	if old == nil {
+		return 0, nil
+	}
+	c := old.Cursor()
+	n := 0
+	for k, v := c.First(); k != nil && n < migrateBatch; k, v = c.First() {
+		if len(k) >= 9 && len(v) > 0 {
+			if err := mergeInto(tx, k, bytes.Clone(v), nil); err != nil {
+				return n, err
+			}
+		}
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
