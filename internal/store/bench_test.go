@@ -15,8 +15,9 @@ import (
 
 // BenchmarkApply stores path-epochs the way a collector under load does:
 // one writer per path (200), each Write a result, its per-flow results
-// and its sketch pair, in shared transactions. The sizes are owl-load's
-// at 5,000 packets per path-epoch (20 top flows, a 4.2 KB sketch pair).
+// and its sketch pair, and its boundary record, in shared transactions.
+// The sizes are owl-load's at 5,000 packets per path-epoch (20 top flows,
+// a 4.2 KB sketch pair, a 900-byte boundary record).
 func BenchmarkApply(b *testing.B) {
 	for _, c := range []struct {
 		flows int
@@ -50,6 +51,9 @@ func benchApply(b *testing.B, flows int, withLDS bool) {
 			w := Write{
 				Results: []*owlv1.PathStats{{Path: path, Epoch: epoch, Estimator: "rda", MeanNs: 1e5, StddevNs: 1e4}},
 				Done:    []EpochRef{{Path: path, Epoch: epoch}},
+				// A boundary record, the one of 16 epochs before dropped.
+				Boundaries:     []Boundary{{EpochRef: EpochRef{Path: path, Epoch: epoch}, Data: pair[:900]}},
+				DropBoundaries: []EpochRef{{Path: path, Epoch: epoch - 16}},
 			}
 			if withLDS {
 				w.LDS = []LDSPair{{EpochRef: EpochRef{Path: path, Epoch: epoch}, Pair: pair}}

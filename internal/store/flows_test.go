@@ -105,8 +105,9 @@ func TestFlowRecords(t *testing.T) {
 }
 
 // TestMigrateFlowData: a database of an older collector (a record per
-// flow, sketches in a bucket of their own) opens with every per-flow
-// result and sketch in records of one epoch each, moved over several
+// flow, sketches in a bucket of their own, boundary records path first)
+// opens with every per-flow result and sketch in records of one epoch
+// each and every boundary record readable, moved over several
 // transactions, the old buckets gone.
 func TestMigrateFlowData(t *testing.T) {
 	defer func(n int) { migrateBatch = n }(migrateBatch)
@@ -127,6 +128,10 @@ func TestMigrateFlowData(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		bb, err := tx.CreateBucket(legacyBoundary)
+		if err != nil {
+			return err
+		}
 		for _, path := range []string{"p", "p2"} {
 			wantLDS[path] = map[int64][]byte{}
 			for e := int64(-1); e < 5; e++ {
@@ -137,6 +142,9 @@ func TestMigrateFlowData(t *testing.T) {
 						return err
 					}
 					want[path] = append(want[path], FlowResult{Hash: h, Stats: f})
+				}
+				if err := bb.Put(epochKey(path, e), []byte(path+"boundary")); err != nil {
+					return err
 				}
 				if e%2 == 0 { // sketches of some epochs only
 					up := []byte{byte(e), 7}
@@ -171,6 +179,11 @@ func TestMigrateFlowData(t *testing.T) {
 		if len(sk) != len(wantLDS[path]) {
 			t.Errorf("%s: sketches of %d epochs, want %d", path, len(sk), len(wantLDS[path]))
 		}
+		for e := int64(-1); e < 5; e++ {
+			if b, err := s.BoundaryData(path, e); err != nil || string(b) != path+"boundary" {
+				t.Errorf("%s epoch %d: boundary record %q (%v) after the move", path, e, b, err)
+			}
+		}
 		for e, up := range wantLDS[path] {
 			if !bytes.Equal(sk[e], up) {
 				t.Errorf("%s epoch %d: upstream sketch %v, want %v", path, e, sk[e], up)
@@ -178,7 +191,7 @@ func TestMigrateFlowData(t *testing.T) {
 		}
 	}
 	_ = s.db.View(func(tx *bolt.Tx) error {
-		if tx.Bucket(legacyFlows) != nil || tx.Bucket(legacyLDS) != nil {
+		if tx.Bucket(legacyFlows) != nil || tx.Bucket(legacyLDS) != nil || tx.Bucket(legacyBoundary) != nil {
 			t.Error("an old bucket is still there")
 		}
 		return nil

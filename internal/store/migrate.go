@@ -11,18 +11,20 @@ import (
 // Collectors before the per-flow records of flows.go kept sketches in
 // bucket "lds" under the epoch's key, and per-flow results in bucket
 // "flows" one per flow, under the epoch's key and the flow's hash.
+// Boundary records were in bucket "boundary" under the epoch's key.
 var (
-	legacyLDS   = []byte("lds")
-	legacyFlows = []byte("flows")
+	legacyLDS      = []byte("lds")
+	legacyFlows    = []byte("flows")
+	legacyBoundary = []byte("boundary")
 )
 
 // migrateBatch is about how many old records one transaction moves.
 var migrateBatch = 20000
 
-// migrateFlowData moves the per-flow data of a database an older
-// collector wrote into records of flows.go, a batch per transaction (a
-// move cut short goes on at the next start), and drops the old buckets
-// once empty.
+// migrateFlowData moves the per-flow data and boundary records of a
+// database an older collector wrote to their keys of now, a batch per
+// transaction (a move cut short goes on at the next start), and drops
+// the old buckets once empty.
 func migrateFlowData(db *bolt.DB) error {
 	for {
 		done := false
@@ -34,8 +36,11 @@ func migrateFlowData(db *bolt.DB) error {
 			if n, err = moveLegacyLDS(tx); err != nil || n > 0 {
 				return err
 			}
+			if n, err = moveLegacyBoundaries(tx); err != nil || n > 0 {
+				return err
+			}
 			done = true
-			for _, name := range [][]byte{legacyFlows, legacyLDS} {
+			for _, name := range [][]byte{legacyFlows, legacyLDS, legacyBoundary} {
 				if tx.Bucket(name) != nil {
 					if err := tx.DeleteBucket(name); err != nil {
 						return err
@@ -125,6 +130,29 @@ func moveLegacyLDS(tx *bolt.Tx) (int, error) {
 	for k, v := c.First(); k != nil && n < migrateBatch; k, v = c.First() {
 		if len(k) >= 9 && len(v) > 0 {
 			if err := mergeInto(tx, k, bytes.Clone(v), nil); err != nil {
+				return n, err
+			}
+		}
+		if err := c.Delete(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// moveLegacyBoundaries moves up to migrateBatch old boundary records and
+// returns how many it moved.
+func moveLegacyBoundaries(tx *bolt.Tx) (int, error) {
+	old := tx.Bucket(legacyBoundary)
+	if old == nil {
+		return 0, nil
+	}
+	c, nb := old.Cursor(), tx.Bucket(bucketBoundary)
+	n := 0
+	for k, v := c.First(); k != nil && n < migrateBatch; k, v = c.First() {
+		if len(k) >= 9 {
+			if err := nb.Put(dataKey(k), bytes.Clone(v)); err != nil {
 				return n, err
 			}
 		}

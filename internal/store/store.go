@@ -27,7 +27,9 @@ import (
 var (
 	bucketResults  = []byte("results")
 	bucketPending  = []byte("pending")
-	bucketBoundary = []byte("boundary")
+	// Boundary records, under dataKey (epoch first: they are read one by
+	// one, and written where they fill new pages).
+	bucketBoundary = []byte("epoch-boundary")
 	// Per-flow data (sketches and per-flow results) of each path's
 	// epochs: flows.go.
 	bucketFlowIndex = []byte("flow-index")
@@ -478,12 +480,12 @@ func putBoundaries(tx *bolt.Tx, bs []Boundary, drop []EpochRef, kept map[EpochRe
 		if kept[x.EpochRef] {
 			continue // the stored result stays, and its record with it
 		}
-		if err := b.Put(epochKey(x.Path, x.Epoch), x.Data); err != nil {
+		if err := b.Put(dataKey(epochKey(x.Path, x.Epoch)), x.Data); err != nil {
 			return err
 		}
 	}
 	for _, d := range drop {
-		if err := b.Delete(epochKey(d.Path, d.Epoch)); err != nil {
+		if err := b.Delete(dataKey(epochKey(d.Path, d.Epoch))); err != nil {
 			return err
 		}
 	}
@@ -517,7 +519,7 @@ func putSides(b *bolt.Bucket, ps []Pending, vals [][]byte) error {
 func (s *Store) BoundaryData(path string, epoch int64) ([]byte, error) {
 	var out []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
-		out = bytes.Clone(tx.Bucket(bucketBoundary).Get(epochKey(path, epoch)))
+		out = bytes.Clone(tx.Bucket(bucketBoundary).Get(dataKey(epochKey(path, epoch))))
 		return nil
 	})
 	return out, err
