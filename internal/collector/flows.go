@@ -129,7 +129,7 @@ func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owl
 	if upL != nil {
 		// Kept in the pair form, a fifth to a quarter of the two wire
 		// forms (compatible: checked in epochSketches).
-		pb, _ := lds.AppendPair(make([]byte, 0, (len(ldss[0])+len(ldss[1]))/3), upL, downL)
+		pb, _ := lds.AppendPair(nil, upL, downL)
 		w.LDS = append(w.LDS, store.LDSPair{EpochRef: store.EpochRef{Path: path, Epoch: epoch}, Pair: pb})
 	}
 	return out

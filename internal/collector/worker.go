@@ -167,6 +167,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	wk.settle(ps, epoch)
 	wk.probes.release(ps.path.Upstream, ps.path.Name, epoch)
 	wk.probes.release(ps.path.Downstream, ps.path.Name, epoch)
+	recycleSynopses(pr)
 	return nil
 }
 

@@ -98,13 +98,6 @@ func joinRecord(sketch, flows []byte) []byte {
 // damaged length is an error, not an allocation.
 const maxFlowEntry = 1 << 20
 
-// appendFlow appends one flow's entry to a per-flow part.
-func appendFlow(b []byte, f FlowResult) ([]byte, error) {
-	b = binary.BigEndian.AppendUint64(b, f.Hash)
-	b = binary.AppendUvarint(b, uint64(proto.Size(f.Stats)))
-	return proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, f.Stats)
-}
-
 // eachFlow calls fn with the hash and encoding of each flow of a per-flow
 // part until fn returns false.
 func eachFlow(v []byte, fn func(hash uint64, enc []byte) bool) error {
@@ -153,14 +146,17 @@ func decodeFlows(k, v []byte, want func(hash uint64) bool, fn func(hash uint64, 
 }
 
 // flowRecord is what a Write stores of one epoch's per-flow data: a part
-// it does not have (nil) stays as stored.
+// it does not have stays as stored.
 type flowRecord struct {
-	key           []byte // epochKey
-	sketch, flows []byte
+	key       []byte // epochKey
+	sketch    []byte
+	hasSketch bool
+	flows     []FlowResult
+	val       []byte // the record, when r has both parts (encoded before the transaction)
 }
 
-// flowData encodes a Write's sketches and per-flow results, one record
-// per epoch.
+// flowData groups a Write's sketches and per-flow results by epoch, and
+// encodes the records that have both.
 func flowData(ps []LDSPair, fs []FlowResult) ([]*flowRecord, error) {
 	var out []*flowRecord
 	at := map[EpochRef]*flowRecord{}
@@ -174,17 +170,42 @@ func flowData(ps []LDSPair, fs []FlowResult) ([]*flowRecord, error) {
 		return r
 	}
 	for _, p := range ps {
-		rec(p.EpochRef).sketch = ldsRecord(p)
+		r := rec(p.EpochRef)
+		r.sketch, r.hasSketch = ldsRecord(p), true
 	}
 	for _, f := range fs {
 		r := rec(EpochRef{Path: f.Stats.GetPath(), Epoch: f.Stats.GetEpoch()})
-		v, err := appendFlow(r.flows, f)
-		if err != nil {
-			return nil, err
+		r.flows = append(r.flows, f)
+	}
+	for _, r := range out {
+		if r.hasSketch && len(r.flows) > 0 {
+			var err error
+			if r.val, err = r.encode(nil); err != nil {
+				return nil, err
+			}
 		}
-		r.flows = v
 	}
 	return out, nil
+}
+
+// encode makes the record of r, in one allocation; flows, when r has
+// none, is a stored per-flow part to keep.
+func (r *flowRecord) encode(flows []byte) ([]byte, error) {
+	n := binary.MaxVarintLen64 + len(r.sketch) + len(flows)
+	for _, f := range r.flows {
+		n += 8 + binary.MaxVarintLen64 + proto.Size(f.Stats)
+	}
+	v := binary.AppendUvarint(make([]byte, 0, n), uint64(len(r.sketch)))
+	v = append(append(v, r.sketch...), flows...)
+	for _, f := range r.flows {
+		v = binary.BigEndian.AppendUint64(v, f.Hash)
+		v = binary.AppendUvarint(v, uint64(proto.Size(f.Stats)))
+		var err error
+		if v, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(v, f.Stats); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 // putFlowData stores records, keeping the stored part of an epoch that a
@@ -193,30 +214,38 @@ func putFlowData(tx *bolt.Tx, recs []*flowRecord) error {
 	idx, data := tx.Bucket(bucketFlowIndex), tx.Bucket(bucketFlowData)
 	for _, r := range recs {
 		dk := dataKey(r.key)
-		sketch, flows := r.sketch, r.flows
-		if sketch == nil || flows == nil {
-			s, f, err := splitRecord(data.Get(dk))
-			if err != nil {
-				return fmt.Errorf("per-flow data %x: %w", r.key, err)
-			}
-			sketch, flows = cmpOr(sketch, s), cmpOr(flows, f)
+		v, err := r.val, error(nil)
+		if v == nil {
+			v, err = r.merged(data.Get(dk))
+		}
+		if err != nil {
+			return fmt.Errorf("per-flow data %x: %w", r.key, err)
 		}
 		if err := idx.Put(r.key, nil); err != nil {
 			return err
 		}
-		if err := data.Put(dk, joinRecord(sketch, flows)); err != nil {
+		if err := data.Put(dk, v); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// cmpOr returns a, or b when a is nil.
-func cmpOr(a, b []byte) []byte {
-	if a != nil {
-		return a
+// merged is the record of r with the part it does not have from the
+// stored record.
+func (r *flowRecord) merged(stored []byte) ([]byte, error) {
+	s, f, err := splitRecord(stored)
+	if err != nil {
+		return nil, err
 	}
-	return b
+	c := *r
+	if !c.hasSketch {
+		c.sketch = s
+	}
+	if len(c.flows) > 0 {
+		f = nil
+	}
+	return c.encode(f)
 }
 
 // eachRecord calls fn with the epoch key and record of each epoch of a

@@ -203,7 +203,7 @@ func TestMigrateFlowData(t *testing.T) {
 // and written again read back the same.
 func FuzzFlowRecord(f *testing.F) {
 	recs, _ := flowData([]LDSPair{{Pair: []byte("OWL")}}, []FlowResult{flow("p", 3, 7, 9), flow("p", 3, 8, 0)})
-	f.Add(joinRecord(recs[0].sketch, recs[0].flows))
+	f.Add(recs[0].val)
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sketch, part, err := splitRecord(b)
@@ -233,7 +233,11 @@ func FuzzFlowRecord(f *testing.F) {
 			t.Fatal(err)
 		}
 		var back []FlowResult
-		if _, err := decodeFlows(nil, joinRecord(nil, again[0].flows), nil, func(h uint64, s *owlv1.FlowStats) bool {
+		v, err := again[0].encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeFlows(nil, v, nil, func(h uint64, s *owlv1.FlowStats) bool {
 			back = append(back, FlowResult{Hash: h, Stats: s})
 			return true
 		}); err != nil || len(back) != len(fs) {

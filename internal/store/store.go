@@ -25,8 +25,8 @@ import (
 )
 
 var (
-	bucketResults  = []byte("results")
-	bucketPending  = []byte("pending")
+	bucketResults = []byte("results")
+	bucketPending = []byte("pending")
 	// Boundary records, under dataKey (epoch first: they are read one by
 	// one, and written where they fill new pages).
 	bucketBoundary = []byte("epoch-boundary")

@@ -146,7 +146,15 @@ func New(cfg Config) (*LDA, error) {
 		return nil, err
 	}
 	cfg.BankSampleLog2 = slices.Clone(cfg.BankSampleLog2)
-	l := &LDA{cfg: cfg, cells: make([]cell, len(cfg.BankSampleLog2)*cfg.Rows)}
+	l := &LDA{cells: make([]cell, len(cfg.BankSampleLog2)*cfg.Rows)}
+	l.setConfig(cfg)
+	return l, nil
+}
+
+// setConfig sets the parameters and the bank of each hash's leading
+// zeros.
+func (l *LDA) setConfig(cfg Config) {
+	l.cfg = cfg
 	for lz := range l.bankOf {
 		l.bankOf[lz] = -1
 		for j, e := range cfg.BankSampleLog2 {
@@ -155,7 +163,6 @@ func New(cfg Config) (*LDA, error) {
 			}
 		}
 	}
-	return l, nil
 }
 
 // Config returns the LDA's parameters.
@@ -441,34 +448,39 @@ func readCells(b []byte, cells []cell) (read, n int) {
 // Decode parses a wire form. It rejects truncated, oversized or trailing
 // input and parameters out of range with an error wrapping synopsis.ErrFormat.
 func Decode(b []byte) (*LDA, error) {
+	l := &LDA{}
+	if err := l.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// UnmarshalBinary makes l the LDA of a wire form, in l's own storage when
+// it is large enough (a collector decodes into LDAs it reuses). It
+// rejects what Decode rejects; l is then in no defined state.
+func (l *LDA) UnmarshalBinary(b []byte) error {
 	r, err := synopsis.NewReader(b, synopsis.KindLDA, version)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg, err := decodeConfig(r)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	nb := len(cfg.BankSampleLog2)
 	// Each cell takes at least two bytes: check before allocating.
-	cells := nb * cfg.Rows
+	cells := len(cfg.BankSampleLog2) * cfg.Rows
 	if !r.Need("cells", 2*cells) {
-		return nil, r.Err()
+		return r.Err()
 	}
-	l, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
+	l.setConfig(cfg)
+	l.cells = slices.Grow(l.cells[:0], cells)[:cells]
 	read, n := readCells(r.Rest(), l.cells)
 	r.Skip(n)
 	for i := read; i < len(l.cells); i++ { // from a cell readCells could not read, for the error
 		l.cells[i].sumNS = r.Varint("cell sum")
 		l.cells[i].count = r.Uvarint("cell count", math.MaxUint64)
 	}
-	if err := r.Done(); err != nil {
-		return nil, err
-	}
-	return l, nil
+	return r.Done()
 }
 
 // HeapBytes is the memory its cells take.

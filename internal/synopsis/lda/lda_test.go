@@ -312,6 +312,16 @@ func FuzzDecode(f *testing.F) {
 		if err := l2.cfg.Compatible(l.cfg); err != nil || !slices.Equal(l2.cells, l.cells) {
 			t.Fatalf("re-encoded form decodes differently")
 		}
+		// Into a used LDA of more cells and other banks (a collector's
+		// reused ones): the same LDA, nothing left of what it held.
+		reused, _ := New(Config{Rows: 512, BankSampleLog2: []uint8{0, 1, 2}, Seed: 9})
+		for i := range reused.cells {
+			reused.cells[i] = cell{sumNS: 5, count: 1}
+		}
+		if err := reused.UnmarshalBinary(b); err != nil || !slices.Equal(reused.cells, l.cells) ||
+			reused.cfg.Compatible(l.cfg) != nil || reused.bankOf != l.bankOf {
+			t.Fatalf("decoded into a used LDA: %v, not what Decode gives", err)
+		}
 		_, _ = EstimatePair(l, l, DefaultOptions())
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/owl-latency/owl/internal/synopsis"
 )
@@ -38,6 +39,15 @@ func AppendPair(b []byte, up, down *LDS) ([]byte, error) {
 	if err := up.cfg.Compatible(down.cfg); err != nil {
 		return b, err
 	}
+	// An empty cell takes a byte, others mostly 2 to 5: one allocation,
+	// not a dozen.
+	n := len(up.cells) + 64
+	for i, a := range up.cells {
+		if a.Count|down.cells[i].Count != 0 {
+			n += 4
+		}
+	}
+	b = slices.Grow(b, n)
 	b = appendConfig(synopsis.AppendHeader(b, synopsis.KindLDSPair, pairVersion), up.cfg)
 	mask := digestMask(up, down)
 	for i, a := range up.cells {

@@ -281,13 +281,24 @@ func DecodeConfig(b []byte) (Config, error) {
 // Decode parses a wire form, rejecting truncated, oversized or trailing
 // input with an error wrapping synopsis.ErrFormat.
 func Decode(b []byte) (*RDA, error) {
+	r := &RDA{}
+	if err := r.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// UnmarshalBinary makes r the RDA of a wire form, in r's own storage when
+// it is large enough (a collector decodes into RDAs it reuses). It
+// rejects what Decode rejects; r is then in no defined state.
+func (r *RDA) UnmarshalBinary(b []byte) error {
 	rd, err := synopsis.NewReader(b, synopsis.KindRDA, version)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg, err := decodeConfig(rd)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	per := 10 // ID + at least one byte each for sum and count
 	if cfg.Check {
@@ -295,22 +306,20 @@ func Decode(b []byte) (*RDA, error) {
 	}
 	n := cfg.Banks * cfg.Buckets
 	if !rd.Need("buckets", per*n) {
-		return nil, rd.Err()
+		return rd.Err()
 	}
-	r, _ := New(cfg)
+	r.cfg, r.buckets = cfg, slices.Grow(r.buckets[:0], n)[:n]
 	for i := range r.buckets {
 		k := &r.buckets[i]
 		k.ID = rd.Uint64("bucket id")
 		k.SumNS = rd.Varint("bucket sum")
 		k.Count = rd.Varint("bucket count")
+		k.Check = 0
 		if cfg.Check {
 			k.Check = rd.Uint32("bucket check")
 		}
 	}
-	if err := rd.Done(); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return rd.Done()
 }
 
 // decodeConfig reads the parameters that follow the envelope.

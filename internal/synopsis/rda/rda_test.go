@@ -232,6 +232,15 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || !slices.Equal(r2.buckets, r.buckets) || r2.cfg != r.cfg {
 			t.Fatalf("re-encoded form decodes differently: %v", err)
 		}
+		// Into a used RDA of more buckets (a collector's reused ones):
+		// the same RDA, nothing left of what it held.
+		reused, _ := New(Config{Banks: 4, Buckets: 64, Seed: 9, Check: true})
+		for i := range reused.buckets {
+			reused.buckets[i] = Bucket{ID: uint64(i) + 1, SumNS: 5, Count: 1, Check: 7}
+		}
+		if err := reused.UnmarshalBinary(b); err != nil || !slices.Equal(reused.buckets, r.buckets) || reused.cfg != r.cfg {
+			t.Fatalf("decoded into a used RDA: %v, not what Decode gives", err)
+		}
 	})
 }
 
