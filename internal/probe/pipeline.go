@@ -108,9 +108,12 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 
 // epochData holds one epoch's synopses, one per path of its set.
 type epochData struct {
-	set     *pathSet
-	ldas    []*lda.LDA
-	rdas    []*rda.RDA
+	set  *pathSet
+	ldas []*lda.LDA
+	rdas []*rda.RDA
+	// rdaHeld are packets on their way into rdas, added a batch at a
+	// time (rda.InsertMany) and all before the epoch's close.
+	rdaHeld []rdaBatch
 	ldss    []*lds.LDS
 	raps    []*rap.Table[capture.FlowKey]
 	caches  []*epochCache
@@ -126,6 +129,28 @@ type epochData struct {
 	// counted it between the close of the previous epoch and this one's
 	// (nil when off).
 	reorder *reorder.Report
+}
+
+// rdaBatch is packets held for an RDA: a batch's bucket loads overlap
+// (RDA.InsertMany), where one packet's waited for the last's.
+type rdaBatch struct {
+	ids  [64]uint64
+	offs [64]int64
+	n    int
+}
+
+// add holds a packet for r, and adds the batch to r when it is full.
+func (b *rdaBatch) add(r *rda.RDA, id uint64, off int64) {
+	b.ids[b.n], b.offs[b.n] = id, off
+	if b.n++; b.n == len(b.ids) {
+		b.flush(r)
+	}
+}
+
+// flush adds the held packets to r.
+func (b *rdaBatch) flush(r *rda.RDA) {
+	r.InsertMany(b.ids[:b.n], b.offs[:b.n])
+	b.n = 0
 }
 
 // counters are the probe's running totals, read by metrics.
@@ -377,7 +402,7 @@ func (pl *pipeline) open(e int64) *epochData {
 	}
 	s := pl.paths.Load()
 	n := len(s.paths)
-	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), ldss: make([]*lds.LDS, n),
+	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), rdaHeld: make([]rdaBatch, n), ldss: make([]*lds.LDS, n),
 		raps: make([]*rap.Table[capture.FlowKey], n), caches: make([]*epochCache, n), samples: make([]*sample.Sample, n),
 		packets: make([]uint64, n)}
 	if pl.params.Colate.Enabled {
@@ -449,7 +474,7 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 				weight = pl.weightOf(p.Flow)
 			}
 			ed.ldas[i].Insert(p.ID, off)
-			ed.rdas[i].Insert(p.ID, off)
+			ed.rdaHeld[i].add(ed.rdas[i], p.ID, off)
 			if l := ed.ldss[i]; l != nil {
 				l.Insert(flowHash, p.ID, off, weight)
 			}
@@ -496,6 +521,9 @@ func (pl *pipeline) advance(nowNS int64) {
 // close turns a closed epoch into one report per path.
 func (pl *pipeline) close(cl epoch.Closed[*epochData]) {
 	pl.publish()
+	for i := range cl.Value.rdaHeld {
+		cl.Value.rdaHeld[i].flush(cl.Value.rdas[i])
+	}
 	for i, a := range cl.Value.set.paths {
 		if s := cl.Value.samples[i]; s != nil {
 			pl.sampleLens[a.path.Name] = s.Len()

@@ -346,3 +346,40 @@ func decodeConfig(rd *synopsis.Reader) (Config, error) {
 
 // HeapBytes is the memory its buckets take.
 func (r *RDA) HeapBytes() int { return len(r.buckets) * int(unsafe.Sizeof(Bucket{})) }
+
+// InsertMany adds packets ids[i] seen offs[i] after the epoch's start, as
+// Insert each would. It finds every packet's buckets first and updates
+// them after: the loads of buckets not in the cache (an RDA of a lossy
+// epoch is megabytes) then overlap, where one Insert after another waits
+// for each in turn.
+func (r *RDA) InsertMany(ids []uint64, offs []int64) {
+	const chunk = 32
+	var at [chunk][2]int32
+	var chk [chunk]uint32
+	m := uint64(r.cfg.Buckets)
+	for len(ids) > 0 {
+		n := min(len(ids), chunk)
+		if r.cfg.Banks != 2 {
+			for i := range n {
+				r.add(ids[i], offs[i], 1)
+			}
+			ids, offs = ids[n:], offs[n:]
+			continue
+		}
+		for i := range n {
+			h := synopsis.Hash(ids[i], r.cfg.Seed)
+			at[i] = [2]int32{int32((uint64(uint32(h)) * m) >> 32), int32(m) + int32(((h>>32)*m)>>32)}
+			chk[i] = r.CheckHash(ids[i])
+		}
+		for i := range n {
+			for _, j := range at[i] {
+				b := &r.buckets[j]
+				b.ID ^= ids[i]
+				b.SumNS += offs[i]
+				b.Count++
+				b.Check ^= chk[i]
+			}
+		}
+		ids, offs = ids[n:], offs[n:]
+	}
+}

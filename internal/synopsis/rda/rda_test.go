@@ -300,3 +300,48 @@ func TestSetInReusedStorage(t *testing.T) {
 		t.Errorf("RDAs of two sizes subtracted")
 	}
 }
+
+// TestInsertMany: InsertMany gives the RDA one Insert per packet gives,
+// for two banks (its own loop) and others.
+func TestInsertMany(t *testing.T) {
+	for _, banks := range []int{1, 2, 3, 4} {
+		cfg := Config{Banks: banks, Buckets: 97, Seed: 5, Check: true}
+		a, _ := New(cfg)
+		b, _ := New(cfg)
+		rng := rand.New(rand.NewPCG(3, uint64(banks)))
+		ids, offs := make([]uint64, 1000), make([]int64, 1000)
+		for i := range ids {
+			ids[i], offs[i] = rng.Uint64(), rng.Int64N(1e9)
+			a.Insert(ids[i], offs[i])
+		}
+		b.InsertMany(ids[:1], offs[:1])
+		b.InsertMany(ids[1:77], offs[1:77])
+		b.InsertMany(ids[77:], offs[77:])
+		if !slices.Equal(a.buckets, b.buckets) {
+			t.Errorf("%d banks: InsertMany's RDA differs from Insert's", banks)
+		}
+	}
+}
+
+// BenchmarkInsertLarge inserts into an RDA of a lossy epoch (2 × 22,500
+// buckets, 1.4 MB, past the core's cache): one at a time, and in batches
+// of 64 (InsertMany).
+func BenchmarkInsertLarge(b *testing.B) {
+	r, _ := New(Config{Banks: 2, Buckets: 22500, Seed: 1, Check: true})
+	ids, offs := make([]uint64, 1<<16), make([]int64, 1<<16)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range ids {
+		ids[i], offs[i] = rng.Uint64(), rng.Int64N(1e9)
+	}
+	b.Run("one", func(b *testing.B) {
+		for i := range b.N {
+			r.Insert(ids[i&(1<<16-1)], offs[i&(1<<16-1)])
+		}
+	})
+	b.Run("batch64", func(b *testing.B) {
+		for i := 0; i < b.N; i += 64 {
+			j := i & (1<<16 - 1)
+			r.InsertMany(ids[j:j+64], offs[j:j+64])
+		}
+	})
+}
