@@ -391,11 +391,12 @@ func EstimateFlow(up, down *LDS, flow uint64, w uint64, opts Options) (FlowEstim
 	if opts.MinCellPackets > 0 {
 		cands = dropThinRows(cfg, cands, est.UpPackets, w, opts.MinCellPackets)
 	}
-	perRow := selectCells(cands, opts.Alpha, &est)
+	perRow := selectCells(cands, cfg.Rows, opts.Alpha, &est)
 	// Samples: the packets behind the selected cells of the best row
 	// (rows hold the same packets again), scaled back from sampling.
-	best := bestRow(perRow)
-	est.Samples, est.StddevNS = rowSpread(cfg, perRow[best], best, est.MeanNS, w)
+	if best := bestRow(perRow); best >= 0 {
+		est.Samples, est.StddevNS = rowSpread(cfg, perRow[best], best, est.MeanNS, w)
+	}
 	// Observed: the packets the mean was taken over, not scaled back.
 	// Rows hold the same packets again, so the row with the most is a
 	// lower bound of how many different packets that is.
@@ -421,7 +422,7 @@ type cellCand struct {
 func flowCells(up, down *LDS, flow uint64, w uint64, est *FlowEstimate) []cellCand {
 	cfg := up.cfg
 	mask := digestMask(up, down)
-	var cands []cellCand
+	cands := make([]cellCand, 0, cfg.Rows*cfg.K)
 	for r := 0; r < cfg.Rows; r++ {
 		p := cfg.rate(r)
 		b := up.base(r, flow)
@@ -447,27 +448,26 @@ func flowCells(up, down *LDS, flow uint64, w uint64, est *FlowEstimate) []cellCa
 // dropThinRows leaves out the cells of rows that give each of the flow's
 // cells fewer than minPackets of its packets, unless no cell is left.
 func dropThinRows(cfg Config, cands []cellCand, upPackets float64, w uint64, minPackets float64) []cellCand {
-	var kept []cellCand
-	for _, c := range cands {
-		if upPackets*float64(w)*cfg.rate(c.row)/float64(cfg.K) >= minPackets {
-			kept = append(kept, c)
-		}
+	thick := func(c cellCand) bool {
+		return upPackets*float64(w)*cfg.rate(c.row)/float64(cfg.K) >= minPackets
 	}
-	if len(kept) > 0 {
-		return kept
+	if !slices.ContainsFunc(cands, thick) {
+		return cands
 	}
-	return cands
+	return slices.DeleteFunc(cands, func(c cellCand) bool { return !thick(c) })
 }
 
 // selectCells keeps the cells within (1+α) of the least loaded one, sets
-// est's mean and cell count from them, and returns them by row.
-func selectCells(cands []cellCand, alpha float64, est *FlowEstimate) map[int][]cellCand {
+// est's mean and cell count from them, and returns them by row (of
+// rows). It reorders nothing and keeps them in cands's storage: cands is
+// row by row.
+func selectCells(cands []cellCand, rows int, alpha float64, est *FlowEstimate) [MaxRows][]cellCand {
 	minScaled := math.Inf(1)
 	for _, c := range cands {
 		minScaled = min(minScaled, c.scaled)
 	}
 	var sum, n float64
-	perRow := map[int][]cellCand{}
+	kept := cands[:0]
 	for _, c := range cands {
 		if c.scaled > (1+alpha)*minScaled {
 			continue
@@ -475,18 +475,29 @@ func selectCells(cands []cellCand, alpha float64, est *FlowEstimate) map[int][]c
 		sum += float64(c.sum)
 		n += c.count
 		est.Cells++
-		perRow[c.row] = append(perRow[c.row], c)
+		kept = append(kept, c)
 	}
 	est.MeanNS = sum / n
+	var perRow [MaxRows][]cellCand
+	for i := 0; i < len(kept); {
+		j := i + 1
+		for j < len(kept) && kept[j].row == kept[i].row {
+			j++
+		}
+		if r := kept[i].row; r < rows {
+			perRow[r] = kept[i:j:j]
+		}
+		i = j
+	}
 	return perRow
 }
 
 // bestRow is the row with the most selected cells, the highest on a tie
 // (-1 when there is none).
-func bestRow(perRow map[int][]cellCand) int {
+func bestRow(perRow [MaxRows][]cellCand) int {
 	best := -1
 	for r, cs := range perRow {
-		if best < 0 || len(cs) > len(perRow[best]) || (len(cs) == len(perRow[best]) && r > best) {
+		if len(cs) > 0 && (best < 0 || len(cs) >= len(perRow[best])) {
 			best = r
 		}
 	}

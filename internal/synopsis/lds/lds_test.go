@@ -572,3 +572,25 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEstimateFlow estimates one flow of 200 over a pair of sketches
+// of the default shape with 1% loss (a collector does this for each top
+// flow of each path-epoch).
+func BenchmarkEstimateFlow(b *testing.B) {
+	up, _ := New(DefaultConfig())
+	down, _ := New(DefaultConfig())
+	r := rand.New(rand.NewPCG(4, 4))
+	for range 200_000 {
+		f, id, t := r.Uint64N(200), r.Uint64(), r.Int64N(1e9)
+		up.Insert(f, id, t, 1)
+		if r.Float64() >= 0.01 {
+			down.Insert(f, id, t+1e5, 1)
+		}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := EstimateFlow(up, down, uint64(i%200), 1, DefaultOptions()); err != nil && !errors.Is(err, ErrNoCell) {
+			b.Fatal(err)
+		}
+	}
+}
