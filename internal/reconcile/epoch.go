@@ -388,8 +388,11 @@ func (st *epochState) compute(upTS, downTS map[uint64][]Entry, repaired bool) er
 func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff map[uint64]int64) {
 	out := &st.out
 	start := st.in.StartNS
-	out.BoundaryLost, out.BoundaryExtra = map[uint64]int64{}, map[uint64]int64{}
-	upOff = map[uint64]int64{}
+	lost, extra := len(st.diff.Lost), len(st.diff.Extra)
+	out.BoundaryLost, out.BoundaryExtra = make(map[uint64]int64, lost), make(map[uint64]int64, extra)
+	out.Remove[Upstream] = slices.Grow(out.Remove[Upstream], lost)
+	out.Remove[Downstream] = slices.Grow(out.Remove[Downstream], extra)
+	upOff = make(map[uint64]int64, lost)
 	for _, id := range st.diff.Lost {
 		ts := upTS[id]
 		if len(ts) >= 2 {
@@ -405,7 +408,7 @@ func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff m
 			out.Remove[Upstream] = append(out.Remove[Upstream], Packet{id, ts[0]})
 		}
 	}
-	downOff = map[uint64]int64{}
+	downOff = make(map[uint64]int64, extra)
 	for _, id := range st.diff.Extra {
 		ts := slices.Clone(downTS[id])
 		switch {
