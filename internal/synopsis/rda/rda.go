@@ -309,7 +309,9 @@ func (r *RDA) UnmarshalBinary(b []byte) error {
 		return rd.Err()
 	}
 	r.cfg, r.buckets = cfg, slices.Grow(r.buckets[:0], n)[:n]
-	for i := range r.buckets {
+	read, used := readBuckets(rd.Rest(), r.buckets, cfg.Check)
+	rd.Skip(used)
+	for i := read; i < len(r.buckets); i++ { // from a bucket readBuckets could not read, for the error
 		k := &r.buckets[i]
 		k.ID = rd.Uint64("bucket id")
 		k.SumNS = rd.Varint("bucket sum")
@@ -320,6 +322,35 @@ func (r *RDA) UnmarshalBinary(b []byte) error {
 		}
 	}
 	return rd.Done()
+}
+
+// readBuckets reads buckets from b until they are all read or one cannot
+// be, and returns how many it read and the bytes they took: one loop over
+// the bytes, where the Reader's field by field checks each field.
+func readBuckets(b []byte, buckets []Bucket, check bool) (read, n int) {
+	for read < len(buckets) && len(b)-n >= 8 {
+		id := binary.LittleEndian.Uint64(b[n:])
+		sum, k := binary.Varint(b[n+8:])
+		if k <= 0 {
+			break
+		}
+		count, k2 := binary.Varint(b[n+8+k:])
+		if k2 <= 0 {
+			break
+		}
+		m := n + 8 + k + k2
+		var chk uint32
+		if check {
+			if len(b)-m < 4 {
+				break
+			}
+			chk = binary.LittleEndian.Uint32(b[m:])
+			m += 4
+		}
+		buckets[read] = Bucket{ID: id, SumNS: sum, Count: count, Check: chk}
+		read, n = read+1, m
+	}
+	return read, n
 }
 
 // decodeConfig reads the parameters that follow the envelope.

@@ -345,3 +345,21 @@ func BenchmarkInsertLarge(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDecode decodes a report's RDA (2 × 256 buckets, with checks)
+// into a reused one, as a collector does.
+func BenchmarkDecode(b *testing.B) {
+	r, _ := New(Config{Banks: 2, Buckets: 256, Seed: 3, Check: true})
+	rng := rand.New(rand.NewPCG(2, 2))
+	for range 5000 {
+		r.Insert(rng.Uint64(), rng.Int64N(1e9))
+	}
+	wire, _ := r.MarshalBinary()
+	into := &RDA{}
+	b.SetBytes(int64(len(wire)))
+	for b.Loop() {
+		if err := into.UnmarshalBinary(wire); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
