@@ -121,38 +121,36 @@ func moveLegacyFlows(tx *bolt.Tx) (int, error) {
 // moveLegacyLDS moves up to migrateBatch old sketch records and returns
 // how many it moved.
 func moveLegacyLDS(tx *bolt.Tx) (int, error) {
-	old := tx.Bucket(legacyLDS)
+	return moveRecords(tx, legacyLDS, func(k, v []byte) error {
+		if len(v) == 0 {
+			return nil
+		}
+		return mergeInto(tx, k, bytes.Clone(v), nil)
+	})
+}
+
+// moveLegacyBoundaries moves up to migrateBatch old boundary records and
+// returns how many it moved.
+func moveLegacyBoundaries(tx *bolt.Tx) (int, error) {
+	nb := tx.Bucket(bucketBoundary)
+	return moveRecords(tx, legacyBoundary, func(k, v []byte) error {
+		return nb.Put(dataKey(k), bytes.Clone(v))
+	})
+}
+
+// moveRecords hands up to migrateBatch records of an old bucket keyed by
+// epochKey to put, deleting each, and returns how many it took. Keys too
+// short to be an epoch's are dropped.
+func moveRecords(tx *bolt.Tx, name []byte, put func(k, v []byte) error) (int, error) {
+	old := tx.Bucket(name)
 	if old == nil {
 		return 0, nil
 	}
 	c := old.Cursor()
 	n := 0
 	for k, v := c.First(); k != nil && n < migrateBatch; k, v = c.First() {
-		if len(k) >= 9 && len(v) > 0 {
-			if err := mergeInto(tx, k, bytes.Clone(v), nil); err != nil {
-				return n, err
-			}
-		}
-		if err := c.Delete(); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
-}
-
-// moveLegacyBoundaries moves up to migrateBatch old boundary records and
-// returns how many it moved.
-func moveLegacyBoundaries(tx *bolt.Tx) (int, error) {
-	old := tx.Bucket(legacyBoundary)
-	if old == nil {
-		return 0, nil
-	}
-	c, nb := old.Cursor(), tx.Bucket(bucketBoundary)
-	n := 0
-	for k, v := c.First(); k != nil && n < migrateBatch; k, v = c.First() {
 		if len(k) >= 9 {
-			if err := nb.Put(dataKey(k), bytes.Clone(v)); err != nil {
+			if err := put(k, v); err != nil {
 				return n, err
 			}
 		}
