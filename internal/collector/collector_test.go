@@ -808,9 +808,12 @@ func TestRepairAskedAgainOnNewStream(t *testing.T) {
 // An epoch that times out with its other probe connected keeps the
 // present side's cache at its probe (the late side, within
 // pair_retention, needs its repairs): it is released when the lone side
-// is forgotten. With the other probe gone it is released at the timeout.
+// is forgotten. With the other probe gone it is released a pair_timeout
+// after the timeout if that probe has not come back by then, and kept if
+// it has (a restarted probe sends its side late).
 func TestTimeoutKeepsCacheWhilePartnerConnected(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.PairRetention = 5 * cfg.PairTimeout // a release at the retention's end is another case
 	c := newTest(t, cfg)
 	defer c.Close()
 	now := epochTime(1000, 0)
@@ -870,7 +873,24 @@ func TestTimeoutKeepsCacheWhilePartnerConnected(t *testing.T) {
 	}
 	now = now.Add(cfg.PairTimeout)
 	c.sweep()
-	expect("timed out, b gone", 5)
+	expect("timed out, b gone: b may come back", -1)
+	now = now.Add(cfg.PairTimeout)
+	c.sweep()
+	expect("a pair_timeout after the timeout, b still gone", 5)
+
+	// b gone at the timeout, back before a pair_timeout has passed (a
+	// probe restarting): the cache stays for b's late side.
+	if err := c.report("a", report("p", 7, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(cfg.PairTimeout)
+	c.sweep()
+	expect("timed out, b gone again", -1)
+	stB = probeStream(t, conn, "b", cfg.Params)
+	defer stB.CloseSend()
+	now = now.Add(cfg.PairTimeout)
+	c.sweep()
+	expect("a pair_timeout after the timeout, b back", -1)
 }
 
 // TestRebuildRefusedKeepsLDAWithDetail: the RDAs are too small for the

@@ -73,6 +73,9 @@ type pairing struct {
 	// members for the missing side (handOver): asking while it runs,
 	// asked once it is done.
 	asking, asked bool
+	// releaseAt is when a timed-out side's cache is released if its
+	// partner is still not connected then (zero: no release waits).
+	releaseAt time.Time
 	// conflicts counts reports of a side held that came again with other
 	// content; the epoch's result counts them.
 	conflicts uint32
@@ -478,6 +481,7 @@ type sweepPlan struct {
 	timeOut []int64      // epochs to write a missing-side result for
 	drop    []int64      // lone epochs to forget
 	ask     []handOverAt // epochs whose missing side to ask the cluster for
+	release []int64      // timed-out epochs whose side's cache to release if its partner is still away
 }
 
 type handOverAt struct {
@@ -503,6 +507,9 @@ func (c *Collector) sweep() {
 		}
 		for _, a := range plan.ask {
 			go c.handOver(ps, a.epoch, a.role)
+		}
+		for _, e := range plan.release {
+			c.releaseIfPartnerAway(ps, e)
 		}
 	}
 	c.probes.forgetIdle()
@@ -539,6 +546,10 @@ func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
 			pr.timingOut = true
 			plan.timeOut = append(plan.timeOut, e)
 		}
+		if pr.timedOut && !pr.releaseAt.IsZero() && !now.Before(pr.releaseAt) {
+			pr.releaseAt = time.Time{}
+			plan.release = append(plan.release, e)
+		}
 		if pr.timedOut && age >= c.cfg.PairTimeout+c.cfg.PairRetention {
 			plan.drop = append(plan.drop, e)
 		}
@@ -551,6 +562,27 @@ func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
 		}
 	}
 	return plan
+}
+
+// releaseIfPartnerAway releases the cache of a timed-out epoch's lone
+// side whose partner is still not connected a pair_timeout after the
+// timeout; a side that came since completes the epoch, whose worker
+// releases both.
+func (c *Collector) releaseIfPartnerAway(ps *pathState, epoch int64) {
+	ps.mu.Lock()
+	pr := ps.pending[epoch]
+	lone := pr != nil && pr.timedOut && !pr.complete()
+	var up, down *side
+	if lone {
+		up, down = pr.up, pr.down
+	}
+	ps.mu.Unlock()
+	for _, s := range []*side{up, down} {
+		if s != nil && c.probes.session(ps.path.Other(s.Probe)) == nil {
+			c.probes.release(s.Probe, ps.path.Name, epoch)
+			c.log.Info("released a lone side's cache: its partner did not come back", "path", ps.path.Name, "epoch", epoch, "probe", s.Probe)
+		}
+	}
 }
 
 // forget drops a lone side kept past its retention, from memory and the
@@ -623,13 +655,16 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	// replayed slower, a probe catching up on its spool), and when it
 	// comes within pair_retention the epoch needs the repairs (forget
 	// releases the cache otherwise). With the other probe gone the cache
-	// is released now, so that a file source is not held back by a
-	// partner that may never come.
+	// is released a pair_timeout later unless it is back by then (a
+	// probe restarting, which sends the side late), so that a file
+	// source is not held back long by a partner that may never come.
 	cache := "kept"
 	for _, s := range []*side{up, down} {
 		if s != nil && c.probes.session(ps.path.Other(s.Probe)) == nil {
-			c.probes.release(s.Probe, ps.path.Name, epoch)
-			cache = "released"
+			ps.mu.Lock()
+			pr.releaseAt = c.now().Add(c.cfg.PairTimeout)
+			ps.mu.Unlock()
+			cache = "kept while its partner may come back"
 		}
 	}
 	if !paired {
