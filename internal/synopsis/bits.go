@@ -226,3 +226,31 @@ func (r *BitReader) Done() bool {
 	}
 	return true
 }
+
+// Peek returns the next 57 bits or more (the next at bit 0) when 8 bytes
+// are left from the position; false otherwise. With Advance, a decoder's
+// loop reads most codes inline and calls the methods for the rest.
+func (r *BitReader) Peek() (uint64, bool) {
+	i := r.pos >> 3
+	if i+8 > len(r.B) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(r.B[i:]) >> (r.pos & 7), true
+}
+
+// Advance moves past n bits Peek returned (back, for n < 0, to bits
+// read before).
+func (r *BitReader) Advance(n int) { r.pos += n }
+
+// ExpGolombIn decodes the Exp-Golomb code of parameter k at the start of
+// p (from Peek) and returns its value and length; false when the code is
+// not within the 57 bits Peek guarantees (call ExpGolomb then).
+func ExpGolombIn(p uint64, k int) (v uint64, n int, ok bool) {
+	run := bits.TrailingZeros64(^p)
+	n = 2*run + 1 + k
+	if n > 57 {
+		return 0, 0, false
+	}
+	v = p >> (run + 1)
+	return (1<<run+v&(1<<run-1)-1)<<k | v>>run&(1<<k-1), n, true
+}

@@ -319,6 +319,13 @@ func FuzzDecode(f *testing.F) {
 		if (err == nil) != (cerr == nil) || err == nil && !reflect.DeepEqual(cfg, l.Config()) {
 			t.Fatalf("Check says %v, %v; Decode %v", cfg, cerr, err)
 		}
+		// Packed cells read inline and field by field: the same.
+		slowCells = true
+		ls, serr0 := Decode(b)
+		slowCells = false
+		if (err == nil) != (serr0 == nil) || err == nil && !slices.Equal(ls.cells, l.cells) {
+			t.Fatalf("read field by field: %v; inline: %v, or other cells", serr0, err)
+		}
 		// Shape is the weaker check: what decodes has its shape.
 		var scfg Config
 		var serr error

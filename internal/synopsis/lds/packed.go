@@ -114,6 +114,7 @@ func (l *LDS) appendPacked(b []byte, width int) []byte {
 // form (trailing bits included).
 func readPacked(b []byte, cells []Cell, rows, cols, width int) bool {
 	rd := synopsis.BitReader{B: b}
+	fast := !slowCells
 	for r := range rows {
 		kc, ok1 := rd.Bits(6)
 		ks, ok2 := rd.Bits(6)
@@ -123,11 +124,20 @@ func readPacked(b []byte, cells []Cell, rows, cols, width int) bool {
 		}
 		center := int64(c64)
 		for i := range cols {
+			c, ok := Cell{}, false
+			if fast {
+				c, ok = readCellFast(&rd, int(kc), int(ks), width, center)
+			}
+			if ok {
+				if cells != nil {
+					cells[r*cols+i] = c
+				}
+				continue
+			}
 			count, ok := rd.ExpGolomb(int(kc))
 			if !ok {
 				return false
 			}
-			var c Cell
 			c.Count = count
 			if count == 0 {
 				z, ok := rd.ExpGolomb(0)
@@ -149,4 +159,39 @@ func readPacked(b []byte, cells []Cell, rows, cols, width int) bool {
 		}
 	}
 	return rd.Done()
+}
+
+// slowCells makes readPacked read every cell field by field (tests: both
+// ways must read the same).
+var slowCells bool
+
+// readCellFast reads a cell whose codes are within one Peek and whose
+// digest within the next (most cells), without the checks of the
+// reader's methods on every field; false: it read nothing, and the
+// caller reads the cell field by field.
+func readCellFast(rd *synopsis.BitReader, kc, ks, width int, center int64) (Cell, bool) {
+	p, ok := rd.Peek()
+	if !ok {
+		return Cell{}, false
+	}
+	count, n1, ok1 := synopsis.ExpGolombIn(p, kc)
+	if count == 0 {
+		ks = 0
+	}
+	z, n2, ok2 := synopsis.ExpGolombIn(p>>n1, ks)
+	if !ok1 || !ok2 || n1+n2 > 57 {
+		return Cell{}, false
+	}
+	if count == 0 {
+		rd.Advance(n1 + n2)
+		return Cell{SumNS: int64(z>>1) ^ -int64(z&1)}, true
+	}
+	rd.Advance(n1 + n2)
+	d, ok := rd.Peek()
+	if !ok || 8*width > 56 {
+		rd.Advance(-(n1 + n2))
+		return Cell{}, false
+	}
+	rd.Advance(8 * width)
+	return Cell{Count: count, SumNS: unresidual(z, count, center), Digest: d & (1<<(8*width) - 1)}, true
 }
