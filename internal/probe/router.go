@@ -70,7 +70,7 @@ func dial(addr string, creds credsFor, gzipped bool) (*grpc.ClientConn, error) {
 	if creds != nil {
 		tc = creds(addr)
 	}
-	call := []grpc.CallOption{grpc.MaxCallRecvMsgSize(16 << 20)}
+	call := []grpc.CallOption{grpc.MaxCallRecvMsgSize(16 << 20), grpc.ForceCodecV2(newReportCodec())}
 	if gzipped {
 		call = append(call, grpc.UseCompressor(gzip.Name))
 	}
