@@ -12,7 +12,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/owl-latency/owl/internal/synopsis"
 )
@@ -43,8 +42,8 @@ const version = 1
 
 // sortPackets orders by ID, then time.
 func sortPackets(ps []Packet) {
-	slices.SortFunc(ps, func(a, b Packet) int {
-		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.OffsetNS, b.OffsetNS))
+	synopsis.SortByKey(ps, func(p Packet) uint64 { return p.ID }, func(a, b Packet) int {
+		return cmp.Compare(a.OffsetNS, b.OffsetNS)
 	})
 }
 

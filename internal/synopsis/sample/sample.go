@@ -342,8 +342,8 @@ func (s *Sample) sort() {
 }
 
 func sortEntries(es []Entry) {
-	slices.SortFunc(es, func(a, b Entry) int {
-		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.OffsetNS, b.OffsetNS))
+	synopsis.SortByKey(es, func(e Entry) uint64 { return e.Key }, func(a, b Entry) int {
+		return cmp.Compare(a.OffsetNS, b.OffsetNS)
 	})
 }
 
