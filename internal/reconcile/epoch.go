@@ -167,9 +167,10 @@ func (st *epochState) adjust(r *rda.RDA) *rda.RDA {
 
 // peel brings both sides to one size, large enough for their count
 // difference, peels, and rebuilds both larger while peeling fails. When
-// a side cannot be rebuilt (its probe lost the epoch's cache) and both
-// are of one size already, it peels at that size: a difference a little
-// past the size's bound still decodes most of the time.
+// a side cannot be rebuilt (its probe lost the epoch's cache), it peels
+// at that side's size, the other side rebuilt at it where the sizes
+// differ: a difference a little past the size's bound still decodes most
+// of the time.
 func (st *epochState) peel(ctx context.Context) error {
 	lim := st.lim
 	askedRepeated := false
@@ -184,7 +185,7 @@ func (st *epochState) peel(ctx context.Context) error {
 				return fmt.Errorf("RDA sizes %d and %d differ and no rebuild is left", st.up.Config().Buckets, st.down.Config().Buckets)
 			}
 			if err := st.rebuildBoth(ctx, m); err != nil {
-				if st.up.Config().Buckets != st.down.Config().Buckets {
+				if st.up.Config().Buckets != st.down.Config().Buckets && !st.matchSizes(ctx) {
 					return err
 				}
 				st.log.Warn("cannot rebuild the RDAs larger; peeling at the size reported", "buckets", st.up.Config().Buckets, "err", err)
@@ -219,6 +220,22 @@ func (st *epochState) peel(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// matchSizes brings the two RDAs to one size when one side cannot be
+// rebuilt (its probe lost the epoch's cache): the other side, rebuilt at
+// the size of the one that cannot be, larger or smaller. It says whether
+// the sizes are equal after.
+func (st *epochState) matchSizes(ctx context.Context) bool {
+	for _, m := range []int{st.down.Config().Buckets, st.up.Config().Buckets} {
+		if st.out.Rebuilds >= st.lim.MaxRebuilds {
+			return false
+		}
+		if err := st.rebuildBoth(ctx, m); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // takeOutRepeated fetches the copies the downstream side saw more often

@@ -392,3 +392,52 @@ func TestEpochPeelsWhenRebuildFails(t *testing.T) {
 		}
 	}
 }
+
+// TestEpochMatchesSideWithoutCache: the upstream probe lost the epoch's
+// cache and its RDA is of another size than the downstream one's, larger
+// (32 against 64, 8 packets lost of 200) or too small for the count
+// difference (24 against 16, 12 lost: Size asks 30). The downstream side
+// is rebuilt at the upstream size and the epoch peels there; before,
+// the rebuild to the larger size failed and the epoch was left to the
+// LDA's estimate.
+func TestEpochMatchesSideWithoutCache(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	const trials = 200
+	for _, c := range []struct{ up, down, lost int }{{32, 64, 8}, {24, 16, 12}} {
+		decoded := 0
+		for range trials {
+			l := &Local{RDA: rda.Config{Banks: 2, Buckets: c.up, Seed: rng.Uint64(), Check: true}}
+			var sum float64
+			for i := range 200 {
+				id, ts := rng.Uint64(), rng.Int64N(900_000_000)
+				l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
+				if i >= c.lost {
+					d := weibullNS(rng)
+					l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + d, Weight: 1}})
+					sum += float64(d)
+				}
+			}
+			up, _ := l.Rebuild(context.Background(), Upstream, c.up)
+			down, _ := l.Rebuild(context.Background(), Downstream, c.down)
+			out, err := Epoch(context.Background(), Input{Up: up, Down: down}, cacheGone{Local: l}, Limits{MinBuckets: 16, MaxBuckets: 1 << 16, MaxRebuilds: 4})
+			if err != nil {
+				if !errors.Is(err, errCacheGone) {
+					t.Fatalf("%+v: %v", c, err)
+				}
+				continue
+			}
+			decoded++
+			want := sum / float64(200-c.lost)
+			if !out.Diff.Complete() || out.Lost != c.lost || !out.Repaired || out.Buckets != c.up {
+				t.Fatalf("%+v: complete %t, lost %d, repaired %t, %d buckets", c, out.Diff.Complete(), out.Lost, out.Repaired, out.Buckets)
+			}
+			if math.Abs(out.Estimate.MeanNS-want) > 1e-9*want {
+				t.Fatalf("%+v: mean %.3f ns, want %.3f", c, out.Estimate.MeanNS, want)
+			}
+		}
+		t.Logf("%+v: %d of %d epochs decoded at the upstream size", c, decoded, trials)
+		if decoded < trials*3/4 {
+			t.Errorf("%+v: %d of %d epochs decoded at the upstream size, want ≥ 3/4", c, decoded, trials)
+		}
+	}
+}
