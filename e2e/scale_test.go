@@ -14,6 +14,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/sim"
 )
@@ -227,4 +228,71 @@ func exactEpoch(s *owlv1.PathStats, tr sim.EpochTruth, last bool) string {
 		return fmt.Sprintf("exact stddev %.3f ns, truth %.3f ns", s.GetStddevNs(), tr.AllStddevNS)
 	}
 	return ""
+}
+
+// TestReplayEndsWithoutWaiting replays 2 s of synthetic traffic whose
+// last packets reach op-b after the epoch's end: the epoch after has a
+// downstream side only, op-a having seen nothing of it. op-a, its file
+// read and its reports acknowledged, tells the collector so
+// (SourcesDone); the collector gives that epoch its missing-upstream
+// result at once and releases op-b's cache, and both probes exit within
+// seconds. Before, op-b waited for the epoch's pair_timeout (30 s here,
+// the default) and as long again, op-a being gone.
+func TestReplayEndsWithoutWaiting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	env := newEnv(t)
+	out := sim.OutputsFor(filepath.Join(env.Dir, "trace"))
+	start := time.Unix(1_700_000_000, 0)
+	synth := sim.SynthConfig{Flows: 20_000, ParetoShape: 1.1, MaxPackets: 3000, Start: start, Span: 2 * time.Second, Seed: 5}
+	if _, err := sim.GenerateSynthetic(synth, sim.Shape{}, out, capture.DefaultIdentityConfig(), lossOnly); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(out.Truth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth, err := sim.ReadTruth(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := start.Add(2 * time.Second).Unix() // the epoch op-b alone sees
+	crossed := 0
+	for _, r := range truth {
+		if !r.Lost && r.DownNS >= last*1e9 {
+			crossed++
+		}
+	}
+	if crossed == 0 {
+		t.Fatalf("no packet reaches op-b after %d s: the trace does not test this", last)
+	}
+	yaml := strings.Replace(collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB), "pair_timeout: 3s", "pair_timeout: 30s", 1)
+	coll, addrs, err := env.StartCollector("collector", yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, b := runProbes(t, env, addrs.GRPC, out, "-replay-speed", "0")
+	took := time.Since(began)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stats, err := harness.WaitStats(ctx, query(t, addrs.GRPC), "a-to-b", 3)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(coll.Log()))
+	}
+	var res *owlv1.PathStats
+	for _, s := range stats {
+		if s.GetEpoch() == last {
+			res = s
+		}
+	}
+	if res.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM {
+		t.Errorf("epoch %d (%d packets of it reached op-b only): status %v, want missing upstream", last, crossed, res.GetStatus())
+	}
+	t.Logf("%d packets reached op-b after %d s; both probes done in %v", crossed, last, took.Round(time.Millisecond))
+	if took > 15*time.Second || strings.Contains(b.Log(), "exiting before the collector released") {
+		t.Errorf("the probes took %v (pair_timeout 30 s): op-b waited for the side op-a could not send\n%s", took.Round(time.Millisecond), tail(b.Log()))
+	}
 }

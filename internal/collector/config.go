@@ -58,7 +58,9 @@ type Config struct {
 	// Paths are the measured paths.
 	Paths []netpath.Path `yaml:"paths"`
 	// PairTimeout is how long a report waits for the other side before the
-	// epoch is reported as missing a side.
+	// epoch is reported as missing a side. A side waits no longer for a
+	// probe that said its capture files are done (SourcesDone): it sends
+	// nothing more.
 	PairTimeout time.Duration `yaml:"pair_timeout"`
 	// WriteLoneAfter is how long a report from a probe's stream is held
 	// in memory only, unacknowledged, waiting for its other side: when

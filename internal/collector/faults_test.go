@@ -146,6 +146,32 @@ func TestConfigurationMistakes(t *testing.T) {
 	}
 }
 
+// TestLoneSideStopsWaitingForDoneProbe: a side alone is timed out at
+// once when the probe it waits for said its capture files are done, and
+// not before pair_timeout otherwise (nor when the probe that said so is
+// its own).
+func TestLoneSideStopsWaitingForDoneProbe(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	defer c.Close()
+	start := time.Now()
+	c.now = func() time.Time { return start }
+	up, _ := ldaPair(t, cfg.Params.LDA, 100, 900, 5)
+	if err := c.report("a", report("p", 4, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
+		t.Fatal(err)
+	}
+	ps := c.paths["p"]
+	for _, tc := range []struct {
+		done [2]bool
+		want int
+	}{{[2]bool{}, 0}, {[2]bool{true, false}, 0}, {[2]bool{false, true}, 1}} {
+		plan := c.planSweep(ps, start.Add(time.Millisecond), tc.done)
+		if len(plan.timeOut) != tc.want {
+			t.Fatalf("done %v: %d epochs timed out, want %d", tc.done, len(plan.timeOut), tc.want)
+		}
+	}
+}
+
 // TestSideArrivingDuringTimeOut: the other side comes after a sweep chose
 // to time an epoch out and before it wrote the missing-side result: the
 // epoch is reconciled, never reported as missing a side.
@@ -160,7 +186,7 @@ func TestSideArrivingDuringTimeOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := c.paths["p"]
-	plan := c.planSweep(ps, start.Add(cfg.PairTimeout))
+	plan := c.planSweep(ps, start.Add(cfg.PairTimeout), [2]bool{})
 	if len(plan.timeOut) != 1 {
 		t.Fatalf("sweep plan %+v", plan)
 	}

@@ -245,6 +245,10 @@ func (c *Collector) handle(sess *session, m *owlv1.ProbeMessage) error {
 	case *owlv1.ProbeMessage_Reorder:
 		err := c.takeReorder(sess.probe, a.Reorder)
 		return c.answer(sess, owlv1.Reject_KIND_REORDER, "", a.Reorder.GetEpoch(), a.Reorder.GetSeq(), err)
+	case *owlv1.ProbeMessage_SourcesDone:
+		c.probes.markSourcesDone(sess.probe)
+		c.log.Info("probe's capture files are done: its paths' lone sides stop waiting for it", "probe", sess.probe)
+		return nil
 	}
 	return status.Errorf(codes.InvalidArgument, "unexpected %T after Hello", m.GetMsg())
 }
@@ -306,7 +310,7 @@ var accepts = []owlv1.Reject_Kind{owlv1.Reject_KIND_REPORT, owlv1.Reject_KIND_CO
 // the RDA size to start with, and in a cluster which collector takes the
 // reports (the size comes from the owner only, whose late binding sets it).
 func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
-	pc := &owlv1.PathConfig{Params: c.cfg.Params.ToProto(), Accepts: accepts, LdsDigestBytes: uint32(c.cfg.Flows.LDSDigestBytes), LdsPacked: c.cfg.Flows.LDSPacked, PackedFlowKeys: true,
+	pc := &owlv1.PathConfig{Params: c.cfg.Params.ToProto(), Accepts: accepts, LdsDigestBytes: uint32(c.cfg.Flows.LDSDigestBytes), LdsPacked: c.cfg.Flows.LDSPacked, PackedFlowKeys: true, TakesSourcesDone: true,
 		SampleKeyBits: uint32(c.cfg.SampleKeyBits)}
 	if c.cl != nil {
 		pc.ColateCollector = c.cl.Owner(colateKey).GRPC

@@ -495,7 +495,10 @@ type handOverAt struct {
 func (c *Collector) sweep() {
 	now := c.now()
 	for _, ps := range c.paths {
-		plan := c.planSweep(ps, now)
+		// A side waits for no probe that said its capture files are
+		// done (its reports all came).
+		done := [2]bool{c.probes.sourcesDone(ps.path.Upstream), c.probes.sourcesDone(ps.path.Downstream)}
+		plan := c.planSweep(ps, now, done)
 		for _, e := range plan.save {
 			saveUnsaved(c.store, c.repl, ps, e, true)
 		}
@@ -516,7 +519,9 @@ func (c *Collector) sweep() {
 }
 
 // planSweep decides, under the path's lock, what a sweep does to it.
-func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
+// done says which of the path's probes, upstream and downstream, said
+// their capture files are done: a side alone waits for them no more.
+func (c *Collector) planSweep(ps *pathState, now time.Time, done [2]bool) sweepPlan {
 	var plan sweepPlan
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -531,7 +536,8 @@ func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
 			}
 			continue // stored before anything else is done with it
 		}
-		if age >= c.cfg.PairTimeout && c.cl != nil && !pr.asked {
+		due := age >= c.cfg.PairTimeout || pr.up == nil && done[0] || pr.down == nil && done[1]
+		if due && c.cl != nil && !pr.asked {
 			if !pr.asking {
 				pr.asking = true
 				role := owlv1.Role_ROLE_UPSTREAM
@@ -542,7 +548,7 @@ func (c *Collector) planSweep(ps *pathState, now time.Time) sweepPlan {
 			}
 			continue
 		}
-		if !pr.timedOut && age >= c.cfg.PairTimeout {
+		if !pr.timedOut && due {
 			pr.timingOut = true
 			plan.timeOut = append(plan.timeOut, e)
 		}
@@ -658,9 +664,18 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	// is released a pair_timeout later unless it is back by then (a
 	// probe restarting, which sends the side late), so that a file
 	// source is not held back long by a partner that may never come.
+	// A partner whose capture files are done sends nothing more: the
+	// cache is released at once.
 	cache := "kept"
 	for _, s := range []*side{up, down} {
-		if s != nil && c.probes.session(ps.path.Other(s.Probe)) == nil {
+		if s == nil {
+			continue
+		}
+		switch other := ps.path.Other(s.Probe); {
+		case c.probes.sourcesDone(other):
+			c.probes.release(s.Probe, ps.path.Name, epoch)
+			cache = "released: the other probe's capture files are done"
+		case c.probes.session(other) == nil:
 			ps.mu.Lock()
 			pr.releaseAt = c.now().Add(c.cfg.PairTimeout)
 			ps.mu.Unlock()

@@ -48,6 +48,9 @@ type probeState struct {
 	clock     *owlv1.ClockStatus
 	reports   uint64
 	identity  string // how the probe proved its id (security.Identity.Via)
+	// filesDone: the probe said its capture files are read and every
+	// report of it acknowledged (SourcesDone); a new stream clears it.
+	filesDone bool
 	// replay is set when the probe said in its latest Hello that it
 	// replays files: its epochs may be old.
 	replay  bool
@@ -147,6 +150,9 @@ func (r *registry) addSession(sess *session) {
 	r.probesMu.Lock()
 	n := len(r.sessions[sess.probe])
 	r.sessions[sess.probe] = append(r.sessions[sess.probe], sess)
+	if ps := r.probes[sess.probe]; ps != nil {
+		ps.filesDone = false // it may read files again
+	}
 	close(r.joined)
 	r.joined = make(chan struct{})
 	r.probesMu.Unlock()
@@ -205,6 +211,25 @@ func (r *registry) sawReport(probe string) {
 		ps.reportsTotal = r.m.reports.WithLabelValues(probe)
 	}
 	ps.reportsTotal.Inc()
+}
+
+// sourcesDone says whether the probe said its capture files are done
+// (SourcesDone) since it last opened a stream: it sends no more reports,
+// connected or not.
+func (r *registry) sourcesDone(probe string) bool {
+	r.probesMu.Lock()
+	defer r.probesMu.Unlock()
+	ps := r.probes[probe]
+	return ps != nil && ps.filesDone
+}
+
+// markSourcesDone notes a probe's SourcesDone.
+func (r *registry) markSourcesDone(probe string) {
+	r.probesMu.Lock()
+	defer r.probesMu.Unlock()
+	if ps := r.probes[probe]; ps != nil {
+		ps.filesDone = true
+	}
 }
 
 // session returns a probe's newest open session, or nil.

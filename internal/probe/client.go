@@ -82,6 +82,9 @@ type client struct {
 	// latest path configuration.
 	accepts     atomic.Pointer[map[owlv1.Reject_Kind]bool]
 	warnedKinds sync.Map // kinds dropped by notTaken, warned of
+	// takesDone: the collector takes SourcesDone (its latest path
+	// configuration says).
+	takesDone atomic.Bool
 }
 
 // legacyAccepts is what a collector that does not say takes.
@@ -97,6 +100,7 @@ func (c *client) noteAccepts(pc *owlv1.PathConfig) {
 		}
 	}
 	c.accepts.Store(&acc)
+	c.takesDone.Store(pc.GetTakesSourcesDone())
 }
 
 // takes says whether the collector takes m (before its path configuration
@@ -382,9 +386,12 @@ func sendFailed(what string, err error, errc <-chan error) error {
 
 // sendSpooled sends every spooled message routed here, as it comes, and
 // the clock status every clockEvery, until the session ends. While the
-// collector pauses the stream, spooled messages wait.
+// collector pauses the stream, spooled messages wait. Once the capture
+// files are read and every message acknowledged, it tells a collector
+// that takes it (SourcesDone), once a stream.
 func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error) error {
 	var sent uint64 // highest seq sent on this stream
+	doneSent := false
 	clockTick := time.NewTicker(clockEvery)
 	defer clockTick.Stop()
 	for {
@@ -403,6 +410,12 @@ func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error)
 				}
 			}
 			sent = seqOf(m)
+		}
+		if !doneSent && c.takesDone.Load() && c.spool.drained() {
+			if err := st.send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_SourcesDone{SourcesDone: &owlv1.SourcesDone{}}}); err != nil {
+				return sendFailed("sending the end of the capture files", err, errc)
+			}
+			doneSent = true
 		}
 		select {
 		case <-ctx.Done():

@@ -515,3 +515,28 @@ func TestUnreleasedRefs(t *testing.T) {
 		t.Errorf("%d unreleased listed, want 4", n)
 	}
 }
+
+// TestSpoolDrained: a spool is drained (the probe may say SourcesDone)
+// only once it is finished and every message is acknowledged; the last
+// acknowledgement wakes the waiting clients.
+func TestSpoolDrained(t *testing.T) {
+	s := newSpool(8, 1<<20)
+	if s.drained() {
+		t.Fatal("an empty spool that may still take reports is drained")
+	}
+	s.add(&owlv1.EpochReport{Path: "p", Epoch: 1})
+	s.finish()
+	if s.drained() {
+		t.Fatal("drained with a report unacknowledged")
+	}
+	woke := s.wait()
+	s.ack(1)
+	select {
+	case <-woke:
+	default:
+		t.Fatal("the last acknowledgement did not wake the clients")
+	}
+	if !s.drained() {
+		t.Fatal("finished and every report acknowledged, not drained")
+	}
+}

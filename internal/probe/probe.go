@@ -361,6 +361,7 @@ func (p *Probe) capture(ctx context.Context) error {
 	// The last epochs close as they are, not marked partial: a file that
 	// ends inside an epoch does not say whether traffic would have gone on.
 	p.pipes[0].flush()
+	p.spool.finish()
 	p.log.Info("sources done", "frames", p.stats.frames.Load(), "packets", p.stats.packets.Load(),
 		"late", p.stats.late.Load(), "outside_paths", p.stats.outside.Load())
 	if !p.cfg.ExitWhenDone {

@@ -32,8 +32,10 @@ type spool struct {
 	// routed to does not take their kind.
 	notTaken uint64
 	changed  chan struct{} // closed (and replaced) on every add and ack
-	disk     *disk         // nil: memory only
-	log      *slog.Logger  // nil: drops are counted, not logged
+	// finished: nothing more will be added (the capture files are read).
+	finished bool
+	disk     *disk        // nil: memory only
+	log      *slog.Logger // nil: drops are counted, not logged
 }
 
 // spooled is a held message and its size.
@@ -93,6 +95,23 @@ func (s *spool) signal() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
+}
+
+// finish says nothing more will be added: the probe's capture files are
+// read and their last epochs reported.
+func (s *spool) finish() {
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
+	s.signal()
+}
+
+// drained says that nothing more will be added and every message was
+// acknowledged (or dropped).
+func (s *spool) drained() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished && len(s.items) == 0
 }
 
 // wait is closed at the next change.

@@ -268,7 +268,7 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48, 0}
 }
 
 type TopRTTPrefixesRequest_Order int32
@@ -314,7 +314,7 @@ func (x TopRTTPrefixesRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopRTTPrefixesRequest_Order.Descriptor instead.
 func (TopRTTPrefixesRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -363,7 +363,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -931,6 +931,7 @@ type ProbeMessage struct {
 	//	*ProbeMessage_Colate
 	//	*ProbeMessage_Rtt
 	//	*ProbeMessage_Reorder
+	//	*ProbeMessage_SourcesDone
 	Msg           isProbeMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1045,6 +1046,15 @@ func (x *ProbeMessage) GetReorder() *ReorderReport {
 	return nil
 }
 
+func (x *ProbeMessage) GetSourcesDone() *SourcesDone {
+	if x != nil {
+		if x, ok := x.Msg.(*ProbeMessage_SourcesDone); ok {
+			return x.SourcesDone
+		}
+	}
+	return nil
+}
+
 type isProbeMessage_Msg interface {
 	isProbeMessage_Msg()
 }
@@ -1086,6 +1096,12 @@ type ProbeMessage_Reorder struct {
 	Reorder *ReorderReport `protobuf:"bytes,8,opt,name=reorder,proto3,oneof"`
 }
 
+type ProbeMessage_SourcesDone struct {
+	// sources_done: sent only to a collector that takes it
+	// (PathConfig.takes_sources_done).
+	SourcesDone *SourcesDone `protobuf:"bytes,9,opt,name=sources_done,json=sourcesDone,proto3,oneof"`
+}
+
 func (*ProbeMessage_Hello) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Report) isProbeMessage_Msg() {}
@@ -1101,6 +1117,52 @@ func (*ProbeMessage_Colate) isProbeMessage_Msg() {}
 func (*ProbeMessage_Rtt) isProbeMessage_Msg() {}
 
 func (*ProbeMessage_Reorder) isProbeMessage_Msg() {}
+
+func (*ProbeMessage_SourcesDone) isProbeMessage_Msg() {}
+
+// SourcesDone says the probe read its capture files to their end and
+// every report it made on this stream is acknowledged: it reports nothing
+// more until it connects again. The collector then stops waiting for the
+// probe's sides: an epoch of one of its paths that the other probe alone
+// reported (traffic the file did not reach, packets late across the last
+// epoch's end) is given its missing-side result at once and the other
+// probe's cache of it released, where it would wait pair_timeout and
+// more for a side that cannot come.
+type SourcesDone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourcesDone) Reset() {
+	*x = SourcesDone{}
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourcesDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourcesDone) ProtoMessage() {}
+
+func (x *SourcesDone) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourcesDone.ProtoReflect.Descriptor instead.
+func (*SourcesDone) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+}
 
 // ReorderReport is a probe's TCP reordering by prefix in one epoch
 // (internal/synopsis/reorder): the flows it sampled, counted by the
@@ -1123,7 +1185,7 @@ type ReorderReport struct {
 
 func (x *ReorderReport) Reset() {
 	*x = ReorderReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1197,7 @@ func (x *ReorderReport) String() string {
 func (*ReorderReport) ProtoMessage() {}
 
 func (x *ReorderReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1210,7 @@ func (x *ReorderReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderReport.ProtoReflect.Descriptor instead.
 func (*ReorderReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReorderReport) GetEpoch() int64 {
@@ -1226,7 +1288,7 @@ type ReorderStats struct {
 
 func (x *ReorderStats) Reset() {
 	*x = ReorderStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1300,7 @@ func (x *ReorderStats) String() string {
 func (*ReorderStats) ProtoMessage() {}
 
 func (x *ReorderStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1313,7 @@ func (x *ReorderStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderStats.ProtoReflect.Descriptor instead.
 func (*ReorderStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReorderStats) GetPrefix() string {
@@ -1332,7 +1394,7 @@ type ReorderCounters struct {
 
 func (x *ReorderCounters) Reset() {
 	*x = ReorderCounters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1406,7 @@ func (x *ReorderCounters) String() string {
 func (*ReorderCounters) ProtoMessage() {}
 
 func (x *ReorderCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1419,7 @@ func (x *ReorderCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderCounters.ProtoReflect.Descriptor instead.
 func (*ReorderCounters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReorderCounters) GetPackets() uint64 {
@@ -1439,7 +1501,7 @@ type RTTReport struct {
 
 func (x *RTTReport) Reset() {
 	*x = RTTReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1513,7 @@ func (x *RTTReport) String() string {
 func (*RTTReport) ProtoMessage() {}
 
 func (x *RTTReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1526,7 @@ func (x *RTTReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTReport.ProtoReflect.Descriptor instead.
 func (*RTTReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RTTReport) GetEpoch() int64 {
@@ -1534,7 +1596,7 @@ type RTTSketch struct {
 
 func (x *RTTSketch) Reset() {
 	*x = RTTSketch{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1608,7 @@ func (x *RTTSketch) String() string {
 func (*RTTSketch) ProtoMessage() {}
 
 func (x *RTTSketch) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1621,7 @@ func (x *RTTSketch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTSketch.ProtoReflect.Descriptor instead.
 func (*RTTSketch) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RTTSketch) GetKind() string {
@@ -1614,7 +1676,7 @@ type RTTCounters struct {
 
 func (x *RTTCounters) Reset() {
 	*x = RTTCounters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1688,7 @@ func (x *RTTCounters) String() string {
 func (*RTTCounters) ProtoMessage() {}
 
 func (x *RTTCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1701,7 @@ func (x *RTTCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTCounters.ProtoReflect.Descriptor instead.
 func (*RTTCounters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RTTCounters) GetRequests() uint64 {
@@ -1708,7 +1770,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1782,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1795,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Hello) GetProbeId() string {
@@ -1806,7 +1868,7 @@ type SynopsisParams struct {
 
 func (x *SynopsisParams) Reset() {
 	*x = SynopsisParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1880,7 @@ func (x *SynopsisParams) String() string {
 func (*SynopsisParams) ProtoMessage() {}
 
 func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1893,7 @@ func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynopsisParams.ProtoReflect.Descriptor instead.
 func (*SynopsisParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SynopsisParams) GetIdentity() *IdentityParams {
@@ -1906,7 +1968,7 @@ type SampleParams struct {
 
 func (x *SampleParams) Reset() {
 	*x = SampleParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +1980,7 @@ func (x *SampleParams) String() string {
 func (*SampleParams) ProtoMessage() {}
 
 func (x *SampleParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +1993,7 @@ func (x *SampleParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleParams.ProtoReflect.Descriptor instead.
 func (*SampleParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SampleParams) GetSeed() uint64 {
@@ -1973,7 +2035,7 @@ type ColateParams struct {
 
 func (x *ColateParams) Reset() {
 	*x = ColateParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2047,7 @@ func (x *ColateParams) String() string {
 func (*ColateParams) ProtoMessage() {}
 
 func (x *ColateParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2060,7 @@ func (x *ColateParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateParams.ProtoReflect.Descriptor instead.
 func (*ColateParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ColateParams) GetCounters() uint32 {
@@ -2058,7 +2120,7 @@ type ColateVector struct {
 
 func (x *ColateVector) Reset() {
 	*x = ColateVector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2132,7 @@ func (x *ColateVector) String() string {
 func (*ColateVector) ProtoMessage() {}
 
 func (x *ColateVector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2145,7 @@ func (x *ColateVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVector.ProtoReflect.Descriptor instead.
 func (*ColateVector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ColateVector) GetEpoch() int64 {
@@ -2148,7 +2210,7 @@ type LDSParams struct {
 
 func (x *LDSParams) Reset() {
 	*x = LDSParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2222,7 @@ func (x *LDSParams) String() string {
 func (*LDSParams) ProtoMessage() {}
 
 func (x *LDSParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2235,7 @@ func (x *LDSParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
 func (*LDSParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LDSParams) GetRows() uint32 {
@@ -2221,7 +2283,7 @@ type FlowWeight struct {
 
 func (x *FlowWeight) Reset() {
 	*x = FlowWeight{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2295,7 @@ func (x *FlowWeight) String() string {
 func (*FlowWeight) ProtoMessage() {}
 
 func (x *FlowWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2308,7 @@ func (x *FlowWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
 func (*FlowWeight) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FlowWeight) GetSelector() *Selector {
@@ -2274,7 +2336,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2348,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2361,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -2334,7 +2396,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2408,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2421,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -2387,7 +2449,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2461,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2474,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -2449,7 +2511,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2523,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2536,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -2540,7 +2602,7 @@ type EpochReport struct {
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2614,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2627,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -2694,7 +2756,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2768,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2781,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FlowKey) GetSrc() string {
@@ -2778,7 +2840,7 @@ type TopFlow struct {
 
 func (x *TopFlow) Reset() {
 	*x = TopFlow{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2852,7 @@ func (x *TopFlow) String() string {
 func (*TopFlow) ProtoMessage() {}
 
 func (x *TopFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2865,7 @@ func (x *TopFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
 func (*TopFlow) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TopFlow) GetFlow() *FlowKey {
@@ -2857,7 +2919,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +2931,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +2944,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -2962,7 +3024,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3036,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3049,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -3082,7 +3144,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3156,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3169,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -3298,7 +3360,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3372,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3385,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Pause) GetPaused() bool {
@@ -3346,7 +3408,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3358,7 +3420,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3371,7 +3433,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -3391,7 +3453,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3465,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3478,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -3452,7 +3514,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3526,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3539,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -3534,7 +3596,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3608,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3621,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -3618,7 +3680,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3630,7 +3692,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3643,7 +3705,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -3685,7 +3747,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +3759,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +3772,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -3745,7 +3807,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3819,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3832,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RDASize) GetPath() string {
@@ -3801,7 +3863,7 @@ type SampleRate struct {
 
 func (x *SampleRate) Reset() {
 	*x = SampleRate{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +3875,7 @@ func (x *SampleRate) String() string {
 func (*SampleRate) ProtoMessage() {}
 
 func (x *SampleRate) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +3888,7 @@ func (x *SampleRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleRate.ProtoReflect.Descriptor instead.
 func (*SampleRate) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SampleRate) GetPath() string {
@@ -3879,7 +3941,7 @@ type LDSSize struct {
 
 func (x *LDSSize) Reset() {
 	*x = LDSSize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +3953,7 @@ func (x *LDSSize) String() string {
 func (*LDSSize) ProtoMessage() {}
 
 func (x *LDSSize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +3966,7 @@ func (x *LDSSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSSize.ProtoReflect.Descriptor instead.
 func (*LDSSize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LDSSize) GetPath() string {
@@ -3959,7 +4021,7 @@ type LDASize struct {
 
 func (x *LDASize) Reset() {
 	*x = LDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4033,7 @@ func (x *LDASize) String() string {
 func (*LDASize) ProtoMessage() {}
 
 func (x *LDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4046,7 @@ func (x *LDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDASize.ProtoReflect.Descriptor instead.
 func (*LDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LDASize) GetPath() string {
@@ -4041,13 +4103,16 @@ type PathConfig struct {
 	// form (TopFlow.key), a third of the text form's size; false: a
 	// collector older than this field, which reads TopFlow.flow only.
 	PackedFlowKeys bool `protobuf:"varint,8,opt,name=packed_flow_keys,json=packedFlowKeys,proto3" json:"packed_flow_keys,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// takes_sources_done: the collector takes SourcesDone; false: a
+	// collector older than this field, which would end the stream on it.
+	TakesSourcesDone bool `protobuf:"varint,9,opt,name=takes_sources_done,json=takesSourcesDone,proto3" json:"takes_sources_done,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4059,7 +4124,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4072,7 +4137,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -4131,6 +4196,13 @@ func (x *PathConfig) GetPackedFlowKeys() bool {
 	return false
 }
 
+func (x *PathConfig) GetTakesSourcesDone() bool {
+	if x != nil {
+		return x.TakesSourcesDone
+	}
+	return false
+}
+
 // PathAssignment is a path and the probe's role on it.
 type PathAssignment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4162,7 +4234,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4246,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4259,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -4265,7 +4337,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4277,7 +4349,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4290,7 +4362,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -4331,7 +4403,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4343,7 +4415,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4356,7 +4428,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Reject) GetPath() string {
@@ -4401,7 +4473,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4485,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4498,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Path) GetName() string {
@@ -4473,7 +4545,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +4557,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +4570,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -4544,7 +4616,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4556,7 +4628,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4569,7 +4641,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 type ListProbesResponse struct {
@@ -4586,7 +4658,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +4670,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +4683,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -4660,7 +4732,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4672,7 +4744,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4685,7 +4757,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -4766,7 +4838,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4778,7 +4850,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4791,7 +4863,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 type ListPathsResponse struct {
@@ -4803,7 +4875,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +4887,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +4900,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -4854,7 +4926,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4866,7 +4938,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4879,7 +4951,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -4934,7 +5006,7 @@ type GetPathDelayDistributionRequest struct {
 
 func (x *GetPathDelayDistributionRequest) Reset() {
 	*x = GetPathDelayDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4946,7 +5018,7 @@ func (x *GetPathDelayDistributionRequest) String() string {
 func (*GetPathDelayDistributionRequest) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4959,7 +5031,7 @@ func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetPathDelayDistributionRequest) GetPath() string {
@@ -5023,7 +5095,7 @@ type GetPathDelayDistributionResponse struct {
 
 func (x *GetPathDelayDistributionResponse) Reset() {
 	*x = GetPathDelayDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5035,7 +5107,7 @@ func (x *GetPathDelayDistributionResponse) String() string {
 func (*GetPathDelayDistributionResponse) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5048,7 +5120,7 @@ func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetPathDelayDistributionResponse) GetEpochs() uint32 {
@@ -5135,7 +5207,7 @@ type GetRTTDistributionRequest struct {
 
 func (x *GetRTTDistributionRequest) Reset() {
 	*x = GetRTTDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5147,7 +5219,7 @@ func (x *GetRTTDistributionRequest) String() string {
 func (*GetRTTDistributionRequest) ProtoMessage() {}
 
 func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5160,7 +5232,7 @@ func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetRTTDistributionRequest) GetProbe() string {
@@ -5230,7 +5302,7 @@ type GetRTTDistributionResponse struct {
 
 func (x *GetRTTDistributionResponse) Reset() {
 	*x = GetRTTDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5242,7 +5314,7 @@ func (x *GetRTTDistributionResponse) String() string {
 func (*GetRTTDistributionResponse) ProtoMessage() {}
 
 func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5255,7 +5327,7 @@ func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetRTTDistributionResponse) GetEpochs() uint32 {
@@ -5335,7 +5407,7 @@ type TopRTTPrefixesRequest struct {
 
 func (x *TopRTTPrefixesRequest) Reset() {
 	*x = TopRTTPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5347,7 +5419,7 @@ func (x *TopRTTPrefixesRequest) String() string {
 func (*TopRTTPrefixesRequest) ProtoMessage() {}
 
 func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5360,7 +5432,7 @@ func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TopRTTPrefixesRequest) GetProbe() string {
@@ -5410,7 +5482,7 @@ type TopRTTPrefixesResponse struct {
 
 func (x *TopRTTPrefixesResponse) Reset() {
 	*x = TopRTTPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5422,7 +5494,7 @@ func (x *TopRTTPrefixesResponse) String() string {
 func (*TopRTTPrefixesResponse) ProtoMessage() {}
 
 func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5435,7 +5507,7 @@ func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TopRTTPrefixesResponse) GetPrefixes() []*RTTPrefix {
@@ -5478,7 +5550,7 @@ type ListReorderedPrefixesRequest struct {
 
 func (x *ListReorderedPrefixesRequest) Reset() {
 	*x = ListReorderedPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5490,7 +5562,7 @@ func (x *ListReorderedPrefixesRequest) String() string {
 func (*ListReorderedPrefixesRequest) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5503,7 +5575,7 @@ func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListReorderedPrefixesRequest) GetProbe() string {
@@ -5569,7 +5641,7 @@ type ListReorderedPrefixesResponse struct {
 
 func (x *ListReorderedPrefixesResponse) Reset() {
 	*x = ListReorderedPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5581,7 +5653,7 @@ func (x *ListReorderedPrefixesResponse) String() string {
 func (*ListReorderedPrefixesResponse) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5594,7 +5666,7 @@ func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListReorderedPrefixesResponse) GetEpochs() uint32 {
@@ -5666,7 +5738,7 @@ type ReorderedPrefix struct {
 
 func (x *ReorderedPrefix) Reset() {
 	*x = ReorderedPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5678,7 +5750,7 @@ func (x *ReorderedPrefix) String() string {
 func (*ReorderedPrefix) ProtoMessage() {}
 
 func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5691,7 +5763,7 @@ func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderedPrefix.ProtoReflect.Descriptor instead.
 func (*ReorderedPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReorderedPrefix) GetPrefix() string {
@@ -5764,7 +5836,7 @@ type RTTPrefix struct {
 
 func (x *RTTPrefix) Reset() {
 	*x = RTTPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5776,7 +5848,7 @@ func (x *RTTPrefix) String() string {
 func (*RTTPrefix) ProtoMessage() {}
 
 func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5789,7 +5861,7 @@ func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTPrefix.ProtoReflect.Descriptor instead.
 func (*RTTPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RTTPrefix) GetPrefix() string {
@@ -5838,7 +5910,7 @@ type CDFPoint struct {
 
 func (x *CDFPoint) Reset() {
 	*x = CDFPoint{}
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5850,7 +5922,7 @@ func (x *CDFPoint) String() string {
 func (*CDFPoint) ProtoMessage() {}
 
 func (x *CDFPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5863,7 +5935,7 @@ func (x *CDFPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CDFPoint.ProtoReflect.Descriptor instead.
 func (*CDFPoint) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CDFPoint) GetAtNs() float64 {
@@ -5892,7 +5964,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5904,7 +5976,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5917,7 +5989,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -5944,7 +6016,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5956,7 +6028,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5969,7 +6041,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -6004,7 +6076,7 @@ type DelayQuantile struct {
 
 func (x *DelayQuantile) Reset() {
 	*x = DelayQuantile{}
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6016,7 +6088,7 @@ func (x *DelayQuantile) String() string {
 func (*DelayQuantile) ProtoMessage() {}
 
 func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6029,7 +6101,7 @@ func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
 func (*DelayQuantile) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DelayQuantile) GetQ() float64 {
@@ -6187,7 +6259,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6199,7 +6271,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6212,7 +6284,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PathStats) GetPath() string {
@@ -6565,7 +6637,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6577,7 +6649,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6590,7 +6662,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -6637,7 +6709,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6649,7 +6721,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6662,7 +6734,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -6719,7 +6791,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6731,7 +6803,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6744,7 +6816,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -6880,7 +6952,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6892,7 +6964,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6905,7 +6977,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -6952,7 +7024,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6964,7 +7036,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6977,7 +7049,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -7014,7 +7086,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7026,7 +7098,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7039,7 +7111,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -7146,7 +7218,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7158,7 +7230,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7171,7 +7243,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -7313,7 +7385,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7325,7 +7397,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7338,7 +7410,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -7380,7 +7452,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7392,7 +7464,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7405,7 +7477,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -7438,7 +7510,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7450,7 +7522,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7463,7 +7535,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -7530,7 +7602,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[81]
+	mi := &file_owl_v1_owl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7542,7 +7614,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[81]
+	mi := &file_owl_v1_owl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7555,7 +7627,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{82}
 }
 
 type ListCollectorsResponse struct {
@@ -7567,7 +7639,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[82]
+	mi := &file_owl_v1_owl_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7579,7 +7651,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[82]
+	mi := &file_owl_v1_owl_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7592,7 +7664,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{82}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -7625,7 +7697,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[83]
+	mi := &file_owl_v1_owl_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7637,7 +7709,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[83]
+	mi := &file_owl_v1_owl_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7650,7 +7722,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{83}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -7744,7 +7816,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\x0e2\f.owl.v1.RoleR\x04role\"X\n" +
 	"\x13TakePendingResponse\x12\x14\n" +
 	"\x05probe\x18\x01 \x01(\tR\x05probe\x12+\n" +
-	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportR\x06report\"\x96\x03\n" +
+	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportR\x06report\"\xd0\x03\n" +
 	"\fProbeMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.owl.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\x06report\x18\x02 \x01(\v2\x13.owl.v1.EpochReportH\x00R\x06report\x125\n" +
@@ -7754,8 +7826,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x05clock\x18\x05 \x01(\v2\x13.owl.v1.ClockStatusH\x00R\x05clock\x12.\n" +
 	"\x06colate\x18\x06 \x01(\v2\x14.owl.v1.ColateVectorH\x00R\x06colate\x12%\n" +
 	"\x03rtt\x18\a \x01(\v2\x11.owl.v1.RTTReportH\x00R\x03rtt\x121\n" +
-	"\areorder\x18\b \x01(\v2\x15.owl.v1.ReorderReportH\x00R\areorderB\x05\n" +
-	"\x03msg\"\x9e\x02\n" +
+	"\areorder\x18\b \x01(\v2\x15.owl.v1.ReorderReportH\x00R\areorder\x128\n" +
+	"\fsources_done\x18\t \x01(\v2\x13.owl.v1.SourcesDoneH\x00R\vsourcesDoneB\x05\n" +
+	"\x03msg\"\r\n" +
+	"\vSourcesDone\"\x9e\x02\n" +
 	"\rReorderReport\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12)\n" +
@@ -7991,7 +8065,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x1d\n" +
 	"\n" +
-	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\xdf\x02\n" +
+	"from_epoch\x18\x03 \x01(\x03R\tfromEpoch\"\x8d\x03\n" +
 	"\n" +
 	"PathConfig\x12,\n" +
 	"\x05paths\x18\x01 \x03(\v2\x16.owl.v1.PathAssignmentR\x05paths\x12)\n" +
@@ -8002,7 +8076,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
 	"lds_packed\x18\x06 \x01(\bR\tldsPacked\x12&\n" +
 	"\x0fsample_key_bits\x18\a \x01(\rR\rsampleKeyBits\x12(\n" +
-	"\x10packed_flow_keys\x18\b \x01(\bR\x0epackedFlowKeys\"\xa0\x02\n" +
+	"\x10packed_flow_keys\x18\b \x01(\bR\x0epackedFlowKeys\x12,\n" +
+	"\x12takes_sources_done\x18\t \x01(\bR\x10takesSourcesDone\"\xa0\x02\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
@@ -8383,7 +8458,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                                // 0: owl.v1.Role
 	(ClockState)(0),                          // 1: owl.v1.ClockState
@@ -8401,245 +8476,247 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*TakePendingRequest)(nil),               // 13: owl.v1.TakePendingRequest
 	(*TakePendingResponse)(nil),              // 14: owl.v1.TakePendingResponse
 	(*ProbeMessage)(nil),                     // 15: owl.v1.ProbeMessage
-	(*ReorderReport)(nil),                    // 16: owl.v1.ReorderReport
-	(*ReorderStats)(nil),                     // 17: owl.v1.ReorderStats
-	(*ReorderCounters)(nil),                  // 18: owl.v1.ReorderCounters
-	(*RTTReport)(nil),                        // 19: owl.v1.RTTReport
-	(*RTTSketch)(nil),                        // 20: owl.v1.RTTSketch
-	(*RTTCounters)(nil),                      // 21: owl.v1.RTTCounters
-	(*Hello)(nil),                            // 22: owl.v1.Hello
-	(*SynopsisParams)(nil),                   // 23: owl.v1.SynopsisParams
-	(*SampleParams)(nil),                     // 24: owl.v1.SampleParams
-	(*ColateParams)(nil),                     // 25: owl.v1.ColateParams
-	(*ColateVector)(nil),                     // 26: owl.v1.ColateVector
-	(*LDSParams)(nil),                        // 27: owl.v1.LDSParams
-	(*FlowWeight)(nil),                       // 28: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                   // 29: owl.v1.IdentityParams
-	(*EpochParams)(nil),                      // 30: owl.v1.EpochParams
-	(*LDAParams)(nil),                        // 31: owl.v1.LDAParams
-	(*RDAParams)(nil),                        // 32: owl.v1.RDAParams
-	(*EpochReport)(nil),                      // 33: owl.v1.EpochReport
-	(*FlowKey)(nil),                          // 34: owl.v1.FlowKey
-	(*TopFlow)(nil),                          // 35: owl.v1.TopFlow
-	(*Counters)(nil),                         // 36: owl.v1.Counters
-	(*ClockStatus)(nil),                      // 37: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),                 // 38: owl.v1.CollectorMessage
-	(*Pause)(nil),                            // 39: owl.v1.Pause
-	(*Release)(nil),                          // 40: owl.v1.Release
-	(*EpochRef)(nil),                         // 41: owl.v1.EpochRef
-	(*FetchRequest)(nil),                     // 42: owl.v1.FetchRequest
-	(*FetchReply)(nil),                       // 43: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                   // 44: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                     // 45: owl.v1.RebuildReply
-	(*RDASize)(nil),                          // 46: owl.v1.RDASize
-	(*SampleRate)(nil),                       // 47: owl.v1.SampleRate
-	(*LDSSize)(nil),                          // 48: owl.v1.LDSSize
-	(*LDASize)(nil),                          // 49: owl.v1.LDASize
-	(*PathConfig)(nil),                       // 50: owl.v1.PathConfig
-	(*PathAssignment)(nil),                   // 51: owl.v1.PathAssignment
-	(*Ack)(nil),                              // 52: owl.v1.Ack
-	(*Reject)(nil),                           // 53: owl.v1.Reject
-	(*Path)(nil),                             // 54: owl.v1.Path
-	(*Selector)(nil),                         // 55: owl.v1.Selector
-	(*ListProbesRequest)(nil),                // 56: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),               // 57: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                        // 58: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),                 // 59: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),                // 60: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),              // 61: owl.v1.GetPathStatsRequest
-	(*GetPathDelayDistributionRequest)(nil),  // 62: owl.v1.GetPathDelayDistributionRequest
-	(*GetPathDelayDistributionResponse)(nil), // 63: owl.v1.GetPathDelayDistributionResponse
-	(*GetRTTDistributionRequest)(nil),        // 64: owl.v1.GetRTTDistributionRequest
-	(*GetRTTDistributionResponse)(nil),       // 65: owl.v1.GetRTTDistributionResponse
-	(*TopRTTPrefixesRequest)(nil),            // 66: owl.v1.TopRTTPrefixesRequest
-	(*TopRTTPrefixesResponse)(nil),           // 67: owl.v1.TopRTTPrefixesResponse
-	(*ListReorderedPrefixesRequest)(nil),     // 68: owl.v1.ListReorderedPrefixesRequest
-	(*ListReorderedPrefixesResponse)(nil),    // 69: owl.v1.ListReorderedPrefixesResponse
-	(*ReorderedPrefix)(nil),                  // 70: owl.v1.ReorderedPrefix
-	(*RTTPrefix)(nil),                        // 71: owl.v1.RTTPrefix
-	(*CDFPoint)(nil),                         // 72: owl.v1.CDFPoint
-	(*GetPathStatsResponse)(nil),             // 73: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),            // 74: owl.v1.WatchPathStatsRequest
-	(*DelayQuantile)(nil),                    // 75: owl.v1.DelayQuantile
-	(*PathStats)(nil),                        // 76: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),              // 77: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),             // 78: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                        // 79: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                  // 80: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),                 // 81: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),    // 82: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil),   // 83: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),         // 84: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),        // 85: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),                 // 86: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),            // 87: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),           // 88: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                    // 89: owl.v1.CollectorInfo
-	nil,                                      // 90: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),            // 91: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 92: google.protobuf.Duration
+	(*SourcesDone)(nil),                      // 16: owl.v1.SourcesDone
+	(*ReorderReport)(nil),                    // 17: owl.v1.ReorderReport
+	(*ReorderStats)(nil),                     // 18: owl.v1.ReorderStats
+	(*ReorderCounters)(nil),                  // 19: owl.v1.ReorderCounters
+	(*RTTReport)(nil),                        // 20: owl.v1.RTTReport
+	(*RTTSketch)(nil),                        // 21: owl.v1.RTTSketch
+	(*RTTCounters)(nil),                      // 22: owl.v1.RTTCounters
+	(*Hello)(nil),                            // 23: owl.v1.Hello
+	(*SynopsisParams)(nil),                   // 24: owl.v1.SynopsisParams
+	(*SampleParams)(nil),                     // 25: owl.v1.SampleParams
+	(*ColateParams)(nil),                     // 26: owl.v1.ColateParams
+	(*ColateVector)(nil),                     // 27: owl.v1.ColateVector
+	(*LDSParams)(nil),                        // 28: owl.v1.LDSParams
+	(*FlowWeight)(nil),                       // 29: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                   // 30: owl.v1.IdentityParams
+	(*EpochParams)(nil),                      // 31: owl.v1.EpochParams
+	(*LDAParams)(nil),                        // 32: owl.v1.LDAParams
+	(*RDAParams)(nil),                        // 33: owl.v1.RDAParams
+	(*EpochReport)(nil),                      // 34: owl.v1.EpochReport
+	(*FlowKey)(nil),                          // 35: owl.v1.FlowKey
+	(*TopFlow)(nil),                          // 36: owl.v1.TopFlow
+	(*Counters)(nil),                         // 37: owl.v1.Counters
+	(*ClockStatus)(nil),                      // 38: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),                 // 39: owl.v1.CollectorMessage
+	(*Pause)(nil),                            // 40: owl.v1.Pause
+	(*Release)(nil),                          // 41: owl.v1.Release
+	(*EpochRef)(nil),                         // 42: owl.v1.EpochRef
+	(*FetchRequest)(nil),                     // 43: owl.v1.FetchRequest
+	(*FetchReply)(nil),                       // 44: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                   // 45: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                     // 46: owl.v1.RebuildReply
+	(*RDASize)(nil),                          // 47: owl.v1.RDASize
+	(*SampleRate)(nil),                       // 48: owl.v1.SampleRate
+	(*LDSSize)(nil),                          // 49: owl.v1.LDSSize
+	(*LDASize)(nil),                          // 50: owl.v1.LDASize
+	(*PathConfig)(nil),                       // 51: owl.v1.PathConfig
+	(*PathAssignment)(nil),                   // 52: owl.v1.PathAssignment
+	(*Ack)(nil),                              // 53: owl.v1.Ack
+	(*Reject)(nil),                           // 54: owl.v1.Reject
+	(*Path)(nil),                             // 55: owl.v1.Path
+	(*Selector)(nil),                         // 56: owl.v1.Selector
+	(*ListProbesRequest)(nil),                // 57: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),               // 58: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                        // 59: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),                 // 60: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),                // 61: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),              // 62: owl.v1.GetPathStatsRequest
+	(*GetPathDelayDistributionRequest)(nil),  // 63: owl.v1.GetPathDelayDistributionRequest
+	(*GetPathDelayDistributionResponse)(nil), // 64: owl.v1.GetPathDelayDistributionResponse
+	(*GetRTTDistributionRequest)(nil),        // 65: owl.v1.GetRTTDistributionRequest
+	(*GetRTTDistributionResponse)(nil),       // 66: owl.v1.GetRTTDistributionResponse
+	(*TopRTTPrefixesRequest)(nil),            // 67: owl.v1.TopRTTPrefixesRequest
+	(*TopRTTPrefixesResponse)(nil),           // 68: owl.v1.TopRTTPrefixesResponse
+	(*ListReorderedPrefixesRequest)(nil),     // 69: owl.v1.ListReorderedPrefixesRequest
+	(*ListReorderedPrefixesResponse)(nil),    // 70: owl.v1.ListReorderedPrefixesResponse
+	(*ReorderedPrefix)(nil),                  // 71: owl.v1.ReorderedPrefix
+	(*RTTPrefix)(nil),                        // 72: owl.v1.RTTPrefix
+	(*CDFPoint)(nil),                         // 73: owl.v1.CDFPoint
+	(*GetPathStatsResponse)(nil),             // 74: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),            // 75: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                    // 76: owl.v1.DelayQuantile
+	(*PathStats)(nil),                        // 77: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),              // 78: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),             // 79: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                        // 80: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                  // 81: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),                 // 82: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),    // 83: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil),   // 84: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),         // 85: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),        // 86: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),                 // 87: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),            // 88: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),           // 89: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                    // 90: owl.v1.CollectorInfo
+	nil,                                      // 91: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),            // 92: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 93: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	76,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	77,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
 	7,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
 	8,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	79,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	91,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
-	33,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
+	80,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	92,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	34,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	6,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
 	12,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
 	0,   // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	33,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	22,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	33,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	43,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	45,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	37,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	26,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	19,  // 16: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
-	16,  // 17: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
-	37,  // 18: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
-	17,  // 19: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
-	17,  // 20: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
-	18,  // 21: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
-	37,  // 22: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
-	20,  // 23: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
-	20,  // 24: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
-	20,  // 25: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
-	21,  // 26: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
-	23,  // 27: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	37,  // 28: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	41,  // 29: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
-	29,  // 30: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	30,  // 31: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	31,  // 32: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	32,  // 33: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	27,  // 34: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	28,  // 35: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	25,  // 36: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	24,  // 37: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
-	37,  // 38: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	55,  // 39: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,   // 40: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	36,  // 41: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	37,  // 42: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	35,  // 43: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	34,  // 44: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	90,  // 45: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,   // 46: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	50,  // 47: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	52,  // 48: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	53,  // 49: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	42,  // 50: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	44,  // 51: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	46,  // 52: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	40,  // 53: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	47,  // 54: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	48,  // 55: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
-	39,  // 56: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
-	49,  // 57: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
-	41,  // 58: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	51,  // 59: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	23,  // 60: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	3,   // 61: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
-	54,  // 62: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 63: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 64: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	55,  // 65: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	58,  // 66: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	91,  // 67: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	37,  // 68: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	54,  // 69: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	91,  // 70: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 71: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	91,  // 72: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 73: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	75,  // 74: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	72,  // 75: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	91,  // 76: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 77: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	75,  // 78: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	72,  // 79: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	91,  // 80: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 81: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 82: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	71,  // 83: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	91,  // 84: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 85: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	70,  // 86: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	70,  // 87: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	70,  // 88: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	18,  // 89: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	76,  // 90: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	91,  // 91: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	92,  // 92: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 93: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	37,  // 94: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 95: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	36,  // 96: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	36,  // 97: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	91,  // 98: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	75,  // 99: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	34,  // 100: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	91,  // 101: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 102: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	79,  // 103: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	91,  // 104: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	34,  // 105: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	75,  // 106: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
-	91,  // 107: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 108: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 109: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	79,  // 110: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	34,  // 111: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	91,  // 112: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 113: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	91,  // 114: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	91,  // 115: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	91,  // 116: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	91,  // 117: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	86,  // 118: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	91,  // 119: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	89,  // 120: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 121: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	56,  // 122: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	59,  // 123: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	61,  // 124: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	62,  // 125: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	64,  // 126: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	66,  // 127: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	68,  // 128: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	74,  // 129: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	77,  // 130: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	80,  // 131: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	82,  // 132: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	84,  // 133: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	87,  // 134: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 135: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 136: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 137: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	38,  // 138: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	57,  // 139: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	60,  // 140: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	73,  // 141: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	63,  // 142: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	65,  // 143: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	67,  // 144: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	69,  // 145: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	76,  // 146: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	78,  // 147: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	81,  // 148: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	83,  // 149: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	85,  // 150: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	88,  // 151: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 152: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 153: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 154: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	138, // [138:155] is the sub-list for method output_type
-	121, // [121:138] is the sub-list for method input_type
-	121, // [121:121] is the sub-list for extension type_name
-	121, // [121:121] is the sub-list for extension extendee
-	0,   // [0:121] is the sub-list for field type_name
+	34,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	23,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	34,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	44,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	46,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	38,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	27,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	20,  // 16: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
+	17,  // 17: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
+	16,  // 18: owl.v1.ProbeMessage.sources_done:type_name -> owl.v1.SourcesDone
+	38,  // 19: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
+	18,  // 20: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
+	18,  // 21: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
+	19,  // 22: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
+	38,  // 23: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
+	21,  // 24: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
+	21,  // 25: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
+	21,  // 26: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
+	22,  // 27: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
+	24,  // 28: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	38,  // 29: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	42,  // 30: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
+	30,  // 31: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	31,  // 32: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	32,  // 33: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	33,  // 34: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	28,  // 35: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	29,  // 36: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	26,  // 37: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	25,  // 38: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	38,  // 39: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	56,  // 40: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,   // 41: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	37,  // 42: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	38,  // 43: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	36,  // 44: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	35,  // 45: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	91,  // 46: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,   // 47: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	51,  // 48: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	53,  // 49: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	54,  // 50: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	43,  // 51: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	45,  // 52: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	47,  // 53: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	41,  // 54: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	48,  // 55: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	49,  // 56: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
+	40,  // 57: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
+	50,  // 58: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
+	42,  // 59: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	52,  // 60: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	24,  // 61: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	3,   // 62: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	55,  // 63: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 64: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 65: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	56,  // 66: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	59,  // 67: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	92,  // 68: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	38,  // 69: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	55,  // 70: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	92,  // 71: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 72: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	92,  // 73: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 74: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	76,  // 75: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	73,  // 76: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	92,  // 77: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 78: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	76,  // 79: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	73,  // 80: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	92,  // 81: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 82: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 83: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	72,  // 84: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	92,  // 85: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 86: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	71,  // 87: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	71,  // 88: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	71,  // 89: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	19,  // 90: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	77,  // 91: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	92,  // 92: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	93,  // 93: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 94: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	38,  // 95: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	38,  // 96: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 97: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	37,  // 98: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	92,  // 99: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	76,  // 100: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	35,  // 101: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	92,  // 102: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 103: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	80,  // 104: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	92,  // 105: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	35,  // 106: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	76,  // 107: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
+	92,  // 108: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 109: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 110: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	80,  // 111: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	35,  // 112: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	92,  // 113: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 114: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	92,  // 115: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	92,  // 116: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	92,  // 117: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 118: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	87,  // 119: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	92,  // 120: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	90,  // 121: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 122: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	57,  // 123: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	60,  // 124: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	62,  // 125: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	63,  // 126: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	65,  // 127: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	67,  // 128: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	69,  // 129: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	75,  // 130: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	78,  // 131: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	81,  // 132: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	83,  // 133: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	85,  // 134: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	88,  // 135: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 136: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 137: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 138: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	39,  // 139: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	58,  // 140: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	61,  // 141: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	74,  // 142: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	64,  // 143: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	66,  // 144: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	68,  // 145: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	70,  // 146: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	77,  // 147: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	79,  // 148: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	82,  // 149: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	84,  // 150: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	86,  // 151: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	89,  // 152: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 153: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 154: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 155: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	139, // [139:156] is the sub-list for method output_type
+	122, // [122:139] is the sub-list for method input_type
+	122, // [122:122] is the sub-list for extension type_name
+	122, // [122:122] is the sub-list for extension extendee
+	0,   // [0:122] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -8656,8 +8733,9 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_Colate)(nil),
 		(*ProbeMessage_Rtt)(nil),
 		(*ProbeMessage_Reorder)(nil),
+		(*ProbeMessage_SourcesDone)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[32].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[33].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -8676,7 +8754,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   85,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
