@@ -149,14 +149,31 @@ func TestConfigurationMistakes(t *testing.T) {
 // TestLoneSideStopsWaitingForDoneProbe: a side alone is timed out at
 // once when the probe it waits for said its capture files are done, and
 // not before pair_timeout otherwise (nor when the probe that said so is
-// its own).
+// its own); a side held in memory only is written at once then too.
 func TestLoneSideStopsWaitingForDoneProbe(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.WriteLoneAfter = time.Hour
+	held := newTest(t, cfg)
+	defer held.Close()
+	start := time.Now()
+	held.now = func() time.Time { return start }
+	up, _ := ldaPair(t, cfg.Params.LDA, 100, 900, 5)
+	if _, _, err := held.takeReport("a", report("p", 4, owlv1.Role_ROLE_UPSTREAM, up), true, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		done [2]bool
+		want int
+	}{{[2]bool{}, 0}, {[2]bool{true, false}, 0}, {[2]bool{false, true}, 1}} {
+		if plan := held.planSweep(held.paths["p"], start.Add(time.Millisecond), tc.done); len(plan.save) != tc.want {
+			t.Fatalf("side held in memory, done %v: %d epochs to write, want %d", tc.done, len(plan.save), tc.want)
+		}
+	}
+
+	cfg = testConfig(t)
 	c := newTest(t, cfg)
 	defer c.Close()
-	start := time.Now()
 	c.now = func() time.Time { return start }
-	up, _ := ldaPair(t, cfg.Params.LDA, 100, 900, 5)
 	if err := c.report("a", report("p", 4, owlv1.Role_ROLE_UPSTREAM, up)); err != nil {
 		t.Fatal(err)
 	}

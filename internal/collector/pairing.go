@@ -530,13 +530,14 @@ func (c *Collector) planSweep(ps *pathState, now time.Time, done [2]bool) sweepP
 		if pr.complete() || pr.timingOut {
 			continue // the worker has it, or a sweep does
 		}
+		partnerDone := pr.up == nil && done[0] || pr.down == nil && done[1]
 		if pr.unsaved() {
-			if age >= min(c.cfg.WriteLoneAfter, c.cfg.PairTimeout/2) {
+			if age >= min(c.cfg.WriteLoneAfter, c.cfg.PairTimeout/2) || partnerDone {
 				plan.save = append(plan.save, e)
 			}
 			continue // stored before anything else is done with it
 		}
-		due := age >= c.cfg.PairTimeout || pr.up == nil && done[0] || pr.down == nil && done[1]
+		due := age >= c.cfg.PairTimeout || partnerDone
 		if due && c.cl != nil && !pr.asked {
 			if !pr.asking {
 				pr.asking = true
