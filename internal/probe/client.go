@@ -83,8 +83,9 @@ type client struct {
 	accepts     atomic.Pointer[map[owlv1.Reject_Kind]bool]
 	warnedKinds sync.Map // kinds dropped by notTaken, warned of
 	// takesDone: the collector takes SourcesDone (its latest path
-	// configuration says).
+	// configuration says); doneSent: it was sent on a stream.
 	takesDone atomic.Bool
+	doneSent  atomic.Bool
 }
 
 // legacyAccepts is what a collector that does not say takes.
@@ -416,6 +417,7 @@ func (c *client) sendSpooled(ctx context.Context, st *stream, errc <-chan error)
 				return sendFailed("sending the end of the capture files", err, errc)
 			}
 			doneSent = true
+			c.doneSent.Store(true)
 		}
 		select {
 		case <-ctx.Done():

@@ -371,11 +371,34 @@ func (p *Probe) capture(ctx context.Context) error {
 	if err := p.waitAcked(ctx); err != nil {
 		return nil
 	}
+	// The collectors hear that the files are done before the probe can
+	// exit (its last epochs released): the other probes' lone sides of
+	// its paths stop waiting for it.
+	if err := p.waitDoneSent(ctx, 5*time.Second); err != nil {
+		p.log.Warn("could not tell every collector that the capture files are done")
+	}
 	p.log.Info("every report acknowledged; waiting for the collector to release the epochs", "unreleased", p.caches.unreleased())
 	if err := p.waitReleased(ctx, p.cfg.ReleaseTimeout); err != nil {
 		p.log.Warn("exiting before the collector released every epoch", "unreleased", p.caches.unreleased())
 	}
 	return errDone
+}
+
+// waitDoneSent waits up to d for SourcesDone to be sent to every
+// collector that takes it.
+func (p *Probe) waitDoneSent(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !p.router.doneSent() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // waitReleased waits up to d for the collector to release every reported

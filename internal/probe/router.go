@@ -315,6 +315,19 @@ func (r *router) connected() bool {
 	return true
 }
 
+// doneSent says whether every collector that takes SourcesDone was sent
+// it.
+func (r *router) doneSent() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rc := range r.clients {
+		if rc.c.takesDone.Load() && !rc.c.doneSent.Load() {
+			return false
+		}
+	}
+	return true
+}
+
 // probeCredentials are the credentials of a probe's connections: its
 // certificate, and the collector's verified (nil when insecure).
 func probeCredentials(cfg Config) (credsFor, error) {
