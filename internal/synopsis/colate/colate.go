@@ -221,23 +221,62 @@ func (v *Vector) FlowPackets(flowHash uint64) uint32 {
 	return v.flows.get(flowHash)
 }
 
-// subvector returns the flow's m counters.
-func (v *Vector) subvector(flowHash uint64) []float64 {
-	s := make([]float64, v.cfg.Subvector)
-	for j := range s {
-		s[j] = float64(v.counter(v.index(flowHash, uint64(j))))
+// slots returns H(f, j) for each of the flow's m slots and how many of
+// the m slots name that counter. The m hashes are independent: with
+// probability about m²/2n (0.29% at n = 2^16, m = 20) two slots name one
+// counter, which then holds both slots' share of the flow's packets.
+// Reading it once per slot would count that share twice (a steady ~1/m
+// excess on every epoch of the flow, every counter on one line).
+func (v *Vector) slots(flowHash uint64) (idx, mult []int) {
+	m := v.cfg.Subvector
+	idx, mult = make([]int, m), make([]int, m)
+	for j := range idx {
+		idx[j] = v.index(flowHash, uint64(j))
 	}
-	return s
+	for j, i := range idx {
+		for _, k := range idx {
+			if k == i {
+				mult[j]++
+			}
+		}
+	}
+	return idx, mult
+}
+
+// subvector returns the flow's m counters, one per slot, a counter that c
+// slots name split evenly between them (so that each slot holds its own
+// share and their sum counts each counter once), and the slots'
+// multiplicities.
+func (v *Vector) subvector(flowHash uint64) (s []float64, mult []int) {
+	idx, mult := v.slots(flowHash)
+	s = make([]float64, len(idx))
+	for j, i := range idx {
+		s[j] = float64(v.counter(i)) / float64(mult[j])
+	}
+	return s, mult
+}
+
+// distinct is the number of distinct counters among slots of
+// multiplicities mult.
+func distinct(mult []int) float64 {
+	var d float64
+	for _, c := range mult {
+		d += 1 / float64(c)
+	}
+	return d
 }
 
 // FlowSum estimates t_{f,X}, the sum of the flow's timestamps relative to
 // the vector's start, in units (Theorem 2, Eq. 4):
 //
 //	t̃ = (n·Σ_j S[j] − m·t_X) / (n − m)
+//
+// over the m' ≤ m distinct counters of the flow (m' for m).
 func (v *Vector) FlowSum(flowHash uint64) float64 {
-	n, m := float64(v.cfg.Counters), float64(v.cfg.Subvector)
+	sub, mult := v.subvector(flowHash)
+	n, m := float64(v.cfg.Counters), distinct(mult)
 	var s float64
-	for _, c := range v.subvector(flowHash) {
+	for _, c := range sub {
 		s += c
 	}
 	return (n*s - m*float64(v.sum)) / (n - m)

@@ -189,7 +189,7 @@ func TestDenoiseSubtractsTheExpectedNoise(t *testing.T) {
 	tp := record(t, testConfig(), 200, 300, 0, 4)
 	for fh := range tp.truth {
 		w := tp.s.Denoise(fh)
-		s := tp.s.subvector(fh)
+		s, _ := tp.s.subvector(fh)
 		tau := float64(tp.s.Sum()) - tp.s.FlowSum(fh)
 		for j := range w {
 			if s[j] < tau/float64(tp.s.cfg.Counters) {

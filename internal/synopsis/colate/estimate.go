@@ -81,42 +81,47 @@ func (v *Vector) Denoise(flowHash uint64) []float64 {
 	tau := float64(v.sum) - tf
 	n := float64(v.cfg.Counters)
 	target := math.Log(n - 1)
-	s := v.subvector(flowHash)
+	s, mult := v.subvector(flowHash)
 	w := make([]float64, len(s))
 	for j, c := range s {
-		f := func(xi float64) float64 {
-			return mathext.Digamma(tau-xi+1) - mathext.Digamma(xi+1) - target
-		}
-		lo, hi := 0.0, math.Min(c, tau)
-		switch {
-		case hi <= 0 || f(0) <= 0:
-			w[j] = c // no room for noise
-			continue
-		case f(hi) >= 0:
-			w[j] = c - hi // the noise takes the whole counter
-			continue
-		}
-		// For large arguments ψ(x + 1) = ln(x + ½) + O(1/x²), and the
-		// root is ξ = (τ + 1 − n/2)/n, off by far less than a unit once
-		// ξ and τ − ξ pass asymptotic; bisection is for small counters.
-		if xi := (tau + 1 - n/2) / n; xi > asymptotic && tau-xi > asymptotic && xi < hi {
-			w[j] = c - xi
-			continue
-		}
-		for range 200 {
-			mid := (lo + hi) / 2
-			if f(mid) > 0 {
-				lo = mid
-			} else {
-				hi = mid
-			}
-			if hi-lo <= 0.5 {
-				break
-			}
-		}
-		w[j] = c - (lo+hi)/2
+		// Denoise the whole counter, then split it back between the
+		// slots that name it.
+		k := float64(mult[j])
+		w[j] = denoiseCounter(c*k, tau, n, target) / k
 	}
 	return w
+}
+
+// denoiseCounter is Denoise for one counter of value c: the root of Eq. 7.
+func denoiseCounter(c, tau, n, target float64) float64 {
+	f := func(xi float64) float64 {
+		return mathext.Digamma(tau-xi+1) - mathext.Digamma(xi+1) - target
+	}
+	lo, hi := 0.0, math.Min(c, tau)
+	switch {
+	case hi <= 0 || f(0) <= 0:
+		return c // no room for noise
+	case f(hi) >= 0:
+		return c - hi // the noise takes the whole counter
+	}
+	// For large arguments ψ(x + 1) = ln(x + ½) + O(1/x²), and the
+	// root is ξ = (τ + 1 − n/2)/n, off by far less than a unit once
+	// ξ and τ − ξ pass asymptotic; bisection is for small counters.
+	if xi := (tau + 1 - n/2) / n; xi > asymptotic && tau-xi > asymptotic && xi < hi {
+		return c - xi
+	}
+	for range 200 {
+		mid := (lo + hi) / 2
+		if f(mid) > 0 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+		if hi-lo <= 0.5 {
+			break
+		}
+	}
+	return c - (lo+hi)/2
 }
 
 // Stddev estimates the standard deviation of a flow's delay between two

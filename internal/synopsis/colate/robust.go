@@ -96,14 +96,14 @@ func median(sorted []float64) float64 {
 // the other flows' share, is scaled up to all m counters.
 func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left []bool, noise float64) {
 	m := s.cfg.Subvector
-	up, own := flowCounters(s, r, flowHash)
+	up, own, mult := flowCounters(s, r, flowHash)
 	epoch := float64(s.cfg.Span) / float64(s.cfg.Unit)
 	p := max(s.FlowPackets(flowHash), r.FlowPackets(flowHash))
 	perCounter := float64(p) / float64(m)
 	light := perCounter < massMinPackets
-	foldCrossers(up, own, epoch)
+	foldCrossers(up, own, mult, epoch)
 	if light {
-		foldEach(own, epoch)
+		foldEach(own, mult, epoch)
 	}
 	ln := fitLine(up, own, st.Cut)
 	if light {
@@ -129,20 +129,20 @@ func robustPair(s, r *Vector, flowHash uint64, st *PairStats) (sum float64, left
 		massCut, downCut = massCuts(up, own, perCounter)
 	}
 	left, offLine := ln.classify(up, own, massCut, shared)
-	ps := ln.keep(up, own, offLine, massCut, downCut, shared, st)
+	ps := ln.keep(up, own, mult, offLine, massCut, downCut, shared, st)
 	if ps.k == 0 || ps.count <= 0 {
 		return 0, left, 0
 	}
-	share := ps.total / float64(ps.count)
+	share := ps.total / ps.count
 	// A counter's noise: the other flows' part (the spread of the light
 	// counters), and for the counters recovered through the ratio, the
 	// spread of the kept ones around the line (MAD × 1.4826 as σ).
-	noise = max(ps.total2/float64(ps.count)-share*share, 0)
+	noise = max(ps.total2/ps.count-share*share, 0)
 	if ps.k > 0 {
 		sd := 1.4826 * ln.oMAD
 		noise += float64(ps.recovered) * sd * sd / float64(ps.k)
 	}
-	return (ps.kept - float64(ps.k)*share) * float64(m) / float64(ps.k), left, noise
+	return (ps.kept - ps.counters*share) * float64(m) / float64(ps.k), left, noise
 }
 
 // collideShare and collideFloor: another flow with at least
@@ -217,23 +217,27 @@ func sharedCounters(s, r *Vector, flowHash uint64, p uint32) (shared []bool, kno
 }
 
 // flowCounters reads the flow's m counters of both vectors: up holds
-// S_j and own the difference D_j = R_j − S_j.
-func flowCounters(s, r *Vector, flowHash uint64) (up, own []float64) {
-	m := s.cfg.Subvector
-	up = make([]float64, m)
-	own = make([]float64, m)
-	for j := range own {
-		i := s.index(flowHash, uint64(j))
-		up[j] = float64(s.counter(i))
-		own[j] = float64(r.counter(i)) - up[j]
+// S_j and own the difference D_j = R_j − S_j, a counter that c of the
+// slots name split evenly between them (mult holds c per slot).
+func flowCounters(s, r *Vector, flowHash uint64) (up, own []float64, mult []int) {
+	idx, mult := s.slots(flowHash)
+	up = make([]float64, len(idx))
+	own = make([]float64, len(idx))
+	for j, i := range idx {
+		c := float64(mult[j])
+		up[j] = float64(s.counter(i)) / c
+		own[j] = float64(r.counter(i))/c - up[j]
 	}
-	return up, own
+	return up, own, mult
 }
 
 // foldCrossers brings the differences own, in place and by whole epochs,
 // back up to the flow's line where packets crossing the epoch's end took
 // an epoch away.
-func foldCrossers(up, own []float64, epoch float64) {
+//
+// A slot of a counter that c slots name holds 1/c of it: it folds by
+// epoch/c.
+func foldCrossers(up, own []float64, mult []int, epoch float64) {
 	// A packet that crossed the epoch's end on its way is in S_j of this
 	// epoch, near its end, and in R_j of the next one: D_j is short by
 	// about an epoch (the rest, its delay, is in the next epoch's D_j).
@@ -245,7 +249,8 @@ func foldCrossers(up, own []float64, epoch float64) {
 	for j := range own {
 		if up[j] > 0 {
 			raw = append(raw, own[j]/up[j])
-			f := own[j] - epoch*math.Floor((own[j]+epoch/4)/epoch)
+			ep := epoch / float64(mult[j])
+			f := own[j] - ep*math.Floor((own[j]+ep/4)/ep)
 			folded = append(folded, f/up[j])
 		}
 	}
@@ -261,7 +266,8 @@ func foldCrossers(up, own []float64, epoch float64) {
 	fMed, fMAD := medMAD(folded)
 	if len(folded) > 0 && (fMAD*math.Abs(rMed) < rMAD*math.Abs(fMed) || rMed < -0.5) {
 		for j := range own {
-			own[j] += epoch * max(0, math.Round((fMed*up[j]-own[j])/epoch))
+			ep := epoch / float64(mult[j])
+			own[j] += ep * max(0, math.Round((fMed*up[j]-own[j])/ep))
 		}
 	}
 }
@@ -271,9 +277,10 @@ func foldCrossers(up, own []float64, epoch float64) {
 // few packets each, the line cannot tell a crosser from the rest, but a
 // counter short by about an epoch holds one (its delay's remainder is in
 // the next epoch's difference, so that the two add up to it).
-func foldEach(own []float64, epoch float64) {
+func foldEach(own []float64, mult []int, epoch float64) {
 	for j, d := range own {
-		own[j] += epoch * max(0, math.Round(-d/epoch))
+		ep := epoch / float64(mult[j])
+		own[j] += ep * max(0, math.Round(-d/ep))
 	}
 }
 
@@ -373,16 +380,17 @@ func (ln *pairLine) classify(up, own []float64, massCut float64, shared []bool) 
 // pairSums are the sums robustPair's estimate is made of.
 type pairSums struct {
 	kept          float64 // the kept counters' differences
-	k             int     // counters kept
+	k             int     // slots kept
+	counters      float64 // counters kept (a slot of a counter c slots name counts 1/c)
 	recovered     int     // kept counters recovered through the ratio
 	total, total2 float64 // the light counters' sums, less the flow's own
-	count         int     // the light counters, less the flow's own
+	count         float64 // the light counters, less the flow's own
 }
 
 // keep sums the flow's kept counters, recovering those with a one-sided
 // packet through the ratio, and takes them out of st's light counters.
-func (ln *pairLine) keep(up, own []float64, offLine []bool, massCut, downCut float64, shared []bool, st *PairStats) pairSums {
-	ps := pairSums{total: st.LightSum, total2: st.LightSum2, count: st.Counters}
+func (ln *pairLine) keep(up, own []float64, mult []int, offLine []bool, massCut, downCut float64, shared []bool, st *PairStats) pairSums {
+	ps := pairSums{total: st.LightSum, total2: st.LightSum2, count: float64(st.Counters)}
 	cut, rho, off, oMed := st.Cut, ln.rho, ln.off, ln.oMed
 	for j, d := range own {
 		switch {
@@ -410,11 +418,14 @@ func (ln *pairLine) keep(up, own []float64, offLine []bool, massCut, downCut flo
 		}
 		ps.kept += d
 		ps.k++
-		if math.Abs(d) <= cut {
-			// The flow's own counters are not the others' share.
+		c := float64(mult[j])
+		ps.counters += 1 / c
+		if math.Abs(c*d) <= cut {
+			// The flow's own counters are not the others' share (a
+			// counter of c slots, c·d, taken out once over its slots).
 			ps.total -= d
-			ps.total2 -= d * d
-			ps.count--
+			ps.total2 -= c * d * d
+			ps.count -= 1 / c
 		}
 	}
 	return ps
