@@ -363,6 +363,16 @@ func (ln *pairLine) classify(up, own []float64, massCut float64, shared []bool) 
 	var sumD, sumS float64
 	for j := range own {
 		offLine[j] = math.Abs(ln.off[j]-ln.oMed) > max(outlierFactor*ln.scale, ln.floor)
+		if ln.floor > 0 && math.Abs(own[j]) <= ln.floor {
+			// A light flow's counter whose difference its delays reach is
+			// not off the line whatever its ratio: a few packets' times
+			// into the epoch vary from counter to counter far more than
+			// the line allows (packets bunched early in the epoch and one
+			// late: the late one's counter lies far below the line, and
+			// recovering it as ρ·R multiplies its time by a ratio made
+			// of the early ones').
+			offLine[j] = false
+		}
 		left[j] = offLine[j] || up[j] > massCut || shared != nil && shared[j]
 		if !left[j] {
 			sumD += own[j]
