@@ -60,19 +60,26 @@ func gopacketCapture(t *testing.T, rel string) string {
 	return filepath.Join(strings.TrimSpace(string(out)), rel)
 }
 
+// startReplayCollector starts a collector of path a-to-b at the default
+// pair timeout (30 s): in a fast replay a side may wait seconds for its
+// pair while the other probe is held back by its caches.
+func startReplayCollector(t *testing.T, env *harness.Env) (*harness.Proc, harness.Addrs) {
+	t.Helper()
+	yaml := strings.Replace(collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB), "pair_timeout: 3s", "pair_timeout: 30s", 1)
+	coll, addrs, err := env.StartCollector("collector", yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return coll, addrs
+}
+
 // fastReplay runs a collector and two probes at full speed on the
 // captures of in, shaped, across a path with 1% loss and checks every
 // epoch.
 func fastReplay(t *testing.T, env *harness.Env, in string, shape sim.Shape) {
 	out, truth := makeShapedTrace(t, env, in, shape, lossOnly)
 	truths := sim.EpochTruths(truth, epoch.DefaultConfig(), 0)
-	// The default pair timeout: a side may wait seconds for its pair
-	// while the other probe is held back by its caches.
-	yaml := strings.Replace(collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB), "pair_timeout: 3s", "pair_timeout: 30s", 1)
-	coll, addrs, err := env.StartCollector("collector", yaml)
-	if err != nil {
-		t.Fatal(err)
-	}
+	coll, addrs := startReplayCollector(t, env)
 	start := time.Now()
 	a, b := runProbes(t, env, addrs.GRPC, out, "-replay-speed", "0")
 	replayed := time.Since(start)
@@ -268,11 +275,7 @@ func TestReplayEndsWithoutWaiting(t *testing.T) {
 	if crossed == 0 {
 		t.Fatalf("no packet reaches op-b after %d s: the trace does not test this", last)
 	}
-	yaml := strings.Replace(collectorYAML(filepath.Join(env.Dir, "data"), "127.0.0.1:0", pathAB), "pair_timeout: 3s", "pair_timeout: 30s", 1)
-	coll, addrs, err := env.StartCollector("collector", yaml)
-	if err != nil {
-		t.Fatal(err)
-	}
+	coll, addrs := startReplayCollector(t, env)
 	began := time.Now()
 	_, b := runProbes(t, env, addrs.GRPC, out, "-replay-speed", "0")
 	took := time.Since(began)

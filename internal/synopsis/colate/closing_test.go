@@ -36,17 +36,7 @@ func TestRobustLightEpochOfAClosingConnection(t *testing.T) {
 					sum += send(f, e, delay())
 					n++
 				}
-				for _, g := range append([]uint64{dl}, others...) {
-					for range 880 {
-						send(g, e, int64(5.3e6+rng.NormFloat64()*0.5e6))
-					}
-				}
-				for range 300 {
-					g := rng.Uint64()
-					for range 1 + rng.IntN(3) {
-						send(g, e, int64(5e6+rng.Float64()*5e6))
-					}
-				}
+				sendBackground(send, rng, e, append([]uint64{dl}, others...))
 			}
 			// The last epoch: the connection closes.
 			last := int64(epochs - 1)

@@ -50,17 +50,7 @@ func TestSelfCollidingSubvector(t *testing.T) {
 				for range 440 { // ACKs, seen downstream first: negative delay here
 					send(ack, e, -int64(100e3+rng.Float64()*100e3))
 				}
-				for _, g := range others {
-					for range 880 {
-						send(g, e, int64(5.3e6+rng.NormFloat64()*0.5e6))
-					}
-				}
-				for range 300 {
-					g := rng.Uint64()
-					for range 1 + rng.IntN(3) {
-						send(g, e, int64(5e6+rng.Float64()*5e6))
-					}
-				}
+				sendBackground(send, rng, e, others)
 			}
 			mu := sum / n
 			q := NewQuery(f, -1, nil).Robust()
@@ -80,6 +70,22 @@ func TestSelfCollidingSubvector(t *testing.T) {
 			if prel := (pe.MeanNS - mu) / mu; math.Abs(prel) > 0.01 {
 				t.Errorf("self-colliding %v seed %d: paper %+.2f%% off", dup, seed, 100*prel)
 			}
+		}
+	}
+}
+
+// sendBackground sends an epoch's other traffic: 880 packets of each
+// download (~5.3 ms) and 300 light flows of 1–3 packets (5–10 ms).
+func sendBackground(send func(fh uint64, e, d int64) float64, rng *rand.Rand, e int64, downloads []uint64) {
+	for _, g := range downloads {
+		for range 880 {
+			send(g, e, int64(5.3e6+rng.NormFloat64()*0.5e6))
+		}
+	}
+	for range 300 {
+		g := rng.Uint64()
+		for range 1 + rng.IntN(3) {
+			send(g, e, int64(5e6+rng.Float64()*5e6))
 		}
 	}
 }
