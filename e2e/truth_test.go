@@ -133,6 +133,10 @@ type flowAcc struct {
 	n       int // delivered within the epoch
 	sum, sq float64
 	sentAll int
+	// all and allSum are every delivered packet sent in the epoch and
+	// their delays, those delivered in a later epoch included.
+	all    int
+	allSum float64
 }
 
 func (l *linkTruth) mean() float64 { return l.sum / float64(l.n) }
@@ -212,6 +216,8 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		}
 		paired[p.key][k] = true
 		dNS := ds[k] - p.tsNS
+		fa.all++
+		fa.allSum += float64(dNS)
 		lt.n++
 		lt.delays = append(lt.delays, dNS)
 		lt.sum += float64(dNS)
