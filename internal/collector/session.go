@@ -166,6 +166,9 @@ func fetchEntries(probe string, ids []uint64, rep *owlv1.FetchReply) (map[uint64
 		}
 	}
 	out := make(map[uint64][]reconcile.Entry, len(ids))
+	// An ID's first entry is a slice of one array, of capacity one: a
+	// second entry (a packet seen twice, rare) copies it out.
+	all := make([]reconcile.Entry, len(rep.GetPacketIds()))
 	for i, pid := range rep.GetPacketIds() {
 		if asked != nil && !asked[pid] {
 			continue
@@ -174,7 +177,12 @@ func fetchEntries(probe string, ids []uint64, rep *owlv1.FetchReply) (map[uint64
 		if withFlows {
 			e.Flow, e.Weight = rep.GetFlowHashes()[i], uint64(rep.GetWeights()[i])
 		}
-		out[pid] = append(out[pid], e)
+		if prev, ok := out[pid]; ok {
+			out[pid] = append(prev, e)
+			continue
+		}
+		all[i] = e
+		out[pid] = all[i : i+1 : i+1]
 	}
 	return out, size, nil
 }

@@ -18,7 +18,6 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/buildinfo"
 	"github.com/owl-latency/owl/internal/capture"
-	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/ptp"
 	"github.com/owl-latency/owl/internal/sim"
@@ -107,15 +106,28 @@ type packet struct {
 // trafficSide is what one side of a variant saw: its packets, sorted by
 // ID, and its synopses in wire form, built once. Safe for concurrent use.
 type trafficSide struct {
-	packets []packet
-	lda     []byte
-	lds     []byte
-	top     []*owlv1.TopFlow
+	packets  []packet
+	lda      []byte
+	lds      []byte
+	top      []*owlv1.TopFlow // keys as text
+	topKeys  []*owlv1.TopFlow // keys packed, for collectors that read them
+	topFlows []int            // the top flows' indices in Traffic.flows
 
 	sizedMu sync.Mutex        // guards rdas, ldas and ldss
 	rdas    map[int][]byte    // buckets per bank → wire form
 	ldas    map[int][]byte    // rows per bank other than the parameters' → wire form
 	ldss    map[ldsKey][]byte // shapes and wire forms other than the parameters' at version 1 → wire form
+	samples map[sampleKey]*sideSample
+}
+
+// sampleKey is a side's sampling: its shift and the key bits sent.
+type sampleKey struct{ shift, keyBits int }
+
+// sideSample is a side's packet sample in wire form and its top flows
+// naming their sampled packets, keys as text and packed.
+type sideSample struct {
+	wire         []byte
+	top, topKeys []*owlv1.TopFlow
 }
 
 // variant is one made-up epoch of a path: both sides and the truth.
@@ -246,7 +258,7 @@ func (t *Traffic) newSide(pkts []packet) (*trafficSide, error) {
 		ls.Insert(t.flowHashes[p.flow], p.id, p.offsetNS, 1)
 		perFlow[p.flow]++
 	}
-	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldas: map[int][]byte{}, ldss: map[ldsKey][]byte{}}
+	s := &trafficSide{packets: slices.Clone(pkts), rdas: map[int][]byte{}, ldas: map[int][]byte{}, ldss: map[ldsKey][]byte{}, samples: map[sampleKey]*sideSample{}}
 	slices.SortFunc(s.packets, func(a, b packet) int { return cmp.Compare(a.id, b.id) })
 	s.lda, _ = la.MarshalBinary() // does not fail
 	s.lds, _ = ls.MarshalBinary()
@@ -257,7 +269,9 @@ func (t *Traffic) newSide(pkts []packet) (*trafficSide, error) {
 	slices.SortStableFunc(heavy, func(a, b int) int { return cmp.Compare(perFlow[b], perFlow[a]) })
 	for _, j := range heavy[:min(emulatedTopFlows, len(heavy))] {
 		if perFlow[j] > 0 {
-			s.top = append(s.top, &owlv1.TopFlow{Flow: netpath.FlowToProto(t.flows[j]), Packets: perFlow[j]})
+			s.topFlows = append(s.topFlows, j)
+			s.top = append(s.top, topFlow(t.flows[j], perFlow[j], false))
+			s.topKeys = append(s.topKeys, topFlow(t.flows[j], perFlow[j], true))
 		}
 	}
 	return s, nil
@@ -360,6 +374,53 @@ func (s *trafficSide) ldsAt(t *Traffic, cols, rows int, wire lds.Wire) ([]byte, 
 	return b, nil
 }
 
+// sampleAt returns the side's packet sample at 2^-shift with keys of
+// keyBits, built as a probe builds it (halved past max entries), and its
+// top flows naming their sampled packets; kept for later epochs.
+func (s *trafficSide) sampleAt(t *Traffic, shift, keyBits int) (*sideSample, error) {
+	key := sampleKey{shift, keyBits}
+	s.sizedMu.Lock()
+	defer s.sizedMu.Unlock()
+	if x, ok := s.samples[key]; ok {
+		return x, nil
+	}
+	cfg, err := sample.ForShift(t.params.Sample.Seed, shift)
+	if err != nil {
+		return nil, err
+	}
+	smp, err := sample.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range s.packets {
+		if smp.InsertFlow(p.id, t.flowHashes[p.flow], p.offsetNS) && smp.Len() > t.params.Sample.MaxEntries {
+			smp.Halve()
+		}
+	}
+	if err := smp.SetKeyBits(keyBits); err != nil {
+		return nil, err
+	}
+	x := &sideSample{}
+	if x.wire, err = smp.MarshalBinary(); err != nil {
+		return nil, err
+	}
+	hashes := make([]uint64, len(s.topFlows))
+	for i, j := range s.topFlows {
+		hashes[i] = t.flowHashes[j]
+	}
+	positions := smp.FlowPositions(hashes)
+	for i, j := range s.topFlows {
+		tf, tk := topFlow(t.flows[j], s.top[i].GetPackets(), false), topFlow(t.flows[j], s.top[i].GetPackets(), true)
+		tf.SamplePositions, tk.SamplePositions = positions[i], positions[i]
+		x.top, x.topKeys = append(x.top, tf), append(x.topKeys, tk)
+	}
+	if len(s.samples) >= cachedSizes {
+		clear(s.samples) // rates change seldom
+	}
+	s.samples[key] = x
+	return x, nil
+}
+
 // lookup returns the side's packets of the given IDs (an ID not seen is
 // left out).
 func (s *trafficSide) lookup(ids []uint64) []packet {
@@ -433,9 +494,14 @@ type Emulated struct {
 	ldsCols sync.Map       // path name → LDS cells per row the collector set (scheduled)
 	ldsRows sync.Map       // path name → mask of the LDS rows the collector set (scheduled with ldsCols)
 	ldaRows sync.Map       // path name → LDA rows per bank the collector set (scheduled)
+	shifts  sync.Map       // path name → sampling shift the collector set (scheduled)
 	// ldsWire is the LDS wire form the collector reads (version 1 until
 	// it says).
 	ldsWire atomic.Pointer[lds.Wire]
+	// packedKeys: the collector reads top flows' keys packed.
+	packedKeys atomic.Bool
+	// sampleKeyBits is the collector's sample_key_bits (0: all).
+	sampleKeyBits atomic.Int32
 
 	reports, bytes, fetches, rebuilds, releases, repairErrors atomic.Uint64
 	reported                                                  atomic.Int64 // the newest epoch reported
@@ -548,9 +614,21 @@ func (e *Emulated) report(a emulatedPath, epoch int64) (*owlv1.EpochReport, erro
 	if err != nil {
 		return nil, err
 	}
+	top, topKeys, smp := s.top, s.topKeys, []byte(nil)
+	if e.traffic.params.Sample.Target > 0 {
+		shift := setting(&e.shifts, a.name, epoch)
+		x, err := s.sampleAt(e.traffic, shift, keyBits(shift, int(e.sampleKeyBits.Load())))
+		if err != nil {
+			return nil, err
+		}
+		top, topKeys, smp = x.top, x.topKeys, x.wire
+	}
+	if e.packedKeys.Load() {
+		top = topKeys
+	}
 	return &owlv1.EpochReport{
 		Path: a.name, Epoch: epoch, Role: a.role,
-		Lda: la, Rda: rb, Lds: lb, TopFlows: s.top,
+		Lda: la, Rda: rb, Lds: lb, TopFlows: top, Sample: smp,
 		Counters:     &owlv1.Counters{Packets: uint64(len(s.packets))},
 		CacheEntries: uint64(len(s.packets)), CacheComplete: true,
 	}, nil
@@ -627,6 +705,8 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 		return err
 	}
 	e.ldsWire.Store(&wire)
+	e.packedKeys.Store(pc.GetPackedFlowKeys())
+	e.sampleKeyBits.Store(int32(pc.GetSampleKeyBits()))
 	for _, a := range pc.GetPaths() {
 		name, role := a.GetPath().GetName(), a.GetRole()
 		if role != owlv1.Role_ROLE_UPSTREAM && role != owlv1.Role_ROLE_DOWNSTREAM {
@@ -643,6 +723,9 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 				scheduleAt(&e.ldsCols, name, c, 0, 0)
 				scheduleAt(&e.ldsRows, name, r, 0, 0)
 			}
+		}
+		if sh := a.GetSampleShift(); sh <= sample.MaxShift {
+			scheduleAt(&e.shifts, name, int(sh), 0, 0)
 		}
 		if r := int(a.GetLdaRows()); r > 0 {
 			if _, err := e.traffic.params.LDA.WithRows(r); err == nil {
@@ -672,12 +755,13 @@ func (e *Emulated) checkBuckets(buckets int) error {
 	return c.Validate()
 }
 
-// setSampleRate checks a path's new sampling rate: emulated probes send no
-// samples (their traffic has no packet identities to sample).
+// setSampleRate takes a path's new sampling rate from its collector, from
+// the epoch it names.
 func (e *Emulated) setSampleRate(m *owlv1.SampleRate) error {
 	if m.GetShift() > sample.MaxShift {
 		return fmt.Errorf("sampling shift %d exceeds %d", m.GetShift(), sample.MaxShift)
 	}
+	scheduleAt(&e.shifts, m.GetPath(), int(m.GetShift()), m.GetFromEpoch(), e.reported.Load())
 	return nil
 }
 

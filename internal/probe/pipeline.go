@@ -618,7 +618,7 @@ func (r *reporter) report(ce closedEpoch) {
 		}
 		var sb2 []byte
 		if s := ed.samples[i]; s != nil {
-			_ = s.SetKeyBits(keyBits(s, ed.set.sampleKeyBits))
+			_ = s.SetKeyBits(keyBits(s.Config().Shift(), ed.set.sampleKeyBits))
 			sb2, _ = s.MarshalBinary() // does not fail
 		}
 		top := topFlows(ed.raps[i], ed.samples[i], r.topFlows, ed.set.packedFlowKeys)
@@ -667,15 +667,14 @@ func (r *reporter) report(ce closedEpoch) {
 	r.reportPoint(ed, ce.epoch, clock)
 }
 
-// keyBits is the width of the keys a sample s at its rate 2^-k carries
-// when the collector reads above bits above the rate (0: all of them):
-// k + above, within [sample.MinKeyBits, sample.KeyBits], and at rate 1
-// at least exactKeyBits.
-func keyBits(s *sample.Sample, above int) int {
+// keyBits is the width of the keys a sample at rate 2^-k carries when
+// the collector reads above bits above the rate (0: all of them): k +
+// above, within [sample.MinKeyBits, sample.KeyBits], and at rate 1 at
+// least exactKeyBits.
+func keyBits(k, above int) int {
 	if above == 0 {
 		return sample.KeyBits
 	}
-	k := s.Config().Shift()
 	if k == 0 {
 		above = max(above, exactKeyBits)
 	}
