@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/synopsis/exact"
@@ -200,7 +201,7 @@ func BenchmarkSampleJoin(b *testing.B) {
 			down.Insert(id, at+int64(5e6*(1+rng.ExpFloat64())))
 		}
 	}
-	wk := &worker{cfg: testConfig(b)}
+	wk := &worker{cfg: testConfig(b), now: time.Now}
 	pr := &pairing{up: &side{sample: up}, down: &side{sample: down}}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -39,6 +39,10 @@ func sampleFlows(s *side, seed uint64) (map[uint64]uint64, error) {
 		}
 		return out, nil
 	}
+	named := 0 // entries named, at most (positions are checked below)
+	for _, tf := range s.Report.GetTopFlows() {
+		named += len(tf.GetSamplePositions())
+	}
 	for i, tf := range s.Report.GetTopFlows() {
 		gaps := tf.GetSamplePositions()
 		if len(gaps) == 0 {
@@ -53,7 +57,7 @@ func sampleFlows(s *side, seed uint64) (map[uint64]uint64, error) {
 			continue // such a flow is left out of the per-flow results
 		}
 		if out == nil {
-			out = map[uint64]uint64{}
+			out = make(map[uint64]uint64, min(named, len(es)))
 		}
 		h := f.Hash(seed)
 		for _, p := range pos {

@@ -1,10 +1,11 @@
 package sample
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
-	"sort"
 
 	"gonum.org/v1/gonum/stat/distuv"
 
@@ -79,22 +80,55 @@ func (s *Sample) withKeyBits(b int) *Sample {
 	return n
 }
 
-// SortDelays sorts delays and, along with them, their keys.
+// SortDelays sorts delays and, along with them, their keys (equal delays
+// by key): a least-significant-digit radix sort of the delays less the
+// least, a byte a pass and only over the bytes their range has (four
+// for delays within 4.3 s of each other), then equal delays, rare, by
+// key. A sample's delays are skewed (a long tail), which scattering by
+// their top bits sorts poorly.
 func SortDelays(delays []int64, ids []uint64) {
-	sort.Sort(byDelay{delays, ids})
+	if len(delays) < 2 {
+		return
+	}
+	lo := slices.Min(delays)
+	ps, tmp := make([]delayKey, len(delays)), make([]delayKey, len(delays))
+	var top uint64
+	for i, d := range delays {
+		ps[i] = delayKey{uint64(d) - uint64(lo), ids[i]} // d - lo, without overflow
+		top = max(top, ps[i].d)
+	}
+	for shift := 0; shift < bits.Len64(top); shift += 8 {
+		var at [257]int
+		for _, p := range ps {
+			at[(p.d>>shift)&0xff+1]++
+		}
+		for i := 1; i < len(at); i++ {
+			at[i] += at[i-1]
+		}
+		for _, p := range ps {
+			b := (p.d >> shift) & 0xff
+			tmp[at[b]] = p
+			at[b]++
+		}
+		ps, tmp = tmp, ps
+	}
+	for i := 0; i < len(ps); {
+		j := i + 1
+		for j < len(ps) && ps[j].d == ps[i].d {
+			j++
+		}
+		if j-i > 1 {
+			slices.SortFunc(ps[i:j], func(a, b delayKey) int { return cmp.Compare(a.id, b.id) })
+		}
+		i = j
+	}
+	for i, p := range ps {
+		delays[i], ids[i] = int64(p.d+uint64(lo)), p.id
+	}
 }
 
-type byDelay struct {
-	d  []int64
-	id []uint64
-}
-
-func (b byDelay) Len() int           { return len(b.d) }
-func (b byDelay) Less(i, k int) bool { return b.d[i] < b.d[k] || b.d[i] == b.d[k] && b.id[i] < b.id[k] }
-func (b byDelay) Swap(i, k int) {
-	b.d[i], b.d[k] = b.d[k], b.d[i]
-	b.id[i], b.id[k] = b.id[k], b.id[i]
-}
+// delayKey is a delay less the least of its sample, and its key.
+type delayKey struct{ d, id uint64 }
 
 // run is the number of leading entries with the first one's key.
 func run(es []Entry) int {
@@ -228,11 +262,10 @@ func Quantiles(sorted []int64, qs []float64, conf float64, exact bool) ([]Quanti
 			out = append(out, r)
 			continue
 		}
-		lo, hi := rankInterval(n, q, conf)
+		lo, hi, below, upTo := rankInterval(n, q, conf)
 		r.Lo, r.Hi = sorted[lo], sorted[hi]
 		// X(lo) ≤ ξq ≤ X(hi) ⇔ lo+1 ≤ B ≤ hi, B the values below ξq.
-		b := distuv.Binomial{N: float64(n), P: q}
-		r.Confidence = b.CDF(float64(hi)) - b.CDF(float64(lo))
+		r.Confidence = upTo - below
 		out = append(out, r)
 	}
 	return out, nil
@@ -240,27 +273,45 @@ func Quantiles(sorted []int64, qs []float64, conf float64, exact bool) ([]Quanti
 
 // rankInterval is the narrowest symmetric pair of ranks (0-based) l ≤ h
 // with P(X(l) ≤ ξq ≤ X(h)) ≥ conf, where the number of sample values
-// below the population quantile ξq is Binomial(n, q). Ranks are clamped to
-// the sample: with too few values the interval runs to the extremes (and
-// then holds with less than conf).
-func rankInterval(n int, q, conf float64) (lo, hi int) {
+// below the population quantile ξq is Binomial(n, q), and P(B ≤ l) and
+// P(B ≤ h). Ranks are clamped to the sample: with too few values the
+// interval runs to the extremes (and then holds with less than conf).
+// The distribution is walked outwards from its middle one term at a
+// time (each term from the one before), from one evaluation of its
+// distribution function.
+func rankInterval(n int, q, conf float64) (lo, hi int, cdfLo, cdfHi float64) {
 	b := distuv.Binomial{N: float64(n), P: q}
 	alpha := (1 - conf) / 2
 	// X(l) ≤ ξq ⇔ at least l+1 values ≤ ξq ⇔ B ≥ l+1; take the largest l
 	// with P(B ≤ l) ≤ alpha, and the smallest h with P(B ≤ h) ≥ 1−alpha.
-	lo = 0
-	for l := int(q*float64(n)) - 1; l >= 0; l-- {
-		if b.CDF(float64(l)) <= alpha {
-			lo = l
+	mid := max(int(q*float64(n)), 0)
+	if mid >= n {
+		mid = n - 1
+	}
+	ratio := q / (1 - q)
+	// Down from mid: P(B ≤ l−1) = P(B ≤ l) − P(B = l), and P(B = l−1) =
+	// P(B = l) · l / ((n−l+1) · ratio).
+	cdf, pmf := b.CDF(float64(mid)), b.Prob(float64(mid))
+	lo, cdfLo = 0, b.CDF(0)
+	for l := mid; l >= 1; l-- {
+		cdf -= pmf
+		pmf *= float64(l) / (float64(n-l+1) * ratio)
+		if cdf <= alpha {
+			lo, cdfLo = l-1, max(cdf, 0)
 			break
 		}
 	}
-	hi = n - 1
-	for h := max(int(q*float64(n)), 0); h < n; h++ {
-		if b.CDF(float64(h)) >= 1-alpha {
-			hi = h
+	// Up from mid: P(B ≤ h+1) = P(B ≤ h) + P(B = h+1), and P(B = h+1) =
+	// P(B = h) · (n−h) / (h+1) · ratio.
+	cdf, pmf = b.CDF(float64(mid)), b.Prob(float64(mid))
+	hi, cdfHi = n-1, b.CDF(float64(n-1))
+	for h := mid; h < n; h++ {
+		if cdf >= 1-alpha {
+			hi, cdfHi = h, min(cdf, 1)
 			break
 		}
+		pmf *= float64(n-h) / float64(h+1) * ratio
+		cdf += pmf
 	}
-	return lo, hi
+	return lo, hi, cdfLo, cdfHi
 }

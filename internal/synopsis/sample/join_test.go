@@ -1,0 +1,79 @@
+package sample
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// rankIntervalByCDF is rankInterval as it was first written: the
+// binomial distribution function evaluated afresh at every rank.
+func rankIntervalByCDF(n int, q, conf float64) (lo, hi int, cdfLo, cdfHi float64) {
+	b := distuv.Binomial{N: float64(n), P: q}
+	alpha := (1 - conf) / 2
+	lo = 0
+	for l := int(q*float64(n)) - 1; l >= 0; l-- {
+		if b.CDF(float64(l)) <= alpha {
+			lo = l
+			break
+		}
+	}
+	hi = n - 1
+	for h := max(int(q*float64(n)), 0); h < n; h++ {
+		if b.CDF(float64(h)) >= 1-alpha {
+			hi = h
+			break
+		}
+	}
+	return lo, hi, b.CDF(float64(lo)), b.CDF(float64(hi))
+}
+
+// TestRankIntervalWalk: walking the binomial distribution term by term
+// picks the ranks that evaluating its distribution function at each
+// rank picks, with the same coverage, from 1 to 20,000 values.
+func TestRankIntervalWalk(t *testing.T) {
+	qs := []float64{0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999}
+	for n := 1; n <= 20000; n += 1 + n/7 {
+		for _, q := range qs {
+			for _, conf := range []float64{0.9, 0.95, 0.99} {
+				lo, hi, cl, ch := rankInterval(n, q, conf)
+				wlo, whi, wcl, wch := rankIntervalByCDF(n, q, conf)
+				if lo != wlo || hi != whi || math.Abs(cl-wcl) > 1e-9 || math.Abs(ch-wch) > 1e-9 {
+					t.Fatalf("n %d q %v conf %v: ranks %d..%d (P %.12f, %.12f), by the distribution function %d..%d (P %.12f, %.12f)",
+						n, q, conf, lo, hi, cl, ch, wlo, whi, wcl, wch)
+				}
+			}
+		}
+	}
+}
+
+// TestSortDelays: delays and their keys come out as a comparison sort
+// orders them (delay, then key), negative and repeated delays included.
+func TestSortDelays(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 2, 10, 1000, 20000} {
+		for _, spread := range []int64{1, 50, 1e6, math.MaxInt64 / 2} {
+			delays, ids := make([]int64, n), make([]uint64, n)
+			type pair struct {
+				d  int64
+				id uint64
+			}
+			want := make([]pair, n)
+			for i := range n {
+				delays[i], ids[i] = rng.Int64N(spread)-spread/3, rng.Uint64N(uint64(n)+1)
+				want[i] = pair{delays[i], ids[i]}
+			}
+			slices.SortFunc(want, func(a, b pair) int { return cmp.Or(cmp.Compare(a.d, b.d), cmp.Compare(a.id, b.id)) })
+			SortDelays(delays, ids)
+			for i := range n {
+				if delays[i] != want[i].d || ids[i] != want[i].id {
+					t.Fatalf("n %d spread %d: at %d (%d, %d), want (%d, %d)", n, spread, i, delays[i], ids[i], want[i].d, want[i].id)
+				}
+			}
+		}
+	}
+}
