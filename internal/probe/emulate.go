@@ -113,11 +113,11 @@ type trafficSide struct {
 	topKeys  []*owlv1.TopFlow // keys packed, for collectors that read them
 	topFlows []int            // the top flows' indices in Traffic.flows
 
-	sizedMu sync.Mutex        // guards rdas, ldas and ldss
-	rdas    map[int][]byte    // buckets per bank → wire form
-	ldas    map[int][]byte    // rows per bank other than the parameters' → wire form
-	ldss    map[ldsKey][]byte // shapes and wire forms other than the parameters' at version 1 → wire form
-	samples map[sampleKey]*sideSample
+	sizedMu sync.Mutex                // guards rdas, ldas, ldss and samples
+	rdas    map[int][]byte            // buckets per bank → wire form
+	ldas    map[int][]byte            // rows per bank other than the parameters' → wire form
+	ldss    map[ldsKey][]byte         // shapes and wire forms other than the parameters' at version 1 → wire form
+	samples map[sampleKey]*sideSample // rates and key widths → sample and top flows
 }
 
 // sampleKey is a side's sampling: its shift and the key bits sent.
