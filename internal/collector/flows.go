@@ -79,7 +79,7 @@ func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owl
 			upL, downL = nil, nil
 		}
 	}
-	sampled := flowDelays(ew)
+	sampled := ew.sampled
 	if upL == nil && sampled.delays == nil {
 		return nil
 	}

@@ -92,9 +92,9 @@ type side struct {
 	digest uint64 // of its content (reportDigest)
 	// sample is the report's packet sample (nil: it has none).
 	sample *sample.Sample
-	// flowOf maps the keys of sampled packets to their flows' hashes
-	// (sampleFlows), for the top flows' sampled delays.
-	flowOf map[uint64]uint64
+	// namesFlows says entries of sample name their flows
+	// (nameSampleFlows), for the top flows' sampled delays.
+	namesFlows bool
 	// listed says the report sent its exact list in place of synopses:
 	// lda, sample and ldsCfg were built from it, the RDA and LDS are
 	// built when the epoch is reconciled.
@@ -164,7 +164,7 @@ func decodeSide(p store.Pending, prm params.Params) (*side, error) {
 			return nil, err
 		}
 		var err error
-		if s.flowOf, err = sampleFlows(s, prm.LDS.Seed); err != nil {
+		if s.namesFlows, err = nameSampleFlows(s, prm.LDS.Seed); err != nil {
 			return nil, err
 		}
 		return s, nil
@@ -198,7 +198,7 @@ func decodeSide(p store.Pending, prm params.Params) (*side, error) {
 		}
 		s.ldsCfg = &cfg
 	}
-	if s.flowOf, err = sampleFlows(s, prm.LDS.Seed); err != nil {
+	if s.namesFlows, err = nameSampleFlows(s, prm.LDS.Seed); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -103,6 +103,9 @@ func (wk *worker) estimateSample(w *epochWork) {
 	if u != up || down != w.pr.down.sample {
 		sj.narrowed = narrowedSides
 	}
+	if w.pr.up.namesFlows || w.pr.down.namesFlows {
+		w.sampled = flowDelays(j, sj)
+	}
 	sj.apply(res)
 	if w.bd == nil {
 		// RDA left no record (not sent, or not reconciled exactly); the
@@ -225,7 +228,7 @@ func (sj *sampleJoin) sortDelays() {
 		slices.Sort(sj.delays)
 		return
 	}
-	sample.SortDelays(sj.delays, sj.keys)
+	sample.SortDelays(sj.delays, sj.keys, nil)
 }
 
 // apply writes the sample's delay statistics into the result (nothing for

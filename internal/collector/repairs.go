@@ -209,7 +209,7 @@ func flowsSampled(pr *pairing) flowSampling {
 	switch {
 	case pr.up.sample != nil && pr.up.sample.Len() == 0:
 		return samplingUnknown
-	case pr.up.sample != nil && pr.down.sample != nil && len(pr.up.flowOf) > 0:
+	case pr.up.sample != nil && pr.down.sample != nil && pr.up.namesFlows:
 		return samplingNamed
 	}
 	return samplingNone

@@ -3,6 +3,7 @@ package collector
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/netpath"
@@ -17,32 +18,25 @@ import (
 // the flow itself, with no other flow's packets mixed in as in an LDS
 // cell, and per-flow results for an epoch whose probes sent no LDS.
 
-// sampleFlows maps the keys of a side's sampled packets to their flows'
-// hashes (under seed, the LDS's): every entry of a listed side's sample,
-// the entries its top flows name of a sample sent. It refuses positions
-// out of order or past the sample.
-func sampleFlows(s *side, seed uint64) (map[uint64]uint64, error) {
+// nameSampleFlows writes the flows' hashes (under seed, the LDS's) into
+// the entries of a side's sample that name one (sample.Entry.Flow): every
+// entry of a listed side's sample has its flow already, a sample sent
+// has those its top flows name. It says whether any entry names a flow,
+// and refuses positions out of order or past the sample.
+func nameSampleFlows(s *side, seed uint64) (bool, error) {
 	if s.sample == nil {
 		for _, tf := range s.Report.GetTopFlows() {
 			if len(tf.GetSamplePositions()) > 0 {
-				return nil, fmt.Errorf("%w: top flows name sample entries of a report with no sample", synopsis.ErrFormat)
+				return false, fmt.Errorf("%w: top flows name sample entries of a report with no sample", synopsis.ErrFormat)
 			}
 		}
-		return nil, nil
+		return false, nil
 	}
 	es := s.sample.Entries()
-	var out map[uint64]uint64
 	if s.listed {
-		out = make(map[uint64]uint64, len(es))
-		for _, e := range es {
-			out[e.Key] = e.Flow
-		}
-		return out, nil
+		return slices.ContainsFunc(es, func(e sample.Entry) bool { return e.Flow != 0 }), nil
 	}
-	named := 0 // entries named, at most (positions are checked below)
-	for _, tf := range s.Report.GetTopFlows() {
-		named += len(tf.GetSamplePositions())
-	}
+	named := false
 	for i, tf := range s.Report.GetTopFlows() {
 		gaps := tf.GetSamplePositions()
 		if len(gaps) == 0 {
@@ -50,21 +44,19 @@ func sampleFlows(s *side, seed uint64) (map[uint64]uint64, error) {
 		}
 		pos, err := sample.Positions(gaps, len(es))
 		if err != nil {
-			return nil, fmt.Errorf("%w: top flow %d: %v", synopsis.ErrFormat, i, err)
+			return false, fmt.Errorf("%w: top flow %d: %v", synopsis.ErrFormat, i, err)
 		}
 		f, err := netpath.TopFlowKey(tf)
 		if err != nil {
 			continue // such a flow is left out of the per-flow results
 		}
-		if out == nil {
-			out = make(map[uint64]uint64, min(named, len(es)))
-		}
 		h := f.Hash(seed)
 		for _, p := range pos {
-			out[es[p].Key] = h
+			es[p].Flow = h
 		}
+		named = named || len(pos) > 0
 	}
-	return out, nil
+	return named, nil
 }
 
 // flowSamples is each flow's sampled delays in an epoch (sorted), by flow
@@ -75,44 +67,17 @@ type flowSamples struct {
 	exact  bool // every packet of the epoch sampled, none ambiguous
 }
 
-// flowDelays splits the epoch's joined sample by flow: the flows the
-// upstream side names, then those only the downstream side does. It is
-// empty when the epoch has no join with keys or no side named flows.
-func flowDelays(ew *epochWork) flowSamples {
-	var fs flowSamples
-	if ew.bd == nil || ew.bd.sample == nil || ew.bd.sample.keys == nil {
-		return fs
-	}
-	sj := ew.bd.sample
-	up, down := flowsAt(ew.pr.up, sj.width()), flowsAt(ew.pr.down, sj.width())
-	if len(up)+len(down) == 0 {
-		return fs
-	}
-	fs.delays, fs.rate, fs.exact = map[uint64][]int64{}, sj.cfg.Rate(), sj.cfg.Rate() == 1 && sj.ambiguous == 0
-	for i, k := range sj.keys {
-		h, ok := up[k]
-		if !ok {
-			if h, ok = down[k]; !ok {
-				continue
-			}
+// flowDelays splits an epoch's joined sample j (kept as sj) by flow, the
+// flow of each delay the one its upstream entry names, else its
+// downstream one (sample.Joined.Flows).
+func flowDelays(j sample.Joined, sj *sampleJoin) flowSamples {
+	fs := flowSamples{delays: map[uint64][]int64{}, rate: sj.cfg.Rate(), exact: sj.cfg.Rate() == 1 && sj.ambiguous == 0}
+	for i, h := range j.Flows {
+		if h != 0 {
+			fs.delays[h] = append(fs.delays[h], j.Delays[i]) // j.Delays are sorted
 		}
-		fs.delays[h] = append(fs.delays[h], sj.delays[i]) // sj.delays are sorted
 	}
 	return fs
-}
-
-// flowsAt is a side's flowOf with its keys at width bits, at most its
-// sample's (the join narrows the wider side's keys to the other's).
-func flowsAt(s *side, bits int) map[uint64]uint64 {
-	if s.sample == nil || s.sample.KeyBits() <= bits {
-		return s.flowOf
-	}
-	m := keyMask(bits)
-	out := make(map[uint64]uint64, len(s.flowOf))
-	for k, h := range s.flowOf {
-		out[k&m] = h
-	}
-	return out
 }
 
 // applyFlowSample writes a flow's sampled delays into its result: their

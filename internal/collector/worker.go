@@ -93,6 +93,7 @@ type epochWork struct {
 	remove  [2][]reconcile.Packet
 	updated []*owlv1.PathStats // neighbours changed by boundary matching
 	flows   bool               // per-flow data stored with the result
+	sampled flowSamples        // the top flows' sampled delays (estimateSample)
 	lists   *listedEpoch       // the sides' exact lists (nil: none sent one)
 }
 

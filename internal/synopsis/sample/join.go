@@ -19,6 +19,10 @@ type Joined struct {
 	// order (a sample narrowed later drops delays by key).
 	Delays []int64
 	Keys   []uint64
+	// Flows is the flow hash of each delay's packet (Entry.Flow of its
+	// upstream entry, else of its downstream one; 0: neither said), in
+	// the same order.
+	Flows []uint64
 	// UpLeft are the upstream entries with no downstream match (lost, or
 	// arriving in a later epoch); DownLeft the downstream ones with no
 	// upstream match (sent in an earlier epoch).
@@ -49,6 +53,7 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 	u, d := up.Entries(), down.Entries()
 	j.Delays = make([]int64, 0, min(len(u), len(d)))
 	j.Keys = make([]uint64, 0, cap(j.Delays))
+	j.Flows = make([]uint64, 0, cap(j.Delays))
 	for len(u) > 0 || len(d) > 0 {
 		switch {
 		case len(d) == 0 || len(u) > 0 && u[0].Key < d[0].Key:
@@ -65,7 +70,7 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 			u, d = u[nu:], d[nd:]
 		}
 	}
-	SortDelays(j.Delays, j.Keys)
+	SortDelays(j.Delays, j.Keys, j.Flows)
 	return j, nil
 }
 
@@ -80,13 +85,13 @@ func (s *Sample) withKeyBits(b int) *Sample {
 	return n
 }
 
-// SortDelays sorts delays and, along with them, their keys (equal delays
-// by key): a least-significant-digit radix sort of the delays less the
+// SortDelays sorts delays and, along with them, their keys and flows
+// (nil: none; equal delays by key): a least-significant-digit radix sort of the delays less the
 // least, a byte a pass and only over the bytes their range has (four
 // for delays within 4.3 s of each other), then equal delays, rare, by
 // key. A sample's delays are skewed (a long tail), which scattering by
 // their top bits sorts poorly.
-func SortDelays(delays []int64, ids []uint64) {
+func SortDelays(delays []int64, ids, flows []uint64) {
 	if len(delays) < 2 {
 		return
 	}
@@ -94,7 +99,10 @@ func SortDelays(delays []int64, ids []uint64) {
 	ps, tmp := make([]delayKey, len(delays)), make([]delayKey, len(delays))
 	var top uint64
 	for i, d := range delays {
-		ps[i] = delayKey{uint64(d) - uint64(lo), ids[i]} // d - lo, without overflow
+		ps[i] = delayKey{d: uint64(d) - uint64(lo), id: ids[i]} // d - lo, without overflow
+		if flows != nil {
+			ps[i].flow = flows[i]
+		}
 		top = max(top, ps[i].d)
 	}
 	for shift := 0; shift < bits.Len64(top); shift += 8 {
@@ -124,11 +132,14 @@ func SortDelays(delays []int64, ids []uint64) {
 	}
 	for i, p := range ps {
 		delays[i], ids[i] = int64(p.d+uint64(lo)), p.id
+		if flows != nil {
+			flows[i] = p.flow
+		}
 	}
 }
 
-// delayKey is a delay less the least of its sample, and its key.
-type delayKey struct{ d, id uint64 }
+// delayKey is a delay less the least of its sample, its key and flow.
+type delayKey struct{ d, id, flow uint64 }
 
 // run is the number of leading entries with the first one's key.
 func run(es []Entry) int {
@@ -171,8 +182,7 @@ func (j *Joined) pair(u, d []Entry, shift int64) {
 	case len(u) == 1 && len(d) > 1:
 		for k, e := range d {
 			if at(e) >= u[0].OffsetNS {
-				j.Delays = append(j.Delays, at(e)-u[0].OffsetNS)
-				j.Keys = append(j.Keys, u[0].Key)
+				j.add(at(e)-u[0].OffsetNS, u[0], e)
 				j.Duplicates += len(d) - 1 - k
 				// Copies seen before the sending belong to no one here.
 				j.Ambiguous += k
@@ -194,10 +204,15 @@ func (j *Joined) inOrder(u, d []Entry, shift int64) bool {
 		}
 	}
 	for i := range u {
-		j.Delays = append(j.Delays, d[i].OffsetNS+shift-u[i].OffsetNS)
-		j.Keys = append(j.Keys, u[i].Key)
+		j.add(d[i].OffsetNS+shift-u[i].OffsetNS, u[i], d[i])
 	}
 	return true
+}
+
+// add adds the delay of a packet sent as u and received as d.
+func (j *Joined) add(delay int64, u, d Entry) {
+	j.Delays, j.Keys = append(j.Delays, delay), append(j.Keys, u.Key)
+	j.Flows = append(j.Flows, cmp.Or(u.Flow, d.Flow))
 }
 
 // lostCopy applies synopsis.LostCopy, RDA's rule, to copies in time

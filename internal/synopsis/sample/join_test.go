@@ -52,26 +52,28 @@ func TestRankIntervalWalk(t *testing.T) {
 }
 
 // TestSortDelays: delays and their keys come out as a comparison sort
-// orders them (delay, then key), negative and repeated delays included.
+// orders them (delay, then key), their flows along with them, negative
+// and repeated delays included.
 func TestSortDelays(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, n := range []int{0, 1, 2, 10, 1000, 20000} {
 		for _, spread := range []int64{1, 50, 1e6, math.MaxInt64 / 2} {
-			delays, ids := make([]int64, n), make([]uint64, n)
-			type pair struct {
-				d  int64
-				id uint64
+			delays, ids, flows := make([]int64, n), make([]uint64, n), make([]uint64, n)
+			type triple struct {
+				d        int64
+				id, flow uint64
 			}
-			want := make([]pair, n)
+			want := make([]triple, n)
+			perm := rng.Perm(n) // keys differ, as a sample's do
 			for i := range n {
-				delays[i], ids[i] = rng.Int64N(spread)-spread/3, rng.Uint64N(uint64(n)+1)
-				want[i] = pair{delays[i], ids[i]}
+				delays[i], ids[i], flows[i] = rng.Int64N(spread)-spread/3, uint64(perm[i])<<40, rng.Uint64()
+				want[i] = triple{delays[i], ids[i], flows[i]}
 			}
-			slices.SortFunc(want, func(a, b pair) int { return cmp.Or(cmp.Compare(a.d, b.d), cmp.Compare(a.id, b.id)) })
-			SortDelays(delays, ids)
+			slices.SortFunc(want, func(a, b triple) int { return cmp.Or(cmp.Compare(a.d, b.d), cmp.Compare(a.id, b.id)) })
+			SortDelays(delays, ids, flows)
 			for i := range n {
-				if delays[i] != want[i].d || ids[i] != want[i].id {
-					t.Fatalf("n %d spread %d: at %d (%d, %d), want (%d, %d)", n, spread, i, delays[i], ids[i], want[i].d, want[i].id)
+				if delays[i] != want[i].d || ids[i] != want[i].id || flows[i] != want[i].flow {
+					t.Fatalf("n %d spread %d: at %d (%d, %d, %x), want (%d, %d, %x)", n, spread, i, delays[i], ids[i], flows[i], want[i].d, want[i].id, want[i].flow)
 				}
 			}
 		}
