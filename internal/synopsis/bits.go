@@ -242,6 +242,18 @@ func (r *BitReader) Peek() (uint64, bool) {
 // read before).
 func (r *BitReader) Advance(n int) { r.pos += n }
 
+// RiceIn decodes the Rice code of parameter k (BitReader.Rice) at the
+// start of p (from Peek) and returns its value and length; false when the
+// code is not within the 57 bits Peek guarantees.
+func RiceIn(p uint64, k int) (v uint64, n int, ok bool) {
+	q := bits.TrailingZeros64(^p)
+	n = q + 1 + k
+	if n > 57 {
+		return 0, 0, false
+	}
+	return uint64(q)<<k | p>>(q+1)&(1<<k-1), n, true
+}
+
 // ExpGolombIn decodes the Exp-Golomb code of parameter k at the start of
 // p (from Peek) and returns its value and length; false when the code is
 // not within the 57 bits Peek guarantees (call ExpGolomb then).

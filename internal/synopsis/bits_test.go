@@ -84,3 +84,48 @@ func TestBestExpGolomb(t *testing.T) {
 		t.Fatalf("mostly zeros: order %d", k)
 	}
 }
+
+// TestRiceIn reads Rice codes of every order from one Peek where they fit
+// and checks them against BitReader.Rice, which reads them bit by bit.
+func TestRiceIn(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	type coded struct {
+		v uint64
+		k int
+	}
+	var vals []coded
+	for k := range 40 {
+		for range 50 {
+			vals = append(vals, coded{rng.Uint64N(1<<k*uint64(1+rng.IntN(60))) + uint64(rng.IntN(2)), k})
+		}
+	}
+	var w BitWriter
+	for _, c := range vals {
+		w.Rice(c.v, c.k)
+	}
+	b := w.Done()
+	slow, fast := BitReader{B: b}, BitReader{B: append(b, make([]byte, 8)...)} // room to Peek the last codes
+	fits := 0
+	for i, c := range vals {
+		v, ok := slow.Rice(c.k, math.MaxUint64)
+		if !ok || v != c.v {
+			t.Fatalf("value %d: Rice read %d, %v; wrote %d at order %d", i, v, ok, c.v, c.k)
+		}
+		p, _ := fast.Peek()
+		got, n, ok := RiceIn(p, c.k)
+		if want := int(c.v>>c.k) + 1 + c.k; !ok {
+			if want <= 57 {
+				t.Fatalf("value %d (%d at order %d, %d bits): RiceIn says it does not fit", i, c.v, c.k, want)
+			}
+			fast.pos = slow.pos
+			continue
+		} else if got != c.v || n != want {
+			t.Fatalf("value %d: RiceIn read %d in %d bits; wrote %d at order %d in %d", i, got, n, c.v, c.k, want)
+		}
+		fits++
+		fast.Advance(n)
+	}
+	if fits < len(vals)/2 {
+		t.Fatalf("only %d of %d codes read from one Peek", fits, len(vals))
+	}
+}

@@ -464,9 +464,8 @@ func Decode(b []byte) (*Sample, error) {
 	br := synopsis.BitReader{B: rest}
 	var key uint64
 	for i := uint64(0); i < n; i++ {
-		d, ok := br.Rice(k, 1<<width-1-key)
-		off, ok2 := br.Bits(w)
-		if !ok || !ok2 {
+		d, off, ok := readEntry(&br, k, w, 1<<width-1-key)
+		if !ok {
 			return nil, fmt.Errorf("%w: sample entry %d of %d truncated or its key beyond %d bits", synopsis.ErrFormat, i, n, width)
 		}
 		key += d
@@ -486,6 +485,21 @@ func Decode(b []byte) (*Sample, error) {
 		return nil, fmt.Errorf("%w: sample: trailing bits", synopsis.ErrFormat)
 	}
 	return s, nil
+}
+
+// readEntry reads an entry's key difference (Rice code of parameter k, at
+// most most) and offset (w bits): from one Peek where both are within it
+// (most entries), else field by field.
+func readEntry(br *synopsis.BitReader, k, w int, most uint64) (d, off uint64, ok bool) {
+	if p, ok := br.Peek(); ok {
+		if d, n, ok := synopsis.RiceIn(p, k); ok && n+w <= 57 {
+			br.Advance(n + w)
+			return d, p >> n & (1<<w - 1), d <= most
+		}
+	}
+	d, ok = br.Rice(k, most)
+	off, ok2 := br.Bits(w)
+	return d, off, ok && ok2
 }
 
 // decodeIDs parses wire version 1, after its envelope: the first ID whole and the others as

@@ -675,3 +675,25 @@ func TestKeyWidths(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecode reads a side's sample of 1,250 packets of an epoch
+// (5,000 packets at rate 1/4, keys 2 + 32 bits wide), as a collector does
+// for every report.
+func BenchmarkDecode(b *testing.B) {
+	cfg, _ := ForShift(1, 2)
+	s, _ := New(cfg)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for s.Len() < 1250 {
+		s.Insert(rng.Uint64(), rng.Int64N(1e9))
+	}
+	if err := s.SetKeyBits(34); err != nil {
+		b.Fatal(err)
+	}
+	wire, _ := s.MarshalBinary()
+	b.SetBytes(int64(len(wire)))
+	for b.Loop() {
+		if _, err := Decode(wire); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
