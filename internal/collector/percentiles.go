@@ -295,14 +295,27 @@ const (
 	sampleRecordV1   = 1
 	sampleRecordIDs  = 2
 	sampleRecordKeys = 3 // keys of sample.KeyBits
-	sampleRecord     = 4 // keys of a width the record names
+	sampleRecordWide = 4 // keys of a width the record names, delays and keys of 8 bytes
+	sampleRecord     = 5 // delays as differences (varints), keys in the bytes of their width
 )
 
 // encode appends the join to a boundary record: version, seed, threshold,
 // downstream threshold, flags, the keys' width, ambiguous, the delays with
-// their identities, then the unmatched entries.
+// their identities, then the unmatched entries. The delays go as the
+// first (varint) and the differences of the next (uvarint), each key in
+// the bytes its width takes (the record a third to a half of 16 bytes a
+// delay), unless a key has bits below its width (version 4).
 func (sj *sampleJoin) encode(out []byte) []byte {
-	out = append(out, sampleRecord)
+	m := keyMask(sj.width())
+	if !slices.ContainsFunc(sj.keys, func(k uint64) bool { return k&^m != 0 }) {
+		return sj.encodePacked(out)
+	}
+	return sj.encodeWide(out)
+}
+
+// encodeWide is encode's version 4.
+func (sj *sampleJoin) encodeWide(out []byte) []byte {
+	out = append(out, sampleRecordWide)
 	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Seed)
 	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Threshold)
 	out = binary.LittleEndian.AppendUint64(out, sj.downCfg.Threshold)
@@ -320,6 +333,83 @@ func (sj *sampleJoin) encode(out []byte) []byte {
 		}
 	}
 	return appendEntries(appendEntries(out, sj.up), sj.down)
+}
+
+// encodePacked is encode's version 5.
+func (sj *sampleJoin) encodePacked(out []byte) []byte {
+	out = append(out, sampleRecord)
+	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Seed)
+	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Threshold)
+	out = binary.LittleEndian.AppendUint64(out, sj.downCfg.Threshold)
+	flags := byte(sj.narrowed)
+	if sj.keys != nil {
+		flags |= 0x80
+	}
+	width := sj.width()
+	out = append(out, flags, byte(width))
+	out = binary.LittleEndian.AppendUint32(out, uint32(sj.ambiguous))
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(sj.delays)))
+	kb := (width + 7) / 8
+	var key [8]byte
+	for i, d := range sj.delays {
+		if i == 0 {
+			out = binary.AppendVarint(out, d)
+		} else {
+			out = binary.AppendUvarint(out, uint64(d-sj.delays[i-1]))
+		}
+		if sj.keys != nil {
+			binary.LittleEndian.PutUint64(key[:], sj.keys[i]>>(64-width))
+			out = append(out, key[:kb]...)
+		}
+	}
+	return appendEntries(appendEntries(out, sj.up), sj.down)
+}
+
+// readPackedDelays reads version 5's n delays (and their keys of width
+// bits, withKeys) from b into sj and returns the rest; the delays come
+// out sorted.
+func (sj *sampleJoin) readPackedDelays(b []byte, n, width int, withKeys bool) ([]byte, error) {
+	kb := 0
+	if withKeys {
+		kb = (width + 7) / 8
+	}
+	if n > len(b)/(1+kb) { // a delay takes a byte at least
+		return nil, errBoundary
+	}
+	sj.delays = make([]int64, n)
+	if withKeys {
+		sj.keys = make([]uint64, n)
+	}
+	var key [8]byte
+	for i := range n {
+		if i == 0 {
+			d, k := binary.Varint(b)
+			if k <= 0 {
+				return nil, errBoundary
+			}
+			sj.delays[0], b = d, b[k:]
+		} else {
+			diff, k := binary.Uvarint(b)
+			prev := sj.delays[i-1]
+			if k <= 0 || diff > uint64(math.MaxInt64-prev) {
+				return nil, errBoundary
+			}
+			sj.delays[i], b = prev+int64(diff), b[k:]
+		}
+		if withKeys {
+			if len(b) < kb {
+				return nil, errBoundary
+			}
+			copy(key[:], b[:kb])
+			clear(key[kb:])
+			v := binary.LittleEndian.Uint64(key[:])
+			if v>>width != 0 {
+				return nil, errBoundary // bits past the width: not what encode wrote
+			}
+			sj.keys[i], b = v<<(64-width), b[kb:]
+		}
+	}
+	return b, nil
 }
 
 // decodeSampleJoin reads what encode wrote (or version 1), all of b.
@@ -343,7 +433,7 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 		sj.downCfg.Threshold = binary.LittleEndian.Uint64(b[17:])
 		sj.narrowed, withKeys = narrowing(b[25]&^0x80), b[25]&0x80 != 0
 		b = b[26:]
-		if version == sampleRecord {
+		if version >= sampleRecordWide {
 			if len(b) < 1+4+4 || int(b[0]) < sample.MinKeyBits || int(b[0]) > sample.KeyBits {
 				return nil, errBoundary
 			}
@@ -354,6 +444,13 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 	sj.ambiguous = int(binary.LittleEndian.Uint32(b))
 	n := int(binary.LittleEndian.Uint32(b[4:]))
 	b = b[8:]
+	if version == sampleRecord {
+		var err error
+		if b, err = sj.readPackedDelays(b, n, sj.width(), withKeys); err != nil {
+			return nil, err
+		}
+		return sj.readUnmatched(b)
+	}
 	per := 8
 	if withKeys {
 		per = 16
@@ -371,7 +468,16 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 			sj.keys[i] = binary.LittleEndian.Uint64(b[per*i+8:])
 		}
 	}
-	b = b[per*n:]
+	out, err := sj.readUnmatched(b[per*n:])
+	if err == nil && version < sampleRecordKeys {
+		sj.idsToKeys()
+	}
+	return out, err
+}
+
+// readUnmatched reads a record's unmatched entries, the last of it, and
+// checks that the delays read before are sorted.
+func (sj *sampleJoin) readUnmatched(b []byte) (*sampleJoin, error) {
 	var err error
 	if sj.up, b, err = readEntries(b); err != nil {
 		return nil, err
@@ -381,9 +487,6 @@ func decodeSampleJoin(b []byte) (*sampleJoin, error) {
 	}
 	if len(b) != 0 || !slices.IsSorted(sj.delays) {
 		return nil, errBoundary
-	}
-	if version < sampleRecordKeys {
-		sj.idsToKeys()
 	}
 	return sj, nil
 }

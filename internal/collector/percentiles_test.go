@@ -430,3 +430,72 @@ func TestCrossersAtAKeyWidthChange(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleRecordPacked: a join of 2,000 sampled packets a side stored
+// in version 5 (delays as differences, keys in their width's bytes) reads
+// back as in version 4, in at most 3 bytes a delay besides its key's
+// bytes (16 in version 4); a delay that would
+// overflow, a key with bits past its width and a truncated record are
+// refused.
+func TestSampleRecordPacked(t *testing.T) {
+	cfg, _ := sample.ForShift(7, 2)
+	up, _ := sample.New(cfg)
+	down, _ := sample.New(cfg)
+	rng := rand.New(rand.NewPCG(2, 2))
+	for up.Len() < 2000 {
+		id, at := rng.Uint64(), rng.Int64N(1e9)
+		if up.Insert(id, at) && rng.IntN(100) > 0 {
+			down.Insert(id, at+int64(5e6*(1+rng.ExpFloat64()))-2e6)
+		}
+	}
+	for _, bits := range []int{sample.KeyBits, 34, sample.MinKeyBits} {
+		_ = up.SetKeyBits(bits)
+		_ = down.SetKeyBits(bits)
+		j, err := sample.Join(up, down, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sj := newSampleJoin(cfg, j, 1e9)
+		wide, packed := sj.encodeWide(nil), sj.encode(nil)
+		// The two versions differ in the delays and keys only.
+		n, kb := len(sj.delays), (bits+7)/8
+		if per := float64(len(packed)-len(wide)+16*n) / float64(n); packed[0] != sampleRecord || per > float64(kb+3) {
+			t.Errorf("%d-bit keys: version %d, %.1f bytes a delay and key, more than %d", bits, packed[0], per, kb+3)
+		}
+		a, errA := decodeSampleJoin(wide)
+		b, errB := decodeSampleJoin(packed)
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		if !slices.Equal(a.delays, sj.delays) || !slices.Equal(b.delays, sj.delays) || !slices.Equal(a.keys, sj.keys) || !slices.Equal(b.keys, sj.keys) ||
+			!maps.Equal(b.up, sj.up) || !maps.Equal(b.down, sj.down) || b.width() != bits {
+			t.Errorf("%d-bit keys: version 5 read back other delays, keys or entries", bits)
+		}
+		t.Logf("%d-bit keys: %d delays, %d bytes (version 4: %d)", bits, len(sj.delays), len(packed), len(wide))
+	}
+	cfg1, _ := sample.ForShift(7, 0)
+	sj := &sampleJoin{cfg: cfg1, downCfg: cfg1, keyBits: 16, delays: []int64{-5, math.MaxInt64 - 1}, keys: []uint64{1 << 48, 2 << 48}, up: map[uint64]int64{}, down: map[uint64]int64{}}
+	b := sj.encode(nil)
+	if r, err := decodeSampleJoin(b); err != nil || !slices.Equal(r.delays, sj.delays) {
+		t.Fatalf("extreme delays: %v %v", r, err)
+	}
+	head := 1 + 8 + 8 + 8 + 1 + 1 + 4 + 4
+	over := slices.Clone(b)
+	over[head] = 0x0a // first delay 5: the difference to the second overflows
+	if _, err := decodeSampleJoin(over); err == nil {
+		t.Error("a record whose delays overflow decoded")
+	}
+	for cut := range len(b) {
+		if _, err := decodeSampleJoin(b[:cut]); err == nil {
+			t.Errorf("the record cut at %d of %d bytes decoded", cut, len(b))
+		}
+	}
+	sj.keyBits = 20 // keys in 3 bytes: set a bit past the 20th
+	sj.keys = []uint64{1 << 44, 2 << 44}
+	wide := sj.encode(nil)
+	k := head + 1 // after the first delay (one byte: -5)
+	wide[k+2] |= 0x80
+	if _, err := decodeSampleJoin(wide); err == nil {
+		t.Error("a key with bits past its width decoded")
+	}
+}
