@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sync/atomic"
 
 	"gonum.org/v1/gonum/stat/distuv"
 
@@ -21,7 +22,7 @@ type Joined struct {
 	Keys   []uint64
 	// Flows is the flow hash of each delay's packet (Entry.Flow of its
 	// upstream entry, else of its downstream one; 0: neither said), in
-	// the same order.
+	// the same order; nil when no entry of either side names a flow.
 	Flows []uint64
 	// UpLeft are the upstream entries with no downstream match (lost, or
 	// arriving in a later epoch); DownLeft the downstream ones with no
@@ -53,7 +54,9 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 	u, d := up.Entries(), down.Entries()
 	j.Delays = make([]int64, 0, min(len(u), len(d)))
 	j.Keys = make([]uint64, 0, cap(j.Delays))
-	j.Flows = make([]uint64, 0, cap(j.Delays))
+	if named := func(e Entry) bool { return e.Flow != 0 }; slices.ContainsFunc(u, named) || slices.ContainsFunc(d, named) {
+		j.Flows = make([]uint64, 0, cap(j.Delays))
+	}
 	for len(u) > 0 || len(d) > 0 {
 		switch {
 		case len(d) == 0 || len(u) > 0 && u[0].Key < d[0].Key:
@@ -212,7 +215,9 @@ func (j *Joined) inOrder(u, d []Entry, shift int64) bool {
 // add adds the delay of a packet sent as u and received as d.
 func (j *Joined) add(delay int64, u, d Entry) {
 	j.Delays, j.Keys = append(j.Delays, delay), append(j.Keys, u.Key)
-	j.Flows = append(j.Flows, cmp.Or(u.Flow, d.Flow))
+	if j.Flows != nil {
+		j.Flows = append(j.Flows, cmp.Or(u.Flow, d.Flow))
+	}
 }
 
 // lostCopy applies synopsis.LostCopy, RDA's rule, to copies in time
@@ -293,8 +298,34 @@ func Quantiles(sorted []int64, qs []float64, conf float64, exact bool) ([]Quanti
 // interval runs to the extremes (and then holds with less than conf).
 // The distribution is walked outwards from its middle one term at a
 // time (each term from the one before), from one evaluation of its
-// distribution function.
+// distribution function; answers are kept for the next call with the
+// same arguments (intervals).
 func rankInterval(n int, q, conf float64) (lo, hi int, cdfLo, cdfHi float64) {
+	slot := &intervals[(uint64(n)*0x9e3779b97f4a7c15^math.Float64bits(q)*0xbf58476d1ce4e5b9^math.Float64bits(conf))>>(64-intervalBits)]
+	if iv := slot.Load(); iv != nil && iv.n == n && iv.q == q && iv.conf == conf {
+		return iv.lo, iv.hi, iv.cdfLo, iv.cdfHi
+	}
+	lo, hi, cdfLo, cdfHi = walkInterval(n, q, conf)
+	slot.Store(&interval{n: n, q: q, conf: conf, lo: lo, hi: hi, cdfLo: cdfLo, cdfHi: cdfHi})
+	return lo, hi, cdfLo, cdfHi
+}
+
+// intervals keeps rankInterval's answers, each slot the last whose
+// arguments hash to it: the quantiles of paths' and flows' samples ask
+// for a few quantiles of about the same sizes again and again.
+var intervals [1 << intervalBits]atomic.Pointer[interval]
+
+const intervalBits = 12
+
+type interval struct {
+	n            int
+	q, conf      float64
+	lo, hi       int
+	cdfLo, cdfHi float64
+}
+
+// walkInterval is rankInterval, computed.
+func walkInterval(n int, q, conf float64) (lo, hi int, cdfLo, cdfHi float64) {
 	b := distuv.Binomial{N: float64(n), P: q}
 	alpha := (1 - conf) / 2
 	// X(l) ≤ ξq ⇔ at least l+1 values ≤ ξq ⇔ B ≥ l+1; take the largest l
@@ -306,8 +337,9 @@ func rankInterval(n int, q, conf float64) (lo, hi int, cdfLo, cdfHi float64) {
 	ratio := q / (1 - q)
 	// Down from mid: P(B ≤ l−1) = P(B ≤ l) − P(B = l), and P(B = l−1) =
 	// P(B = l) · l / ((n−l+1) · ratio).
-	cdf, pmf := b.CDF(float64(mid)), b.Prob(float64(mid))
-	lo, cdfLo = 0, b.CDF(0)
+	cdfMid, pmfMid := b.CDF(float64(mid)), b.Prob(float64(mid))
+	cdf, pmf := cdfMid, pmfMid
+	lo, cdfLo = 0, math.Pow(1-q, float64(n))
 	for l := mid; l >= 1; l-- {
 		cdf -= pmf
 		pmf *= float64(l) / (float64(n-l+1) * ratio)
@@ -318,8 +350,8 @@ func rankInterval(n int, q, conf float64) (lo, hi int, cdfLo, cdfHi float64) {
 	}
 	// Up from mid: P(B ≤ h+1) = P(B ≤ h) + P(B = h+1), and P(B = h+1) =
 	// P(B = h) · (n−h) / (h+1) · ratio.
-	cdf, pmf = b.CDF(float64(mid)), b.Prob(float64(mid))
-	hi, cdfHi = n-1, b.CDF(float64(n-1))
+	cdf, pmf = cdfMid, pmfMid
+	hi, cdfHi = n-1, 1-math.Pow(q, float64(n))
 	for h := mid; h < n; h++ {
 		if cdf >= 1-alpha {
 			hi, cdfHi = h, min(cdf, 1)

@@ -34,17 +34,23 @@ func rankIntervalByCDF(n int, q, conf float64) (lo, hi int, cdfLo, cdfHi float64
 
 // TestRankIntervalWalk: walking the binomial distribution term by term
 // picks the ranks that evaluating its distribution function at each
-// rank picks, with the same coverage, from 1 to 20,000 values.
+// rank picks, with the same coverage, from 1 to 20,000 values; and
+// rankInterval answers from its table what it computed.
 func TestRankIntervalWalk(t *testing.T) {
 	qs := []float64{0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999}
 	for n := 1; n <= 20000; n += 1 + n/7 {
 		for _, q := range qs {
 			for _, conf := range []float64{0.9, 0.95, 0.99} {
-				lo, hi, cl, ch := rankInterval(n, q, conf)
+				lo, hi, cl, ch := walkInterval(n, q, conf)
 				wlo, whi, wcl, wch := rankIntervalByCDF(n, q, conf)
 				if lo != wlo || hi != whi || math.Abs(cl-wcl) > 1e-9 || math.Abs(ch-wch) > 1e-9 {
 					t.Fatalf("n %d q %v conf %v: ranks %d..%d (P %.12f, %.12f), by the distribution function %d..%d (P %.12f, %.12f)",
 						n, q, conf, lo, hi, cl, ch, wlo, whi, wcl, wch)
+				}
+				for range 2 { // computed, then (unless another took its slot) kept
+					if l, h, a, b := rankInterval(n, q, conf); l != lo || h != hi || a != cl || b != ch {
+						t.Fatalf("n %d q %v conf %v: rankInterval %d..%d (P %v, %v), computed %d..%d (P %v, %v)", n, q, conf, l, h, a, b, lo, hi, cl, ch)
+					}
 				}
 			}
 		}
