@@ -315,17 +315,7 @@ func (sj *sampleJoin) encode(out []byte) []byte {
 
 // encodeWide is encode's version 4.
 func (sj *sampleJoin) encodeWide(out []byte) []byte {
-	out = append(out, sampleRecordWide)
-	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Seed)
-	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Threshold)
-	out = binary.LittleEndian.AppendUint64(out, sj.downCfg.Threshold)
-	flags := byte(sj.narrowed)
-	if sj.keys != nil {
-		flags |= 0x80
-	}
-	out = append(out, flags, byte(sj.width()))
-	out = binary.LittleEndian.AppendUint32(out, uint32(sj.ambiguous))
-	out = binary.LittleEndian.AppendUint32(out, uint32(len(sj.delays)))
+	out = sj.appendHeader(out, sampleRecordWide)
 	for i, d := range sj.delays {
 		out = binary.LittleEndian.AppendUint64(out, uint64(d))
 		if sj.keys != nil {
@@ -335,9 +325,11 @@ func (sj *sampleJoin) encodeWide(out []byte) []byte {
 	return appendEntries(appendEntries(out, sj.up), sj.down)
 }
 
-// encodePacked is encode's version 5.
-func (sj *sampleJoin) encodePacked(out []byte) []byte {
-	out = append(out, sampleRecord)
+// appendHeader appends what comes before the delays in versions 4 and 5:
+// version, seed, threshold, downstream threshold, flags, the keys' width,
+// ambiguous and the number of delays.
+func (sj *sampleJoin) appendHeader(out []byte, version byte) []byte {
+	out = append(out, version)
 	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Seed)
 	out = binary.LittleEndian.AppendUint64(out, sj.cfg.Threshold)
 	out = binary.LittleEndian.AppendUint64(out, sj.downCfg.Threshold)
@@ -345,10 +337,15 @@ func (sj *sampleJoin) encodePacked(out []byte) []byte {
 	if sj.keys != nil {
 		flags |= 0x80
 	}
-	width := sj.width()
-	out = append(out, flags, byte(width))
+	out = append(out, flags, byte(sj.width()))
 	out = binary.LittleEndian.AppendUint32(out, uint32(sj.ambiguous))
-	out = binary.LittleEndian.AppendUint32(out, uint32(len(sj.delays)))
+	return binary.LittleEndian.AppendUint32(out, uint32(len(sj.delays)))
+}
+
+// encodePacked is encode's version 5.
+func (sj *sampleJoin) encodePacked(out []byte) []byte {
+	out = sj.appendHeader(out, sampleRecord)
+	width := sj.width()
 	kb := (width + 7) / 8
 	var key [8]byte
 	for i, d := range sj.delays {
