@@ -57,6 +57,12 @@ type summary struct {
 	Exact            int            `json:"exact"`
 	NotExact         int            `json:"not_exact"`
 	NotExactExamples []string       `json:"not_exact_examples,omitempty"`
+	// Quantiles counts the sampled delay quantiles (with an interval) of
+	// the OK results, QuantilesHeld those whose interval holds the
+	// generated quantile, QuantileConfidence their mean stated confidence.
+	Quantiles          int     `json:"quantiles"`
+	QuantilesHeld      int     `json:"quantiles_held"`
+	QuantileConfidence float64 `json:"quantile_confidence"`
 
 	Reports      uint64 `json:"reports"`
 	Acked        uint64 `json:"acked"`
@@ -163,7 +169,9 @@ func (l *loadRun) tallyResults(s *summary) {
 		}
 		s.OK++
 		s.Estimators[o.res.GetEstimator()]++
-		if why := inexact(o.res, l.traffic.Truth(k.path, k.epoch)); why != "" {
+		truth := l.traffic.Truth(k.path, k.epoch)
+		s.tallyQuantiles(o.res, truth)
+		if why := inexact(o.res, truth); why != "" {
 			s.NotExact++
 			if len(s.NotExactExamples) < 5 {
 				s.NotExactExamples = append(s.NotExactExamples, fmt.Sprintf("%s epoch %d: %s", k.path, k.epoch, why))
@@ -188,6 +196,27 @@ func (r *results) firstSent() time.Time {
 		return time.Time{}
 	}
 	return slices.MinFunc(r.sentAt[0], func(a, b time.Time) int { return a.Compare(b) })
+}
+
+// tallyQuantiles counts res's delay quantiles whose interval holds the
+// generated quantile (the delay of rank ⌈q·n⌉ among the n delivered).
+func (s *summary) tallyQuantiles(res *owlv1.PathStats, t probe.Truth) {
+	n := len(t.Delays)
+	if n == 0 {
+		return
+	}
+	for _, q := range res.GetQuantiles() {
+		if q.GetConfidence() == 0 {
+			continue
+		}
+		k := min(max(int(math.Ceil(q.GetQ()*float64(n)))-1, 0), n-1)
+		v := float64(t.Delays[k])
+		s.QuantileConfidence = (s.QuantileConfidence*float64(s.Quantiles) + q.GetConfidence()) / float64(s.Quantiles+1)
+		s.Quantiles++
+		if q.GetLoNs() <= v && v <= q.GetHiNs() {
+			s.QuantilesHeld++
+		}
+	}
 }
 
 // inexact says why a result is not exactly the truth, or "".
@@ -264,6 +293,10 @@ func (s *summary) print(w io.Writer, format string) error {
 	line("vs truth", "%d exact (rda, decoded, loss and mean equal to the generated), %d not", s.Exact, s.NotExact)
 	for _, x := range s.NotExactExamples {
 		line("", "e.g. %s", x)
+	}
+	if s.Quantiles > 0 {
+		line("quantiles", "%d of %d sampled quantiles' intervals hold the generated quantile (%.1f%%; stated confidence %.1f%% on average)",
+			s.QuantilesHeld, s.Quantiles, 100*float64(s.QuantilesHeld)/float64(s.Quantiles), 100*s.QuantileConfidence)
 	}
 	line("reports", "%d sent, %d acknowledged, %d dropped; %s to the collectors (%s per report); answered %d fetches, %d rebuilds (%d errors)",
 		s.Reports, s.Acked, s.Dropped, bytesText(float64(s.ReportBytes)), bytesText(float64(s.ReportBytes)/float64(max(1, s.Reports))), s.Fetches, s.Rebuilds, s.RepairErrors)

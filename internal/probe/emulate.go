@@ -94,6 +94,8 @@ type Truth struct {
 	MeanNS float64
 	// FlowLost counts each flow's lost packets (flows with none absent).
 	FlowLost map[capture.FlowKey]int
+	// Delays are the delivered packets' delays, sorted.
+	Delays []int64
 }
 
 // packet is one packet as one side saw it.
@@ -198,6 +200,7 @@ func (t *Traffic) newVariant(r *rand.Rand) (*variant, error) {
 	up := make([]packet, 0, c.Packets)
 	down := make([]packet, 0, c.Packets)
 	var sumNS int64
+	delays := make([]int64, 0, c.Packets)
 	lost := map[int32]int{}
 	for len(up) < c.Packets {
 		id := r.Uint64()
@@ -224,8 +227,10 @@ func (t *Traffic) newVariant(r *rand.Rand) (*variant, error) {
 		}
 		down = append(down, packet{id: id, offsetNS: off + delayNS, flow: flow})
 		sumNS += delayNS
+		delays = append(delays, delayNS)
 	}
-	v := &variant{truth: Truth{Sent: len(up), Delivered: len(down), Lost: len(up) - len(down), FlowLost: map[capture.FlowKey]int{}}}
+	slices.Sort(delays)
+	v := &variant{truth: Truth{Sent: len(up), Delivered: len(down), Lost: len(up) - len(down), FlowLost: map[capture.FlowKey]int{}, Delays: delays}}
 	for f, n := range lost {
 		v.truth.FlowLost[t.flows[f]] = n
 	}
