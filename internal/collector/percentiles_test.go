@@ -187,20 +187,28 @@ func FuzzBoundaryRecord(f *testing.F) {
 	})
 }
 
+// samplePair is both sides' samples (rate 1/4) of an epoch until 2,000
+// packets are sampled upstream, 1% of them lost, each delivered one 5 ms
+// × (1 + an exponential) + shiftNS later.
+func samplePair(seed uint64, shiftNS int64) (cfg sample.Config, up, down *sample.Sample) {
+	cfg, _ = sample.ForShift(7, 2)
+	up, _ = sample.New(cfg)
+	down, _ = sample.New(cfg)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for up.Len() < 2000 {
+		id, at := rng.Uint64(), rng.Int64N(1e9)
+		if up.Insert(id, at) && rng.IntN(100) > 0 {
+			down.Insert(id, at+int64(5e6*(1+rng.ExpFloat64()))+shiftNS)
+		}
+	}
+	return cfg, up, down
+}
+
 // BenchmarkSampleJoin is the collector's work per path and epoch for the
 // samples: join two sides of 2,000 sampled packets (1% lost), the
 // quantiles with their intervals, and the delay sketch.
 func BenchmarkSampleJoin(b *testing.B) {
-	cfg, _ := sample.ForShift(7, 2)
-	up, _ := sample.New(cfg)
-	down, _ := sample.New(cfg)
-	rng := rand.New(rand.NewPCG(1, 1))
-	for up.Len() < 2000 {
-		id, at := rng.Uint64(), rng.Int64N(1e9)
-		if up.Insert(id, at) && rng.IntN(100) > 0 {
-			down.Insert(id, at+int64(5e6*(1+rng.ExpFloat64())))
-		}
-	}
+	_, up, down := samplePair(1, 0)
 	wk := &worker{cfg: testConfig(b), now: time.Now}
 	pr := &pairing{up: &side{sample: up}, down: &side{sample: down}}
 	b.ReportAllocs()
@@ -438,16 +446,7 @@ func TestCrossersAtAKeyWidthChange(t *testing.T) {
 // overflow, a key with bits past its width and a truncated record are
 // refused.
 func TestSampleRecordPacked(t *testing.T) {
-	cfg, _ := sample.ForShift(7, 2)
-	up, _ := sample.New(cfg)
-	down, _ := sample.New(cfg)
-	rng := rand.New(rand.NewPCG(2, 2))
-	for up.Len() < 2000 {
-		id, at := rng.Uint64(), rng.Int64N(1e9)
-		if up.Insert(id, at) && rng.IntN(100) > 0 {
-			down.Insert(id, at+int64(5e6*(1+rng.ExpFloat64()))-2e6)
-		}
-	}
+	cfg, up, down := samplePair(2, -2e6)
 	for _, bits := range []int{sample.KeyBits, 34, sample.MinKeyBits} {
 		_ = up.SetKeyBits(bits)
 		_ = down.SetKeyBits(bits)
