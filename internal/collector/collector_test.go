@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -25,6 +26,7 @@ import (
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
+	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
 func testConfig(t testing.TB) Config {
@@ -177,6 +179,17 @@ func TestRejections(t *testing.T) {
 	odd, _ := ldaPair(t, other, 10, 1, 1)
 	other.Rows, other.Seed = 512, cfg.Params.LDA.Seed+1
 	seeded, _ := ldaPair(t, other, 10, 1, 1)
+	sampled := func(seed uint64, n int) *owlv1.EpochReport {
+		r := report("p", 1, owlv1.Role_ROLE_UPSTREAM, up)
+		cfg, _ := sample.ForShift(seed, 0)
+		s, _ := sample.New(cfg)
+		for i := range n {
+			s.Insert(uint64(i), int64(i))
+		}
+		r.Sample, _ = s.MarshalBinary()
+		return r
+	}
+	max := cfg.Params.Sample.MaxEntries
 	tests := []struct {
 		name, probe string
 		r           *owlv1.EpochReport
@@ -188,6 +201,13 @@ func TestRejections(t *testing.T) {
 		{"malformed", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, up[:20]), "malformed"},
 		{"mismatch", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, odd), "lda rows 2048 exceed"},
 		{"seed", "a", report("p", 1, owlv1.Role_ROLE_UPSTREAM, seeded), "seed"},
+		{"sample seed", "a", sampled(cfg.Params.Sample.Seed+1, 10), "a sample of 10 packets under seed"},
+		{"sample size", "a", sampled(cfg.Params.Sample.Seed, max+1), fmt.Sprintf("a sample of %d packets", max+1)},
+		{"sample malformed", "a", func() *owlv1.EpochReport {
+			r := sampled(cfg.Params.Sample.Seed, 10)
+			r.Sample = r.Sample[:20]
+			return r
+		}(), "malformed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -197,6 +217,9 @@ func TestRejections(t *testing.T) {
 				t.Errorf("got %v, want a rejection containing %q", err, tt.want)
 			}
 		})
+	}
+	if err := c.report("a", sampled(cfg.Params.Sample.Seed, max)); err != nil {
+		t.Errorf("a sample of max_entries: %v", err)
 	}
 	other.Seed = cfg.Params.LDA.Seed
 	fewer, _ := ldaPair(t, other, 10, 1, 1)

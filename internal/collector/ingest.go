@@ -472,6 +472,9 @@ func (c *Collector) compatible(s *side) error {
 	if err == nil && s.ldsCfg != nil {
 		err = params.SameLDSHashing(c.cfg.Params.LDS, *s.ldsCfg)
 	}
+	if err == nil && len(s.Report.GetSample()) > 0 { // a list's sample is the collector's own
+		err = c.sampleFits(s.sample)
+	}
 	if n := len(s.Report.GetTopFlows()); err == nil && n > maxTopFlows {
 		err = fmt.Errorf("%d top flows exceed %d", n, maxTopFlows)
 	}

@@ -224,9 +224,6 @@ func (c *Collector) checkShapes(probe string, r *owlv1.EpochReport) error {
 		c.m.mismatch.WithLabelValues(probe).Inc()
 		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
 	}
-	if err := c.checkSample(r); err != nil {
-		return err
-	}
 	b := r.GetRda()
 	if len(b) == 0 {
 		return nil
@@ -248,23 +245,13 @@ func (c *Collector) checkShapes(probe string, r *owlv1.EpochReport) error {
 	return nil
 }
 
-// checkSample rejects a report whose sample does not decode, was taken
-// under another seed or holds more than params.sample.max_entries.
-func (c *Collector) checkSample(r *owlv1.EpochReport) error {
-	b := r.GetSample()
-	if len(b) == 0 {
-		return nil
-	}
-	s, err := sample.Decode(b)
-	if err != nil {
-		c.m.rejected.WithLabelValues("malformed").Inc()
-		return &rejection{fmt.Sprintf("path %q epoch %d: %v", r.GetPath(), r.GetEpoch(), err)}
-	}
+// sampleFits says why a probe's sample cannot be used here: taken under
+// another seed, or holding more than params.sample.max_entries.
+func (c *Collector) sampleFits(s *sample.Sample) error {
 	p := c.cfg.Params.Sample
 	if p.Target == 0 || s.Config().Seed != p.Seed || s.Len() > p.MaxEntries {
-		c.m.rejected.WithLabelValues("mismatch").Inc()
-		return &rejection{fmt.Sprintf("path %q epoch %d: a sample of %d packets under seed %x; the collector takes samples of at most %d under seed %x (params.sample, target %d)",
-			r.GetPath(), r.GetEpoch(), s.Len(), s.Config().Seed, p.MaxEntries, p.Seed, p.Target)}
+		return fmt.Errorf("a sample of %d packets under seed %x; the collector takes samples of at most %d under seed %x (params.sample, target %d)",
+			s.Len(), s.Config().Seed, p.MaxEntries, p.Seed, p.Target)
 	}
 	return nil
 }
