@@ -251,16 +251,13 @@ func (s queryService) TopRTTPrefixes(ctx context.Context, req *owlv1.TopRTTPrefi
 // histograms by kind: each bin's value as many times as it holds pairs.
 func (m *metrics) observeRTT(probe string, kinds map[string]*ddsketch.DDSketch) {
 	for kind, s := range kinds {
-		h := m.rtt.WithLabelValues(probe, kind)
 		s.ForEach(func(value, count float64) bool {
-			for range int(math.Round(min(count, maxObservationsPerBin))) {
-				h.Observe(value / 1e9)
-			}
+			m.rtt.Observe(value/1e9, uint64(math.Round(min(count, maxObservationsPerBin))), probe, kind)
 			return false
 		})
 	}
 }
 
-// maxObservationsPerBin bounds the observations one bin of a report
-// makes (a hostile weight must not spin the collector).
+// maxObservationsPerBin bounds the weight one bin of a report has (a
+// hostile weight must not swamp the histogram).
 const maxObservationsPerBin = 1 << 16

@@ -1,0 +1,115 @@
+package collector
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestWeightedHistogram checks that a value with a weight gives what
+// client_golang's histogram gives after as many observations of it:
+// count, sum, classic buckets, and native buckets of both signs and the
+// zero bucket.
+func TestWeightedHistogram(t *testing.T) {
+	bounds := prometheus.ExponentialBuckets(1e-6, 2, 24)
+	w := newWeightedHistogramVec("d", "h", bounds, 7, "path")
+	ref := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "d", Help: "h", Buckets: bounds, NativeHistogramBucketFactor: 1.01}, []string{"path"})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 3000 {
+		path := []string{"a", "b", "c"}[i%3]
+		var v float64
+		switch rng.IntN(10) {
+		case 0:
+			v = -rng.ExpFloat64() * 1e-4 // clocks apart: a negative delay
+		case 1:
+			v = 0
+		case 2:
+			v = bounds[rng.IntN(len(bounds))] // on a classic bound
+		case 3:
+			v = math.Exp2(float64(rng.IntN(40) - 30)) // on a native bound
+		default:
+			v = rng.ExpFloat64() * 1e-3
+		}
+		n := uint64(rng.IntN(5))
+		w.Observe(v, n, path)
+		for range n {
+			ref.WithLabelValues(path).Observe(v)
+		}
+	}
+	w.Observe(math.NaN(), 3, "a")
+	w.Observe(math.Inf(1), 3, "a")
+	got, want := collectHistograms(t, w), collectHistograms(t, ref)
+	if len(got) != 3 || len(want) != 3 {
+		t.Fatalf("%d series, want %d (3)", len(got), len(want))
+	}
+	for path, g := range got {
+		r := want[path]
+		if g.GetSampleCount() != r.GetSampleCount() || math.Abs(g.GetSampleSum()-r.GetSampleSum()) > 1e-9*math.Abs(r.GetSampleSum()) {
+			t.Errorf("%s: count %d sum %g, want %d %g", path, g.GetSampleCount(), g.GetSampleSum(), r.GetSampleCount(), r.GetSampleSum())
+		}
+		if len(g.GetBucket()) != len(bounds) {
+			t.Fatalf("%s: %d classic buckets", path, len(g.GetBucket()))
+		}
+		for i, b := range g.GetBucket() {
+			if rb := r.GetBucket()[i]; b.GetUpperBound() != rb.GetUpperBound() || b.GetCumulativeCount() != rb.GetCumulativeCount() {
+				t.Errorf("%s: classic bucket %d: %v, want %v", path, i, b, rb)
+			}
+		}
+		if g.GetSchema() != r.GetSchema() || g.GetZeroThreshold() != r.GetZeroThreshold() || g.GetZeroCount() != r.GetZeroCount() {
+			t.Errorf("%s: schema %d zero %g×%d, want %d %g×%d", path, g.GetSchema(), g.GetZeroThreshold(), g.GetZeroCount(), r.GetSchema(), r.GetZeroThreshold(), r.GetZeroCount())
+		}
+		for _, sign := range []struct {
+			name   string
+			g, r   []*dto.BucketSpan
+			gd, rd []int64
+		}{{"positive", g.GetPositiveSpan(), r.GetPositiveSpan(), g.GetPositiveDelta(), r.GetPositiveDelta()},
+			{"negative", g.GetNegativeSpan(), r.GetNegativeSpan(), g.GetNegativeDelta(), r.GetNegativeDelta()}} {
+			gb, rb := nativeBuckets(sign.g, sign.gd), nativeBuckets(sign.r, sign.rd)
+			if len(rb) < 10 || len(gb) != len(rb) {
+				t.Errorf("%s: %d %s native buckets, want %d", path, len(gb), sign.name, len(rb))
+			}
+			for k, n := range rb {
+				if gb[k] != n {
+					t.Errorf("%s: %s native bucket %d holds %d, want %d", path, sign.name, k, gb[k], n)
+				}
+			}
+		}
+	}
+}
+
+// collectHistograms is each series' histogram by its first label.
+func collectHistograms(t *testing.T, c prometheus.Collector) map[string]*dto.Histogram {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 10)
+	go func() { c.Collect(ch); close(ch) }()
+	out := map[string]*dto.Histogram{}
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		out[d.GetLabel()[0].GetValue()] = d.GetHistogram()
+	}
+	return out
+}
+
+// nativeBuckets is the non-empty buckets that spans and deltas encode.
+func nativeBuckets(spans []*dto.BucketSpan, deltas []int64) map[int]int64 {
+	out := map[int]int64{}
+	k, i := 0, 0
+	var n int64
+	for _, s := range spans {
+		k += int(s.GetOffset())
+		for range s.GetLength() {
+			n += deltas[i]
+			if n != 0 {
+				out[k] = n
+			}
+			i, k = i+1, k+1
+		}
+	}
+	return out
+}
