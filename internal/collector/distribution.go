@@ -22,7 +22,6 @@ const (
 
 // encodeDelaySketch is the sketch of delays (ns), each counted weight
 // times (1/rate: the packets a sampled one stands for).
-func encodeDelaySketch(ns []int64, weight float64) []byte { return delays.Of(ns, weight) }
 
 // decodeDelaySketch reads a sketch of a stored or a peer's result.
 func decodeDelaySketch(b []byte) (*ddsketch.DDSketch, error) { return delays.Decode(b) }

@@ -32,17 +32,17 @@ func TestDelayDistributionOverARange(t *testing.T) {
 		n, weight int
 		base      float64
 	}{{4000, 1, 100e3}, {1000, 4, 300e3}, {250, 16, 2e6}} {
-		delays := make([]int64, ep.n)
-		for k := range delays {
-			delays[k] = int64(ep.base * (1 + rng.ExpFloat64()))
+		ds := make([]int64, ep.n)
+		for k := range ds {
+			ds[k] = int64(ep.base * (1 + rng.ExpFloat64()))
 			for range ep.weight {
-				all = append(all, delays[k])
+				all = append(all, ds[k])
 			}
 		}
-		slices.Sort(delays)
+		slices.Sort(ds)
 		e := last - 3 + int64(i)
 		w.Results = append(w.Results, &owlv1.PathStats{Path: "p", Epoch: e, Status: owlv1.ResultStatus_RESULT_STATUS_OK,
-			DelaySketch: encodeDelaySketch(delays, float64(ep.weight))})
+			DelaySketch: delays.Of(ds, float64(ep.weight))})
 	}
 	w.Results = append(w.Results, &owlv1.PathStats{Path: "p", Epoch: last, Status: owlv1.ResultStatus_RESULT_STATUS_OK}) // no sample
 	if err := c.store.Apply(w); err != nil {
@@ -99,8 +99,8 @@ func countBelow(sorted []int64, x float64) int {
 // FuzzDelaySketch: a delay sketch from a peer or the store decodes or is
 // refused, within memory bounded by the bins a sketch may hold.
 func FuzzDelaySketch(f *testing.F) {
-	f.Add(encodeDelaySketch([]int64{1, 1000, 5e6}, 4))
-	f.Add(encodeDelaySketch([]int64{-5, 0, 7}, 1))
+	f.Add(delays.Of([]int64{1, 1000, 5e6}, 4))
+	f.Add(delays.Of([]int64{-5, 0, 7}, 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		const limit = 512 << 10
 		if n := synopsistest.Allocated(limit, func() {

@@ -3,10 +3,14 @@ package collector
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
+	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/synopsis/delays"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestWeightedHistogram checks that a value with a weight gives what
@@ -112,4 +116,32 @@ func nativeBuckets(spans []*dto.BucketSpan, deltas []int64) map[int]int64 {
 		}
 	}
 	return out
+}
+
+// TestObserveDelays: a result's sampled delays go into the path's
+// histogram once each (the sketch's weights taken back to sampled
+// packets), the same from the sketch at hand as from the result's bytes.
+func TestObserveDelays(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	ds := make([]int64, 1250)
+	for i := range ds {
+		ds[i] = int64(5e6 * (1 + rng.ExpFloat64()))
+	}
+	slices.Sort(ds)
+	res := &owlv1.PathStats{Path: "p", Status: owlv1.ResultStatus_RESULT_STATUS_OK, SampleRate: 0.25, DelaySketch: delays.Of(ds, 4)}
+	fromBytes, atHand := newMetrics(), newMetrics()
+	fromBytes.observe(res, nil)
+	atHand.observe(res, delays.Sketch(ds, 4))
+	a, b := collectHistograms(t, fromBytes.delay)["p"], collectHistograms(t, atHand.delay)["p"]
+	if a.GetSampleCount() != uint64(len(ds)) || b.GetSampleCount() != uint64(len(ds)) {
+		t.Fatalf("%d and %d delays in the histograms, want %d", a.GetSampleCount(), b.GetSampleCount(), len(ds))
+	}
+	a.CreatedTimestamp, b.CreatedTimestamp = nil, nil
+	if !proto.Equal(a, b) {
+		t.Errorf("from the bytes %v\nfrom the sketch at hand %v", a, b)
+	}
+	// The median delay is 5 ms × (1 + ln 2) = 8.47 ms.
+	if b8, b16 := a.GetBucket()[13], a.GetBucket()[14]; b8.GetUpperBound() != 0.008192 || b8.GetCumulativeCount() < 550 || b8.GetCumulativeCount() > 625 || b16.GetCumulativeCount() < 1100 {
+		t.Errorf("buckets about the median: %v, %v", b8, b16)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -171,7 +172,7 @@ func (m *metrics) addColate() {
 // observe records a new result. The loss of a reconciled RDA epoch is
 // counted later, by settled, once boundary matching with the next epoch is
 // over.
-func (m *metrics) observe(r *owlv1.PathStats) {
+func (m *metrics) observe(r *owlv1.PathStats, sketch *ddsketch.DDSketch) {
 	p := r.GetPath()
 	m.results.WithLabelValues(p, statusName(r.GetStatus())).Inc()
 	if r.GetClockFlagged() {
@@ -180,7 +181,7 @@ func (m *metrics) observe(r *owlv1.PathStats) {
 	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 		return
 	}
-	m.observeDelays(r)
+	m.observeDelays(r, sketch)
 	m.latest(r)
 	if r.GetEstimator() != "rda" && r.GetEstimator() != "rda-partial" && r.GetLost() > 0 {
 		m.lost.WithLabelValues(p).Add(r.GetLost())
@@ -194,14 +195,16 @@ func (m *metrics) observe(r *owlv1.PathStats) {
 // observeDelays puts the epoch's sampled delays into the path's delay
 // histogram, read back from the result's sketch (each bin's value, as
 // many times as it holds sampled packets).
-func (m *metrics) observeDelays(r *owlv1.PathStats) {
+func (m *metrics) observeDelays(r *owlv1.PathStats, s *ddsketch.DDSketch) {
 	rate := r.GetSampleRate()
 	if len(r.GetDelaySketch()) == 0 || !(rate > 0 && rate <= 1) {
 		return
 	}
-	s, err := decodeDelaySketch(r.GetDelaySketch())
-	if err != nil {
-		return // made by this collector or a peer's worker; checked where it is served
+	if s == nil {
+		var err error
+		if s, err = decodeDelaySketch(r.GetDelaySketch()); err != nil {
+			return // made by this collector or a peer's worker; checked where it is served
+		}
 	}
 	s.ForEach(func(value, count float64) bool {
 		m.delay.Observe(value/1e9, uint64(math.Round(count*rate)), r.GetPath())

@@ -686,7 +686,7 @@ func (c *Collector) timeOut(ps *pathState, epoch int64) {
 	if !paired {
 		c.log.Warn("epoch missing a side", "path", ps.path.Name, "epoch", epoch, "status", res.Status, "repair_cache", cache)
 		c.repl.enqueue(&owlv1.EpochCopy{Path: ps.path.Name, Epoch: epoch, Result: res})
-		c.worker.publish(res, nil)
+		c.worker.publish(res, nil, nil)
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/DataDog/sketches-go/ddsketch"
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/synopsis/delays"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
@@ -35,6 +37,9 @@ type sampleJoin struct {
 	// keyBits is the width of its keys (0: sample.KeyBits): the narrower
 	// of the two sides' (sample.Joined.KeyBits).
 	keyBits int
+	// sketch is the sketch of delays last put in a result (apply), kept
+	// for the metrics (nil: none).
+	sketch *ddsketch.DDSketch
 }
 
 // width is the width of sj's keys.
@@ -241,7 +246,7 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 	}
 	res.SampleRate = sj.cfg.Rate()
 	res.SampleDelays = uint64(len(sj.delays))
-	res.Quantiles, res.DelayMinNs, res.DelayMaxNs, res.DelaySketch = nil, 0, 0, nil
+	res.Quantiles, res.DelayMinNs, res.DelayMaxNs, res.DelaySketch, sj.sketch = nil, 0, 0, nil, nil
 	res.SampleMeanNs, res.SampleStddevNs, res.StddevExact, res.StddevFromSample = 0, 0, false, false
 	var notes []string
 	if sj.narrowed&narrowedSides != 0 {
@@ -258,7 +263,8 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 		return
 	}
 	res.DelayMinNs, res.DelayMaxNs = float64(sj.delays[0]), float64(sj.delays[len(sj.delays)-1])
-	res.DelaySketch = encodeDelaySketch(sj.delays, 1/sj.cfg.Rate())
+	sj.sketch = delays.Sketch(sj.delays, 1/sj.cfg.Rate())
+	res.DelaySketch = delays.Encode(sj.sketch)
 	exact := sj.cfg.Rate() == 1 && sj.ambiguous == 0
 	res.SampleMeanNs, res.SampleStddevNs = meanStddev(sj.delays)
 	exactMean := res.GetEstimator() == "rda" && res.GetDecoded() && res.GetUnusableBuckets() == 0

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/DataDog/sketches-go/ddsketch"
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/reconcile"
@@ -160,7 +161,11 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	if late := wk.finish(w); late > 0 {
 		wk.addConflicts(ps.path.Name, epoch, late)
 	}
-	wk.publish(shown, pr)
+	var sketch *ddsketch.DDSketch // the one shown's sketch was made of, if it is at hand
+	if w.bd != nil && w.bd.sample != nil && shown == w.res {
+		sketch = w.bd.sample.sketch
+	}
+	wk.publish(shown, pr, sketch)
 	wk.m.flows(ps.path.Name, flows, wk.cfg.Flows.MetricsTop)
 	for _, u := range w.updated {
 		wk.publishUpdate(u)
@@ -445,9 +450,10 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 		res: res, at: wk.now()}
 }
 
-// publish updates metrics and hands a new result to watchers.
-func (wk *worker) publish(res *owlv1.PathStats, pr *pairing) {
-	wk.m.observe(res)
+// publish updates metrics and hands a new result to watchers; sketch is
+// the result's delay sketch decoded, or nil.
+func (wk *worker) publish(res *owlv1.PathStats, pr *pairing, sketch *ddsketch.DDSketch) {
+	wk.m.observe(res, sketch)
 	if pr != nil && pr.complete() {
 		closed := max(pr.up.Report.GetClosedUnixNs(), pr.down.Report.GetClosedUnixNs())
 		if closed > 0 {

@@ -56,12 +56,33 @@ func Encode(s *ddsketch.DDSketch) []byte {
 
 // Of is the wire form of the sketch of delays (ns), each counted weight
 // times.
-func Of(delaysNS []int64, weight float64) []byte {
+func Of(delaysNS []int64, weight float64) []byte { return Encode(Sketch(delaysNS, weight)) }
+
+// Sketch is the sketch of delays (ns), each counted weight times. Sorted
+// delays cost one logarithm a bin rather than one a delay: a bin takes
+// the run of delays within its bounds (about a dozen of a sample's 1,250
+// delays of an epoch, which span about a hundred bins).
+func Sketch(delaysNS []int64, weight float64) *ddsketch.DDSketch {
 	s := New()
-	for _, d := range delaysNS {
-		_ = s.AddWithCount(float64(d), weight) // fails only on a negative or NaN count
+	pos := s.GetPositiveValueStore()
+	minV, maxV := indexMapping.MinIndexableValue(), indexMapping.MaxIndexableValue()
+	for i := 0; i < len(delaysNS); {
+		d := float64(delaysNS[i])
+		if !(d > minV && d <= maxV) {
+			_ = s.AddWithCount(d, weight) // fails only on a negative or NaN count
+			i++
+			continue
+		}
+		index := indexMapping.Index(d)
+		lo, hi := indexMapping.LowerBound(index), min(indexMapping.LowerBound(index+1), maxV)
+		j := i + 1
+		for j < len(delaysNS) && float64(delaysNS[j]) >= lo && float64(delaysNS[j]) < hi {
+			j++
+		}
+		pos.AddWithCount(index, weight*float64(j-i))
+		i = j
 	}
-	return Encode(s)
+	return s
 }
 
 // Decode reads a sketch from outside. The library's dense stores index
