@@ -422,6 +422,28 @@ func riceParameter(mean uint64) int { return max(0, bits.Len64(mean)-1) }
 // input, and keys the threshold does not keep, with an error wrapping
 // synopsis.ErrFormat.
 func Decode(b []byte) (*Sample, error) {
+	s := &Sample{}
+	if err := s.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// UnmarshalBinary makes s the sample of a wire form, as Decode reads it,
+// its entries in s's own storage when it is large enough. On error s is
+// left empty.
+func (s *Sample) UnmarshalBinary(b []byte) error {
+	d, err := decode(b, s.entries[:0])
+	if err != nil {
+		*s = Sample{entries: s.entries[:0]}
+		return err
+	}
+	*s = *d
+	return nil
+}
+
+// decode is Decode, its entries appended to into.
+func decode(b []byte, into []Entry) (*Sample, error) {
 	r, v, err := synopsis.NewReaderOf(b, synopsis.KindSample, versionIDs, versionKeyWidths)
 	if err != nil {
 		return nil, err
@@ -445,7 +467,7 @@ func Decode(b []byte) (*Sample, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", synopsis.ErrFormat, err)
 	}
-	s := &Sample{cfg: cfg, sorted: true, keyBits: width}
+	s := &Sample{cfg: cfg, sorted: true, keyBits: width, entries: into}
 	if n == 0 {
 		return s, r.Done()
 	}
@@ -460,7 +482,9 @@ func Decode(b []byte) (*Sample, error) {
 	if n > MaxEntries || n > uint64(8*len(rest))/uint64(1+k+w) {
 		return nil, fmt.Errorf("%w: sample of %d entries in %d bytes", synopsis.ErrFormat, n, len(rest))
 	}
-	s.entries = make([]Entry, 0, n)
+	if uint64(cap(into)) < n {
+		s.entries = make([]Entry, 0, n)
+	}
 	br := synopsis.BitReader{B: rest}
 	var key uint64
 	for i := uint64(0); i < n; i++ {

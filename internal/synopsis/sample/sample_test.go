@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/owl-latency/owl/internal/synopsis"
 )
@@ -164,6 +165,30 @@ func TestWireRoundTrip(t *testing.T) {
 	} {
 		if _, err := Decode(bad); !errors.Is(err, synopsis.ErrFormat) {
 			t.Errorf("%s: %v, want a format error", name, err)
+		}
+	}
+
+	// Decoded again into one sample: a smaller one in its storage, a
+	// failure leaving it empty, then the first again.
+	small, _ := New(cfg)
+	for _, e := range s.Entries()[:100] {
+		small.entries = append(small.entries, e)
+	}
+	sb, _ := small.MarshalBinary()
+	into := &Sample{}
+	for i, w := range []struct {
+		b    []byte
+		want *Sample
+	}{{b, s}, {sb, small}, {b[:len(b)-1], nil}, {b, s}} {
+		at := unsafe.SliceData(into.entries)
+		err := into.UnmarshalBinary(w.b)
+		switch {
+		case w.want == nil && (err == nil || into.Len() != 0):
+			t.Errorf("into %d: %v, %d entries left, want a format error and none", i, err, into.Len())
+		case w.want != nil && (err != nil || into.Config() != cfg || !slices.Equal(into.Entries(), w.want.Entries())):
+			t.Errorf("into %d: %v, or entries differ", i, err)
+		case i > 0 && unsafe.SliceData(into.entries) != at:
+			t.Errorf("into %d: decoded into new storage", i)
 		}
 	}
 }
