@@ -89,7 +89,11 @@ func (b *boundary) apply() {
 // and extra as count + (id, ns) pairs, all little-endian, then the sample
 // join when there is one (see sampleJoin.encode).
 func (b *boundary) encode() []byte {
-	out := make([]byte, 0, 48+8+16*(len(b.lost)+len(b.extra)))
+	size := 48 + 8 + 16*(len(b.lost)+len(b.extra))
+	if b.sample != nil {
+		size += b.sample.sizeHint()
+	}
+	out := make([]byte, 0, size)
 	for _, f := range []float64{b.n, b.sumNS, b.sqNS, b.crossN, b.crossSumNS, b.crossSqNS} {
 		out = binary.LittleEndian.AppendUint64(out, math.Float64bits(f))
 	}

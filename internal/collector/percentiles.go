@@ -348,6 +348,12 @@ func (sj *sampleJoin) appendHeader(out []byte, version byte) []byte {
 	return binary.LittleEndian.AppendUint32(out, uint32(len(sj.delays)))
 }
 
+// sizeHint is about what encode appends: a header, each delay's varint
+// (a few bytes) and key, and each unmatched entry's 16 bytes.
+func (sj *sampleJoin) sizeHint() int {
+	return 64 + len(sj.delays)*(4+(sj.width()+7)/8) + 16*(len(sj.up)+len(sj.down))
+}
+
 // encodePacked is encode's version 5.
 func (sj *sampleJoin) encodePacked(out []byte) []byte {
 	out = sj.appendHeader(out, sampleRecord)
