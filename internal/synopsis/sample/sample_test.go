@@ -171,9 +171,7 @@ func TestWireRoundTrip(t *testing.T) {
 	// Decoded again into one sample: a smaller one in its storage, a
 	// failure leaving it empty, then the first again.
 	small, _ := New(cfg)
-	for _, e := range s.Entries()[:100] {
-		small.entries = append(small.entries, e)
-	}
+	small.entries = append(small.entries, s.Entries()[:100]...)
 	sb, _ := small.MarshalBinary()
 	into := &Sample{}
 	for i, w := range []struct {
