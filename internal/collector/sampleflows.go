@@ -37,12 +37,14 @@ func nameSampleFlows(s *side, seed uint64) (bool, error) {
 		return slices.ContainsFunc(es, func(e sample.Entry) bool { return e.Flow != 0 }), nil
 	}
 	named := false
+	var pos []int
 	for i, tf := range s.Report.GetTopFlows() {
 		gaps := tf.GetSamplePositions()
 		if len(gaps) == 0 {
 			continue
 		}
-		pos, err := sample.Positions(gaps, len(es))
+		var err error
+		pos, err = sample.AppendPositions(pos[:0], gaps, len(es))
 		if err != nil {
 			return false, fmt.Errorf("%w: top flow %d: %v", synopsis.ErrFormat, i, err)
 		}

@@ -248,7 +248,12 @@ func (s *Sample) FlowPositions(flows []uint64) [][]uint32 {
 // Positions decodes gaps (as FlowPositions gives them) into positions of
 // a sample of n entries; it refuses positions out of order or range.
 func Positions(gaps []uint32, n int) ([]int, error) {
-	out := make([]int, 0, min(len(gaps), n))
+	return AppendPositions(make([]int, 0, min(len(gaps), n)), gaps, n)
+}
+
+// AppendPositions is Positions appending to out: a collector reads the
+// positions of each of a report's top flows into one array.
+func AppendPositions(out []int, gaps []uint32, n int) ([]int, error) {
 	at := -1
 	for i, g := range gaps {
 		if i > 0 && g == 0 {

@@ -620,6 +620,13 @@ func TestFlowPositions(t *testing.T) {
 			t.Errorf("positions %v of %d entries accepted", bad, len(es))
 		}
 	}
+	// Appended: after what the array holds, in its storage.
+	buf := make([]int, 1, 1000)
+	all, err := AppendPositions(buf, gaps[0], len(es))
+	first, _ := Positions(gaps[0], len(es))
+	if err != nil || &all[0] != &buf[0] || all[0] != 0 || !slices.Equal(all[1:], first) {
+		t.Errorf("appended positions: %v, %v", all, err)
+	}
 }
 
 // TestKeyWidths: a sample's keys narrowed to fewer bits travel in wire
