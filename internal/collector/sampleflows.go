@@ -37,7 +37,11 @@ func nameSampleFlows(s *side, seed uint64) (bool, error) {
 		return slices.ContainsFunc(es, func(e sample.Entry) bool { return e.Flow != 0 }), nil
 	}
 	named := false
-	var pos []int
+	most := 0
+	for _, tf := range s.Report.GetTopFlows() {
+		most = max(most, len(tf.GetSamplePositions()))
+	}
+	pos := make([]int, 0, min(most, len(es))) // each flow's positions in turn
 	for i, tf := range s.Report.GetTopFlows() {
 		gaps := tf.GetSamplePositions()
 		if len(gaps) == 0 {
