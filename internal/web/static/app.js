@@ -14,7 +14,7 @@
   const RANGES = { '5m': 300, '1h': 3600, '6h': 21600 };
   const DEFAULT_RANGE = '1h';
   const KINDS = ['tcp-data', 'tcp-handshake', 'dns'];
-  const TABLE_ROWS = 300; // per-epoch table rows listed before asking
+  const TABLE_ROWS = 100; // per-epoch table rows listed before asking
   const CDF_POINTS = 200;
 
   let gen = 0; // counts routes: an answer for an older one is dropped
