@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/gopacket/gopacket"
@@ -35,8 +37,11 @@ type frameReader interface {
 // FileSource reads frames from a pcap or pcapng capture, optionally
 // gzip-compressed, as fast as the caller takes them.
 type FileSource struct {
-	name   string
-	r      frameReader
+	name string
+	r    frameReader
+	// recs reads a pcap file's records (pcapgo has read and checked its
+	// header); nil for pcapng.
+	recs   *pcapRecords
 	closer io.Closer
 	frames uint64
 }
@@ -81,11 +86,13 @@ func NewFileSource(name string, r io.Reader) (*FileSource, error) {
 		}
 		s.r = ng
 	} else {
+		bigEnd := magic[0] == 0xa1
 		pr, err := pcapgo.NewReader(br)
 		if err != nil {
 			return nil, fmt.Errorf("reading pcap %q: %w", name, err)
 		}
 		s.r = pr
+		s.recs = newPCAPRecords(br, bigEnd, pr)
 	}
 	return s, nil
 }
@@ -96,18 +103,104 @@ func (s *FileSource) LinkType() layers.LinkType { return s.r.LinkType() }
 // Next returns the next frame, or io.EOF after the last one. A capture that
 // ends in the middle of a frame gives an error that says so.
 func (s *FileSource) Next() (Frame, error) {
+	if s.recs != nil {
+		f, err := s.recs.next()
+		if err != nil {
+			return Frame{}, s.readError(err)
+		}
+		s.frames++
+		return f, nil
+	}
 	data, ci, err := s.r.ZeroCopyReadPacketData()
 	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return Frame{}, io.EOF
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return Frame{}, fmt.Errorf("capture %q is truncated after %d frames: %w", s.name, s.frames, err)
-		}
-		return Frame{}, fmt.Errorf("reading frame %d of %q: %w", s.frames+1, s.name, err)
+		return Frame{}, s.readError(err)
 	}
 	s.frames++
 	return Frame{Data: data, TimeNS: ci.Timestamp.UnixNano(), WireLen: ci.Length}, nil
+}
+
+// readError is what Next returns for a reader's error.
+func (s *FileSource) readError(err error) error {
+	switch {
+	case errors.Is(err, io.EOF):
+		return io.EOF
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("capture %q is truncated after %d frames: %w", s.name, s.frames, err)
+	default:
+		return fmt.Errorf("reading frame %d of %q: %w", s.frames+1, s.name, err)
+	}
+}
+
+// pcapRecords reads the records of a pcap file in place, in its reader's
+// buffer: pcapgo's reader copies each header and frame out of it through
+// io.ReadFull and makes a time.Time of each timestamp, 34 against 14 ns a
+// frame (BenchmarkFileSource).
+type pcapRecords struct {
+	br       *bufio.Reader
+	bigEnd   bool
+	nsFactor int64 // 1000 for microsecond timestamps
+	maxLen   int   // the longest record taken, as pcapgo's
+	big      []byte
+}
+
+func newPCAPRecords(br *bufio.Reader, bigEnd bool, pr *pcapgo.Reader) *pcapRecords {
+	r := &pcapRecords{br: br, bigEnd: bigEnd, nsFactor: 1, maxLen: max(int(pr.Snaplen()), 262144)}
+	if pr.Resolution() == gopacket.TimestampResolutionMicrosecond {
+		r.nsFactor = 1000
+	}
+	return r
+}
+
+// u32 reads a header field.
+func (r *pcapRecords) u32(b []byte) int64 {
+	if r.bigEnd {
+		return int64(binary.BigEndian.Uint32(b))
+	}
+	return int64(binary.LittleEndian.Uint32(b))
+}
+
+// next reads the next record: io.EOF at the end of the file,
+// io.ErrUnexpectedEOF inside a record.
+func (r *pcapRecords) next() (Frame, error) {
+	h, err := r.br.Peek(16)
+	if err != nil {
+		if len(h) > 0 && err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return Frame{}, err
+	}
+	sec, frac, capLen, wireLen := r.u32(h[0:4]), r.u32(h[4:8]), r.u32(h[8:12]), r.u32(h[12:16])
+	if capLen > int64(r.maxLen) {
+		return Frame{}, fmt.Errorf("capture length exceeds snap length: %d > %d", capLen, r.maxLen)
+	}
+	if capLen > wireLen {
+		return Frame{}, fmt.Errorf("capture length exceeds original packet length: %d > %d", capLen, wireLen)
+	}
+	f := Frame{TimeNS: sec*1e9 + frac*r.nsFactor, WireLen: int(wireLen)}
+	n := 16 + int(capLen)
+	if n > r.br.Size() { // longer than the buffer: read out of it
+		r.big = slices.Grow(r.big[:0], n)[:n]
+		if _, err := io.ReadFull(r.br, r.big); err != nil {
+			return Frame{}, unexpected(err)
+		}
+		f.Data = r.big[16:]
+		return f, nil
+	}
+	rec, err := r.br.Peek(n)
+	if err != nil {
+		return Frame{}, unexpected(err)
+	}
+	f.Data = rec[16:]
+	_, err = r.br.Discard(n)
+	return f, err
+}
+
+// unexpected is io.ErrUnexpectedEOF for an end of file inside a record.
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // Frames is how many frames were read so far.
