@@ -75,12 +75,44 @@ type flowSamples struct {
 
 // flowDelays splits an epoch's joined sample j (kept as sj) by flow, the
 // flow of each delay the one its upstream entry names, else its
-// downstream one (sample.Joined.Flows).
+// downstream one (sample.Joined.Flows). Each flow's delays are a part of
+// one array, counted before they are copied: appended flow by flow, they
+// grew each flow's slice a few times over (8% of the bytes a collector
+// allocated).
 func flowDelays(j sample.Joined, sj *sampleJoin) flowSamples {
-	fs := flowSamples{delays: map[uint64][]int64{}, rate: sj.cfg.Rate(), exact: sj.cfg.Rate() == 1 && sj.ambiguous == 0}
+	fs := flowSamples{rate: sj.cfg.Rate(), exact: sj.cfg.Rate() == 1 && sj.ambiguous == 0}
+	index := map[uint64]int32{} // flow → its number, in order of first delay
+	var counts []int
+	of := make([]int32, len(j.Flows)) // each delay's flow number, -1: none
+	named := 0
 	for i, h := range j.Flows {
-		if h != 0 {
-			fs.delays[h] = append(fs.delays[h], j.Delays[i]) // j.Delays are sorted
+		if h == 0 {
+			of[i] = -1
+			continue
+		}
+		n, ok := index[h]
+		if !ok {
+			n = int32(len(counts))
+			index[h] = n
+			counts = append(counts, 0)
+		}
+		of[i] = n
+		counts[n]++
+		named++
+	}
+	all := make([]int64, named)
+	next := make([]int, len(counts)) // where each flow's next delay goes
+	fs.delays = make(map[uint64][]int64, len(counts))
+	at := 0
+	for h, n := range index {
+		next[n] = at
+		fs.delays[h] = all[at : at+counts[n] : at+counts[n]]
+		at += counts[n]
+	}
+	for i, n := range of {
+		if n >= 0 {
+			all[next[n]] = j.Delays[i] // j.Delays are sorted, and so each flow's
+			next[n]++
 		}
 	}
 	return fs

@@ -170,3 +170,56 @@ func topFlowsFromTheSample(t *testing.T, width int) {
 			got.GetQuantiles()[2].GetValueNs(), got.GetQuantiles()[2].GetLoNs(), got.GetQuantiles()[2].GetHiNs())
 	}
 }
+
+// zipfJoin is a joined sample of n sorted delays over flows of Zipf
+// sizes, a third of them with no flow named.
+func zipfJoin(n int) sample.Joined {
+	rng := rand.New(rand.NewPCG(9, 9))
+	zipf := rand.NewZipf(rng, 1.2, 1, 99)
+	j := sample.Joined{Delays: make([]int64, n), Flows: make([]uint64, n)}
+	for i := range n {
+		j.Delays[i] = 1_000_000 + int64(i)*37
+		if rng.IntN(3) > 0 {
+			j.Flows[i] = 0x9e3779b97f4a7c15 * (zipf.Uint64() + 1)
+		}
+	}
+	return j
+}
+
+// TestFlowDelays checks each flow's delays against those picked out one
+// by one: the same delays, in order, and no flow for the unnamed ones.
+func TestFlowDelays(t *testing.T) {
+	for _, n := range []int{0, 1, 2000} {
+		j := zipfJoin(n)
+		cfg, _ := sample.ForShift(3, 2)
+		fs := flowDelays(j, &sampleJoin{cfg: cfg})
+		want := map[uint64][]int64{}
+		for i, h := range j.Flows {
+			if h != 0 {
+				want[h] = append(want[h], j.Delays[i])
+			}
+		}
+		if len(fs.delays) != len(want) {
+			t.Errorf("%d delays: %d flows, want %d", n, len(fs.delays), len(want))
+		}
+		for h, d := range want {
+			if !slices.Equal(fs.delays[h], d) {
+				t.Errorf("%d delays: flow %x has %v, want %v", n, h, fs.delays[h], d)
+			}
+		}
+		if fs.rate != cfg.Rate() || fs.rate == 1 || fs.exact {
+			t.Errorf("rate %v exact %t, want %v (below 1) and not exact", fs.rate, fs.exact, cfg.Rate())
+		}
+	}
+}
+
+// BenchmarkFlowDelays splits 2,000 joined delays by flow.
+func BenchmarkFlowDelays(b *testing.B) {
+	j := zipfJoin(2000)
+	cfg, _ := sample.ForShift(3, 0)
+	sj := &sampleJoin{cfg: cfg}
+	b.ReportAllocs()
+	for b.Loop() {
+		flowDelays(j, sj)
+	}
+}
