@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,12 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	st, err := store.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	if n, err := st.PruneBoundaries(boundaryKeep); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("pruning boundary records: %w", err)
+	} else if n > 0 {
+		log.Info("deleted boundary records a previous run had dropped", "records", n)
 	}
 	c := &Collector{cfg: cfg, log: log, store: st, now: time.Now, paths: map[string]*pathState{}, peers: peerConns{maxMessageBytes: cfg.MaxMessageBytes}}
 	c.m = newMetrics()

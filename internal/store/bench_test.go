@@ -14,10 +14,12 @@ import (
 )
 
 // BenchmarkApply stores path-epochs the way a collector under load does:
-// one writer per path (200), each Write a result, its per-flow results
+// writers for 200 paths, the paths of each epoch in an order of their
+// own, each Write a result, its per-flow results
 // and its sketch pair, and its boundary record, in shared transactions.
-// The sizes are owl-load's at 5,000 packets per path-epoch (20 top flows,
-// a 4.2 KB sketch pair, a 900-byte boundary record).
+// The sizes are owl-load's at 5,000 packets per path-epoch with the
+// packet sample (20 top flows, a 4.2 KB sketch pair, a 7.8 KB boundary
+// record).
 func BenchmarkApply(b *testing.B) {
 	for _, c := range []struct {
 		flows int
@@ -35,7 +37,7 @@ func benchApply(b *testing.B, flows int, withLDS bool) {
 	defer s.Close()
 	const paths = 200
 	rng := rand.New(rand.NewPCG(1, 2))
-	pair := make([]byte, 4200)
+	pair := make([]byte, 7800)
 	for i := range pair {
 		pair[i] = byte(rng.Uint32())
 	}
@@ -47,16 +49,21 @@ func benchApply(b *testing.B, flows int, withLDS bool) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			n := next.Add(1)
-			path, epoch := fmt.Sprintf("load-%d", n%paths), 1_800_000_000+n/paths
+			// Each round of epochs takes the paths in another order, as
+			// a collector finishes them: a commit's writes are of paths
+			// far apart (the multipliers are prime to 200).
+			round := n / paths
+			mult := []int64{1, 3, 7, 9, 11, 13, 17, 19, 21, 23, 27, 29, 31, 33, 37, 39}[round%16]
+			path, epoch := fmt.Sprintf("load-%d", (n%paths*mult+round)%paths), 1_800_000_000+round
 			w := Write{
 				Results: []*owlv1.PathStats{{Path: path, Epoch: epoch, Estimator: "rda", MeanNs: 1e5, StddevNs: 1e4}},
 				Done:    []EpochRef{{Path: path, Epoch: epoch}},
 				// A boundary record, the one of 16 epochs before dropped.
-				Boundaries:     []Boundary{{EpochRef: EpochRef{Path: path, Epoch: epoch}, Data: pair[:900]}},
+				Boundaries:     []Boundary{{EpochRef: EpochRef{Path: path, Epoch: epoch}, Data: pair}},
 				DropBoundaries: []EpochRef{{Path: path, Epoch: epoch - 16}},
 			}
 			if withLDS {
-				w.LDS = []LDSPair{{EpochRef: EpochRef{Path: path, Epoch: epoch}, Pair: pair}}
+				w.LDS = []LDSPair{{EpochRef: EpochRef{Path: path, Epoch: epoch}, Pair: pair[:4200]}}
 			}
 			for f := range flows {
 				w.Flows = append(w.Flows, FlowResult{Hash: uint64(f) * 0x9e3779b97f4a7c15, Stats: &owlv1.FlowStats{

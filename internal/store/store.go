@@ -7,6 +7,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +59,88 @@ type Store struct {
 
 	colateMu    sync.Mutex
 	colateBytes int64 // size of the stored COLATE records
+
+	// drops are the boundary records dropped (Write.DropBoundaries) and
+	// not deleted yet: see takeDrops.
+	dropMu sync.Mutex
+	drops  []EpochRef
+}
+
+// dropBatch is how many dropped boundary records are deleted at once.
+// Deleted one by one, each in the transaction of the write that dropped
+// it, every record rewrote its leaf with the records beside it (a leaf
+// holds two at least, of about 8 KB each): 21 KB written a path-epoch
+// under owl-load. Records are stored epoch first, so a batch of records
+// dropped over a few epochs is a run of whole leaves, freed unwritten.
+const dropBatch = 2048
+
+// takeDrops adds drops to the records waiting to be deleted, and returns
+// them all, sorted by key, once there are dropBatch of them.
+func (s *Store) takeDrops(drops []EpochRef) []EpochRef {
+	s.dropMu.Lock()
+	defer s.dropMu.Unlock()
+	s.drops = append(s.drops, drops...)
+	if len(s.drops) < dropBatch {
+		return nil
+	}
+	out := s.drops
+	s.drops = nil
+	slices.SortFunc(out, func(a, b EpochRef) int {
+		return cmp.Or(cmp.Compare(a.Epoch, b.Epoch), strings.Compare(a.Path, b.Path))
+	})
+	return out
+}
+
+// PruneBoundaries deletes each path's boundary records older than keep
+// epochs before its newest: those a collector that stopped without
+// closing its store had dropped and not deleted yet (takeDrops). It
+// returns how many it deleted.
+func (s *Store) PruneBoundaries(keep int64) (int, error) {
+	var old [][]byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		newest := map[string]int64{}
+		c := tx.Bucket(bucketBoundary).Cursor()
+		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+			if len(k) < 8 {
+				continue
+			}
+			path, epoch := string(k[8:]), int64(binary.BigEndian.Uint64(k)^(1<<63))
+			n, seen := newest[path]
+			if !seen {
+				newest[path] = epoch
+			} else if epoch <= n-keep {
+				old = append(old, bytes.Clone(k))
+			}
+		}
+		return nil
+	})
+	if err != nil || len(old) == 0 {
+		return 0, err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketBoundary)
+		for _, k := range old {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(old), nil
+}
+
+// untakeDrops puts back records taken to be deleted by a write that
+// failed.
+func (s *Store) untakeDrops(drops []EpochRef) {
+	if len(drops) == 0 {
+		return
+	}
+	s.dropMu.Lock()
+	s.drops = append(s.drops, drops...)
+	s.dropMu.Unlock()
 }
 
 // Open opens (creating if needed) the database in dir.
@@ -155,8 +239,16 @@ func guard(f func() error) error {
 	return <-done
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close deletes the dropped boundary records not deleted yet and closes
+// the database.
+func (s *Store) Close() error {
+	s.dropMu.Lock()
+	drops := s.drops
+	s.drops = nil
+	s.dropMu.Unlock()
+	err := s.db.Update(func(tx *bolt.Tx) error { return putBoundaries(tx, nil, drops, nil) })
+	return errors.Join(err, s.db.Close())
+}
 
 // Ping checks that the database answers.
 func (s *Store) Ping() error { return s.db.View(func(*bolt.Tx) error { return nil }) }
@@ -354,13 +446,14 @@ func (s *Store) Apply(w Write) error {
 		}
 		replicas[i] = v
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	drops := s.takeDrops(w.DropBoundaries)
+	err = s.update(func(tx *bolt.Tx) error {
 		var kept map[EpochRef]bool
 		var err error
 		steps := []func() error{
 			func() error { return putFlowData(tx, recs) },
 			func() error { kept, err = putResults(tx, w.Results, vals, w.Keep); return err },
-			func() error { return putBoundaries(tx, w.Boundaries, w.DropBoundaries, kept) },
+			func() error { return putBoundaries(tx, w.Boundaries, drops, kept) },
 			func() error { return deleteSides(tx.Bucket(bucketPending), w.Done) },
 			func() error { return deleteSides(tx.Bucket(bucketReplicaPending), w.ReplicaDone) },
 			func() error { return putSides(tx.Bucket(bucketReplicaPending), w.ReplicaPending, replicas) },
@@ -372,6 +465,10 @@ func (s *Store) Apply(w Write) error {
 		}
 		return nil
 	})
+	if err != nil {
+		s.untakeDrops(drops)
+	}
+	return err
 }
 
 // putResults stores results (vals are their encodings), leaving a stored

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -282,4 +283,80 @@ func TestUpdateResultKeepsConflicts(t *testing.T) {
 	if got, _ := s.Result("p", 1); got.GetConflictingReports() != 2 || got.GetMeanNs() != 6 || r.GetConflictingReports() != 0 {
 		t.Errorf("re-stored %v (caller's copy %d conflicts)", got, r.GetConflictingReports())
 	}
+}
+
+// boundaryEpochs is the epochs of path's boundary records in s.
+func boundaryEpochs(t *testing.T, s *Store, path string) []int64 {
+	t.Helper()
+	var out []int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketBoundary).ForEach(func(k, _ []byte) error {
+			if string(k[8:]) == path {
+				out = append(out, int64(binary.BigEndian.Uint64(k)^(1<<63)))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDroppedBoundaries: dropped boundary records are deleted in batches
+// of dropBatch, on Close those not deleted yet, and after a stop without
+// Close by PruneBoundaries; records not dropped stay.
+func TestDroppedBoundaries(t *testing.T) {
+	const keep, paths = 16, 8
+	epochs := int64(dropBatch/paths + 40)
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(s *Store, path string, e int64) {
+		w := Write{Boundaries: []Boundary{{EpochRef: EpochRef{Path: path, Epoch: e}, Data: []byte(path)}},
+			DropBoundaries: []EpochRef{{Path: path, Epoch: e - keep}}}
+		if err := s.Apply(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := func(s *Store, when string, from, to int64) {
+		t.Helper()
+		for p := range paths {
+			path := fmt.Sprintf("p%d", p)
+			got := boundaryEpochs(t, s, path)
+			if len(got) == 0 || got[0] < from || got[0] > to || got[len(got)-1] != epochs-1 {
+				t.Errorf("%s: %s has records of epochs %v, want from [%d, %d] to %d", when, path, got, from, to, epochs-1)
+			}
+		}
+	}
+	for e := range epochs {
+		for p := range paths {
+			write(s, fmt.Sprintf("p%d", p), e)
+		}
+	}
+	// One batch went (epochs up to about dropBatch/paths - keep), the
+	// drops since wait.
+	kept(s, "running", dropBatch/paths-keep, epochs-1-keep)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	kept(s, "closed and opened", epochs-keep, epochs-keep)
+	// A stop without Close leaves dropped records behind.
+	for e := epochs; e < epochs+10; e++ {
+		write(s, "p0", e)
+	}
+	s.drops = nil
+	n, err := s.PruneBoundaries(keep)
+	if err != nil || n != 10 {
+		t.Errorf("PruneBoundaries deleted %d records (%v), want 10", n, err)
+	}
+	if got := boundaryEpochs(t, s, "p0"); len(got) != keep || got[0] != epochs+10-keep {
+		t.Errorf("p0 after PruneBoundaries: records of epochs %v, want the last %d", got, keep)
+	}
+	s.Close()
 }
