@@ -133,8 +133,8 @@ func (s *FileSource) readError(err error) error {
 
 // pcapRecords reads the records of a pcap file in place, in its reader's
 // buffer: pcapgo's reader copies each header and frame out of it through
-// io.ReadFull and makes a time.Time of each timestamp, 34 against 14 ns a
-// frame (BenchmarkFileSource).
+// io.ReadFull and makes a time.Time of each timestamp: 45 against 31 ns a
+// frame of the bundled trace (BenchmarkFileSource).
 type pcapRecords struct {
 	br       *bufio.Reader
 	bigEnd   bool

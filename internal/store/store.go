@@ -246,7 +246,10 @@ func (s *Store) Close() error {
 	drops := s.drops
 	s.drops = nil
 	s.dropMu.Unlock()
-	err := s.db.Update(func(tx *bolt.Tx) error { return putBoundaries(tx, nil, drops, nil) })
+	var err error
+	if len(drops) > 0 {
+		err = s.db.Update(func(tx *bolt.Tx) error { return putBoundaries(tx, nil, drops, nil) })
+	}
 	return errors.Join(err, s.db.Close())
 }
 
