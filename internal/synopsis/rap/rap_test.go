@@ -69,7 +69,7 @@ func TestCountsAndHeap(t *testing.T) {
 		t.Fatalf("len %d", tab.Len())
 	}
 	for i, e := range tab.heap {
-		if tab.pos[e.Key] != i {
+		if j, ok := tab.find(e.Key); !ok || j != i {
 			t.Fatal("index out of step with heap")
 		}
 		if l := 2*i + 1; l < len(tab.heap) && tab.heap[l].Count < e.Count {
@@ -79,19 +79,31 @@ func TestCountsAndHeap(t *testing.T) {
 	if tab.Top(1)[0].Count < 8 {
 		t.Error("heaviest flow lost")
 	}
-	checkHeld(t, tab)
+	checkIndex(t, tab)
 }
 
-// checkHeld fails unless the table's filter counts exactly its tracked
-// keys, slot by slot.
-func checkHeld[T any](t *testing.T, tab *Table[T]) {
+// checkIndex fails unless the table's index holds exactly its tracked
+// keys, each where its slot says, reachable from its home slot without
+// an empty slot between.
+func checkIndex[T any](t *testing.T, tab *Table[T]) {
 	t.Helper()
-	want := make([]uint32, len(tab.held))
-	for k := range tab.pos {
-		want[k>>tab.shift]++
+	used := 0
+	for s, h := range tab.index {
+		if h == 0 {
+			continue
+		}
+		used++
+		if int(h) > len(tab.heap) || tab.slot[h-1] != int32(s) {
+			t.Fatalf("index slot %d holds entry %d, whose slot is elsewhere", s, h-1)
+		}
+		for p := tab.heap[h-1].Key >> tab.shift; p != uint64(s); p = (p + 1) & tab.mask {
+			if tab.index[p] == 0 {
+				t.Fatalf("entry %d in slot %d is past an empty slot %d from its home", h-1, s, p)
+			}
+		}
 	}
-	if !slices.Equal(want, tab.held) {
-		t.Fatalf("filter out of step with the tracked keys")
+	if used != len(tab.heap) {
+		t.Fatalf("%d index slots used for %d tracked keys", used, len(tab.heap))
 	}
 }
 
@@ -108,12 +120,12 @@ func TestFilterFollowsKeys(t *testing.T) {
 		} else {
 			tab.Add(k, &k)
 		}
-		_, tracked := tab.pos[k]
+		tracked := slices.ContainsFunc(tab.heap, func(e Entry[uint64]) bool { return e.Key == k })
 		if _, ok := tab.find(k); ok != tracked {
 			t.Fatalf("key %#x: found %t, tracked %t", k, ok, tracked)
 		}
 	}
-	checkHeld(t, tab)
+	checkIndex(t, tab)
 	for _, e := range tab.heap {
 		if _, ok := tab.find(e.Key); !ok {
 			t.Fatalf("tracked key %#x not found", e.Key)
@@ -144,5 +156,30 @@ func BenchmarkAdd(b *testing.B) {
 				tab.Add(k, &k)
 			}
 		})
+	}
+}
+
+// TestIndexCollisions: keys crowded on a few home slots make long probe
+// runs, and evictions from their middle; after every addition each
+// tracked key is found where the heap has it, and no other.
+func TestIndexCollisions(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	tab := New[uint64](16, 3)
+	for i := range 20_000 {
+		k := r.Uint64N(4)<<62 | r.Uint64N(1000) // four homes, a thousand keys
+		if i%5 == 0 {
+			tab.AddCount(k, &k, uint64(1+i%3))
+		} else {
+			tab.Add(k, &k)
+		}
+		checkIndex(t, tab)
+		if j, ok := tab.find(k); ok && tab.heap[j].Key != k {
+			t.Fatalf("key %#x found at %d, which holds %#x", k, j, tab.heap[j].Key)
+		}
+		for j, e := range tab.heap {
+			if got, ok := tab.find(e.Key); !ok || got != j {
+				t.Fatalf("after %d additions: tracked key %#x at %d found at %d (%t)", i, e.Key, j, got, ok)
+			}
+		}
 	}
 }
