@@ -82,6 +82,7 @@ type flowSamples struct {
 func flowDelays(j sample.Joined, sj *sampleJoin) flowSamples {
 	fs := flowSamples{rate: sj.cfg.Rate(), exact: sj.cfg.Rate() == 1 && sj.ambiguous == 0}
 	index := map[uint64]int32{} // flow → its number, in order of first delay
+	var hashes []uint64         // by number
 	var counts []int
 	of := make([]int32, len(j.Flows)) // each delay's flow number, -1: none
 	named := 0
@@ -94,7 +95,7 @@ func flowDelays(j sample.Joined, sj *sampleJoin) flowSamples {
 		if !ok {
 			n = int32(len(counts))
 			index[h] = n
-			counts = append(counts, 0)
+			hashes, counts = append(hashes, h), append(counts, 0)
 		}
 		of[i] = n
 		counts[n]++
@@ -104,7 +105,7 @@ func flowDelays(j sample.Joined, sj *sampleJoin) flowSamples {
 	next := make([]int, len(counts)) // where each flow's next delay goes
 	fs.delays = make(map[uint64][]int64, len(counts))
 	at := 0
-	for h, n := range index {
+	for n, h := range hashes {
 		next[n] = at
 		fs.delays[h] = all[at : at+counts[n] : at+counts[n]]
 		at += counts[n]
