@@ -179,9 +179,18 @@ func (r *pcapRecords) next() (Frame, error) {
 	f := Frame{TimeNS: sec*1e9 + frac*r.nsFactor, WireLen: int(wireLen)}
 	n := 16 + int(capLen)
 	if n > r.br.Size() { // longer than the buffer: read out of it
-		r.big = slices.Grow(r.big[:0], n)[:n]
-		if _, err := io.ReadFull(r.br, r.big); err != nil {
-			return Frame{}, unexpected(err)
+		// A MiB at a time, so that a length the file does not hold
+		// (up to the 4 GiB a hostile header allows) takes no more
+		// memory than the file has.
+		r.big = r.big[:0]
+		for len(r.big) < n {
+			step := min(n-len(r.big), 1<<20)
+			r.big = slices.Grow(r.big, step)
+			m, err := io.ReadFull(r.br, r.big[len(r.big):len(r.big)+step])
+			r.big = r.big[:len(r.big)+m]
+			if err != nil {
+				return Frame{}, unexpected(err)
+			}
 		}
 		f.Data = r.big[16:]
 		return f, nil

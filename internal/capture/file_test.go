@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -238,4 +239,30 @@ func BenchmarkFileSource(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*frames), "ns/frame")
 	})
+}
+
+// TestFileSourceHostileLength: a header that allows 4 GiB records and a
+// record that claims 3 GiB in a file of a few bytes is a truncated
+// capture, read without taking memory for the length claimed.
+func TestFileSourceHostileLength(t *testing.T) {
+	var buf bytes.Buffer
+	w := pcapgo.NewWriter(&buf)
+	if err := w.WriteFileHeader(0xffffffff, layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	rec := binary.LittleEndian.AppendUint32(nil, 1)
+	rec = binary.LittleEndian.AppendUint32(rec, 0)
+	rec = binary.LittleEndian.AppendUint32(rec, 3<<30)
+	rec = binary.LittleEndian.AppendUint32(rec, 3<<30)
+	b := append(append(buf.Bytes(), rec...), make([]byte, 1000)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := sourceFrames(t, b)
+	runtime.ReadMemStats(&after)
+	if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("stopped on %v, want a truncated capture", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Errorf("allocated %d MiB for a 3 GiB record in a 1 KB file", grew>>20)
+	}
 }
