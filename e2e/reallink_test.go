@@ -480,6 +480,19 @@ func meanBar(last bool) float64 {
 	return 0.01
 }
 
+// lateCounts says how many packets each probe counted late in the
+// reports of epoch e and the next one: packets stamped in an epoch that
+// had closed when they were processed (the probes' reports count them at
+// their next close).
+func lateCounts(res map[int64]*owlv1.PathStats, e int64) string {
+	var parts []string
+	for _, x := range []int64{e, e + 1} {
+		r := res[x]
+		parts = append(parts, fmt.Sprintf("up/down %d/%d in epoch %d's reports", r.GetUpstreamCounters().GetLate(), r.GetDownstreamCounters().GetLate(), x))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // checkRealLink compares one path's results with the ground truth, epoch
 // by epoch, prints the table, and fails where owl is off.
 func checkRealLink(t testing.TB, path string, res map[int64]*owlv1.PathStats, truth map[int64]*linkTruth, first, last int64, logOf func(int64) string) {
@@ -539,7 +552,8 @@ func checkRealLink(t testing.TB, path string, res map[int64]*owlv1.PathStats, tr
 			t.Logf("the collector's log of epoch %d:\n%s", e, logOf(e))
 		}
 		if e != last && (r.GetLost() != float64(tr.lost) || r.GetBoundaryMatched() != uint64(tr.crossed)) {
-			t.Errorf("%s epoch %d: lost %.0f (truth %d), boundary matched %d (truth %d)", path, e, r.GetLost(), tr.lost, r.GetBoundaryMatched(), tr.crossed)
+			t.Errorf("%s epoch %d: lost %.0f (truth %d), boundary matched %d (truth %d); packets up and down %d/%d, late %s",
+				path, e, r.GetLost(), tr.lost, r.GetBoundaryMatched(), tr.crossed, r.GetUpstreamPackets(), r.GetDownstreamPackets(), lateCounts(res, e))
 			t.Logf("%s epoch %d, the truth's lost and duplicated packets:\n%s", path, e, strings.Join(tr.odd, "\n"))
 		}
 		// The path's first epoch with traffic may see packets sent before
