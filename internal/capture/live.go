@@ -13,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+	"gopkg.in/yaml.v3"
 )
 
 // LiveConfig is a live capture on one interface with AF_PACKET TPACKET_V3.
@@ -45,6 +46,12 @@ type LiveConfig struct {
 	// PollTimeout is how long a socket waits for a packet before the
 	// worker advances time on the clock (closing idle epochs).
 	PollTimeout time.Duration `yaml:"poll_timeout"`
+	// BlockTimeout is how long the kernel fills a ring block before it
+	// hands the block over with what it holds. Each block handed over
+	// takes one of NumBlocks, so at low rates the ring holds NumBlocks
+	// times this much time for a worker held up (64 × 100 ms: 6.4 s);
+	// an idle worker's time lags the clock by as much.
+	BlockTimeout time.Duration `yaml:"block_timeout"`
 	// Dump writes every captured frame, with the timestamp the probe uses,
 	// to this pcap file (for checking a probe against other tools: two
 	// capture sockets on one interface may stamp a packet differently).
@@ -55,7 +62,32 @@ type LiveConfig struct {
 // promiscuous, outgoing packets ignored, software timestamps.
 func DefaultLiveConfig() LiveConfig {
 	return LiveConfig{Workers: 1, BlockSize: 1 << 20, NumBlocks: 64, FrameSize: 2048, Promiscuous: true,
-		IgnoreOutgoing: true, PollTimeout: 50 * time.Millisecond}
+		IgnoreOutgoing: true, PollTimeout: 50 * time.Millisecond, BlockTimeout: 100 * time.Millisecond}
+}
+
+// UnmarshalYAML reads a live source over the defaults: the keys left out
+// keep DefaultLiveConfig's values. An unknown key is an error, as
+// elsewhere in a probe's configuration.
+func (c *LiveConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		known := map[string]bool{}
+		t := reflect.TypeFor[LiveConfig]()
+		for i := range t.NumField() {
+			known[t.Field(i).Tag.Get("yaml")] = true
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; !known[k.Value] {
+				return fmt.Errorf("line %d: live capture has no key %q", k.Line, k.Value)
+			}
+		}
+	}
+	type plain LiveConfig // without this method
+	p := plain(DefaultLiveConfig())
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*c = LiveConfig(p)
+	return nil
 }
 
 // Validate reports a setting out of range.
@@ -73,6 +105,9 @@ func (c LiveConfig) Validate() error {
 	}
 	if c.PollTimeout < time.Millisecond {
 		return errors.New("live capture poll_timeout must be at least 1ms")
+	}
+	if c.BlockTimeout < time.Millisecond || c.BlockTimeout > time.Minute {
+		return fmt.Errorf("live capture block_timeout %v out of range [1ms, 1m]", c.BlockTimeout)
 	}
 	if _, err := ParseBPF(c.BPF); err != nil {
 		return err
@@ -135,7 +170,7 @@ func OpenLive(cfg LiveConfig, w int) (*LiveSource, error) {
 		afpacket.OptBlockSize(cfg.BlockSize),
 		afpacket.OptNumBlocks(cfg.NumBlocks),
 		afpacket.OptPollTimeout(cfg.PollTimeout),
-		afpacket.OptBlockTimeout(10*time.Millisecond),
+		afpacket.OptBlockTimeout(cfg.BlockTimeout),
 		afpacket.TPacketVersion3,
 	)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // needRoot skips a test that needs root and the named tools.
@@ -230,6 +232,34 @@ func TestParseBPF(t *testing.T) {
 	for _, bad := range []string{"x", "3,6 0 0 1", "1,6 0 0", "1,6 0 0 99999999999"} {
 		if _, err := ParseBPF(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestLiveConfigYAML: a live source in YAML takes the defaults for the
+// keys it leaves out, refuses unknown keys, and a block timeout out of
+// range does not validate.
+func TestLiveConfigYAML(t *testing.T) {
+	var c LiveConfig
+	if err := yaml.Unmarshal([]byte("interface: eth1\nworkers: 2\npromiscuous: false\n"), &c); err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultLiveConfig()
+	want.Interface, want.Workers, want.Promiscuous = "eth1", 2, false
+	if c != want {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults with an interface do not validate: %v", err)
+	}
+	if err := yaml.Unmarshal([]byte("interface: eth1\nworkerz: 2\n"), &c); err == nil || !strings.Contains(err.Error(), "workerz") {
+		t.Errorf("unknown key: %v", err)
+	}
+	for _, d := range []time.Duration{0, 2 * time.Minute} {
+		c := want
+		c.BlockTimeout = d
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "block_timeout") {
+			t.Errorf("block timeout %v: %v", d, err)
 		}
 	}
 }
