@@ -205,3 +205,87 @@ func waitConnected(ctx context.Context, t *testing.T, q owlv1.QueryServiceClient
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestProbeFrozen: each live probe of a path is frozen (SIGSTOP) for
+// 1.5 s in turn while traffic flows, as a starved machine would hold
+// it, and goes on with the packets its capture ring kept meanwhile.
+// Those packets are not late: their epochs stay open until the probe has
+// read them, and every whole epoch comes out exact and without loss.
+func TestProbeFrozen(t *testing.T) {
+	needRoot(t, "ip", "tcpreplay")
+	env := newEnv(t)
+	a, b := "owlfreza", "owlfrezb"
+	vethPair(t, a, b)
+	addr, err := harness.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	coll, _, err := env.StartCollector("collector", collectorYAML(filepath.Join(env.Dir, "data"), addr, "  - {name: a-to-b, upstream: frozen-a, downstream: frozen-b}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 64 MiB rings hold far more than a frozen probe misses at 2,000
+	// packets a second.
+	probe := func(id, dev string) *harness.Proc {
+		p, err := env.Start(id, "probe", "-id", id, "-collector", addr, "-interface", dev, "-ring-blocks", "64",
+			"-capture-outgoing="+fmt.Sprint(dev == a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pa, pb := probe("frozen-a", a), probe("frozen-b", b)
+	q := query(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	waitConnected(ctx, t, q, 2)
+	waitCapturing(t, pa, pb)
+
+	replay := exec.Command("tcpreplay", "-q", "-i", a, "--pps", "2000", "--loop", "0", "../testdata/trace.pcap")
+	if err := replay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer replay.Process.Kill()
+	trafficFrom := time.Now()
+	var frozen []int64
+	for _, p := range []*harness.Proc{pb, pa} {
+		time.Sleep(2 * time.Second)
+		midEpoch()
+		e, _ := epochOf(time.Now())
+		frozen = append(frozen, e)
+		if err := p.Freeze(1500 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	replay.Process.Kill()
+	replay.Wait()
+	trafficTo := time.Now()
+
+	first, _ := epochOf(trafficFrom)
+	last, _ := epochOf(trafficTo)
+	first, last = first+1, last-1 // whole epochs of traffic
+	stats, err := harness.WaitEpochs(ctx, q, "a-to-b", harness.Epochs(first, last))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(coll.Log()))
+	}
+	crossed := map[int64]uint64{}
+	for _, s := range stats {
+		crossed[s.GetEpoch()] = s.GetBoundaryMatched()
+	}
+	var table strings.Builder
+	for _, s := range stats {
+		if e := s.GetEpoch(); e >= first && e <= last {
+			uc, dc := s.GetUpstreamCounters(), s.GetDownstreamCounters()
+			fmt.Fprintf(&table, "epoch %d: %v %s up %d down %d lost %.0f crossed %d late %d/%d ring drops %d/%d %s\n", e, s.GetStatus(), s.GetEstimator(),
+				uc.GetPackets(), dc.GetPackets(), s.GetLost(), s.GetBoundaryMatched(), uc.GetLate(), dc.GetLate(), uc.GetDropped(), dc.GetDropped(), s.GetDetail())
+			checkWhole(t, s, crossed[e-1])
+		}
+	}
+	t.Logf("froze frozen-b in epoch %d, frozen-a in %d:\n%s", frozen[0], frozen[1], table.String())
+	for _, p := range []*harness.Proc{pa, pb} {
+		if err := p.Stop(10 * time.Second); err != nil {
+			t.Errorf("%s did not stop cleanly: %v\n%s", p.Name, err, tail(p.Log()))
+		}
+	}
+}

@@ -175,6 +175,19 @@ func (p *Proc) Signal(sig os.Signal, d time.Duration) error {
 	return nil
 }
 
+// Freeze stops the process (SIGSTOP) for d and lets it go on
+// (SIGCONT), as a machine that gives it no CPU for that long would.
+func (p *Proc) Freeze(d time.Duration) error {
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stopping %s: %w", p.Name, err)
+	}
+	time.Sleep(d)
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("continuing %s: %w", p.Name, err)
+	}
+	return nil
+}
+
 // Raced reports whether a race-detector build of the process reported a race.
 func (p *Proc) Raced() bool { return strings.Contains(p.Log(), "WARNING: DATA RACE") }
 

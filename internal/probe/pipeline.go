@@ -437,9 +437,7 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	if pl.unpublished.frames++; pl.unpublished.frames >= publishEvery {
 		pl.publish()
 	}
-	if pl.correct != nil {
-		tsNS = pl.correct(tsNS)
-	}
+	tsNS = pl.captureTime(tsNS)
 	var p capture.Packet
 	if err := pl.dec.Decode(data, tsNS, &p); err != nil {
 		r := capture.ReasonOf(err)
@@ -503,6 +501,14 @@ func (pl *pipeline) publish() {
 	pl.stats.frames.Add(pl.unpublished.frames)
 	pl.stats.packets.Add(pl.unpublished.packets)
 	pl.unpublished.frames, pl.unpublished.packets = 0, 0
+}
+
+// captureTime maps a capture timestamp onto the reference clock.
+func (pl *pipeline) captureTime(tsNS int64) int64 {
+	if pl.correct != nil {
+		return pl.correct(tsNS)
+	}
+	return tsNS
 }
 
 // flush closes every open epoch (end of a capture file).
