@@ -24,10 +24,14 @@ type longFlows struct {
 	rap      *rap.Table[struct{}]
 	counters int
 	epochs   uint64
-	index    map[uint64]int32 // flow hash → entry in flows
-	// maybe counts the long flows by hash bits (saturating at 255): a
-	// segment whose count is 0 is not a long flow's, and skips the map.
-	maybe []uint8
+	// slots find a long flow's entry by its hash: open addressing from
+	// hash bits the window buckets do not use (they use the high half;
+	// the lowest bit is always 1), each slot the entry + 1 (0: empty),
+	// at least 8 slots a long flow, so that a segment of another flow
+	// mostly reads one empty slot. (A Go map behind a filter of counts
+	// by hash bits cost a map look-up per segment of a long flow.)
+	slots []int32
+	mask  uint64
 	flows []longFlow
 	free  []int32
 	keep  []bool // scratch for choose
@@ -38,8 +42,9 @@ type longFlows struct {
 }
 
 func newLongFlows(n, counters int, cfg Config) *longFlows {
-	l := &longFlows{rap: rap.New[struct{}](counters, cfg.Seed), counters: counters, index: make(map[uint64]int32, n),
-		maybe: make([]uint8, maybeSlots(n)), flows: make([]longFlow, n), free: make([]int32, n), keep: make([]bool, n),
+	slots := slotsFor(n)
+	l := &longFlows{rap: rap.New[struct{}](counters, cfg.Seed), counters: counters, slots: make([]int32, slots), mask: uint64(slots - 1),
+		flows: make([]longFlow, n), free: make([]int32, n), keep: make([]bool, n),
 		minPackets: uint64(cfg.WindowPackets), refresh: cfg.RefreshPackets}
 	for i := range l.free {
 		l.free[i] = int32(n - 1 - i)
@@ -47,10 +52,9 @@ func newLongFlows(n, counters int, cfg Config) *longFlows {
 	return l
 }
 
-// maybeSlots is the size of the membership filter for n long flows: a
-// power of two of at least 8n, so that about one segment in 8 of other
-// flows looks the map up.
-func maybeSlots(n int) int {
+// slotsFor is the number of slots for n long flows: a power of two of at
+// least 8n.
+func slotsFor(n int) int {
 	s := 1
 	for s < 8*n {
 		s <<= 1
@@ -58,9 +62,49 @@ func maybeSlots(n int) int {
 	return s
 }
 
-// maybeSlot is h's slot in the filter, from bits the window buckets do
-// not use (they use the high half; the lowest bit is always 1).
-func (l *longFlows) maybeSlot(h uint64) int { return int(h>>1) & (len(l.maybe) - 1) }
+// home is h's first slot.
+func (l *longFlows) home(h uint64) uint64 { return h >> 1 & l.mask }
+
+// find is the entry of the long flow h.
+func (l *longFlows) find(h uint64) (int32, bool) {
+	for s := l.home(h); ; s = (s + 1) & l.mask {
+		e := l.slots[s]
+		if e == 0 {
+			return 0, false
+		}
+		if l.flows[e-1].key == h {
+			return e - 1, true
+		}
+	}
+}
+
+// track records that entry i holds the long flow h.
+func (l *longFlows) track(h uint64, i int32) {
+	s := l.home(h)
+	for l.slots[s] != 0 {
+		s = (s + 1) & l.mask
+	}
+	l.slots[s] = i + 1
+}
+
+// untrack forgets the long flow h (tracked), moving back the flows after
+// it that probed past its slot.
+func (l *longFlows) untrack(h uint64) {
+	s := l.home(h)
+	for l.flows[l.slots[s]-1].key != h {
+		s = (s + 1) & l.mask
+	}
+	l.slots[s] = 0
+	for j := (s + 1) & l.mask; l.slots[j] != 0; j = (j + 1) & l.mask {
+		if home := l.home(l.flows[l.slots[j]-1].key); (j-home)&l.mask >= (j-s)&l.mask { // s lies on its probe from home
+			l.slots[s], l.slots[j] = l.slots[j], 0
+			s = j
+		}
+	}
+}
+
+// len is the number of long flows.
+func (l *longFlows) len() int { return len(l.flows) - len(l.free) }
 
 // add counts a segment of the flow h in the RAP table, chooses the long
 // flows when it is time, and counts the segment in h's state if h is a
@@ -71,10 +115,7 @@ func (l *longFlows) add(t *Tracker, h uint64, p *capture.Packet, g segment) bool
 		l.seen = 0
 		l.choose(t)
 	}
-	if l.maybe[l.maybeSlot(h)] == 0 {
-		return false
-	}
-	i, ok := l.index[h]
+	i, ok := l.find(h)
 	if !ok {
 		return false
 	}
@@ -113,7 +154,7 @@ func (l *longFlows) choose(t *Tracker) {
 	top := l.rap.Top(len(l.flows))
 	clear(l.keep)
 	for _, e := range top {
-		if i, ok := l.index[e.Key]; ok {
+		if i, ok := l.find(e.Key); ok {
 			l.keep[i] = true
 		}
 	}
@@ -126,7 +167,7 @@ func (l *longFlows) choose(t *Tracker) {
 		if e.Count <= l.minPackets || len(l.free) == 0 {
 			return
 		}
-		if _, ok := l.index[e.Key]; !ok {
+		if _, ok := l.find(e.Key); !ok {
 			l.promote(t, e.Key)
 		}
 	}
@@ -144,10 +185,7 @@ func (l *longFlows) promote(t *Tracker, h uint64) {
 		f.packets, f.reord, f.retrans = uint32(w.packets), uint32(w.reord), uint32(w.retrans)
 		t.keys[s] = 0 // the window's hold on its prefix passes to the long flow
 	}
-	l.index[h] = i
-	if m := &l.maybe[l.maybeSlot(h)]; *m < 255 {
-		*m++
-	}
+	l.track(h, i)
 	t.counters.Promoted++
 }
 
@@ -158,10 +196,7 @@ func (l *longFlows) demote(t *Tracker, i int) {
 		l.flush(t, f)
 		t.prefixes.entries[f.prefix].open--
 	}
-	delete(l.index, f.key)
-	if m := &l.maybe[l.maybeSlot(f.key)]; *m < 255 {
-		*m-- // a slot that reached 255 stays there: its flows always look the map up
-	}
+	l.untrack(f.key)
 	f.key = 0
 	l.free = append(l.free, int32(i))
 	t.counters.Demoted++

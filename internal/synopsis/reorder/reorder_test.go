@@ -205,6 +205,46 @@ func TestLongFlowsTakeTheirWindow(t *testing.T) {
 
 // TestEpochs: counts start over each epoch, flows go on with their state,
 // and prefixes no flow points to any more leave the table.
+// TestLongFlowSlots crowds long flows onto three home slots (one at the
+// table's end, so that probes wrap) and checks, after every promotion and
+// demotion, that each long flow is found at its entry and no other flow
+// is found.
+func TestLongFlowSlots(t *testing.T) {
+	tr, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := tr.long
+	homes := []uint64{3, 4, l.mask}
+	var keys []uint64
+	for k := range uint64(12) {
+		for _, home := range homes {
+			keys = append(keys, (home+(k+1)*(l.mask+1))<<1|1)
+		}
+	}
+	at := map[uint64]int32{} // long flow → entry
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 4000 {
+		h := keys[rng.IntN(len(keys))]
+		if i, ok := at[h]; ok {
+			l.demote(tr, int(i))
+			delete(at, h)
+		} else if len(l.free) > 0 {
+			at[h] = l.free[len(l.free)-1] // the entry promote takes
+			l.promote(tr, h)
+		}
+		for _, k := range keys {
+			i, ok := l.find(k)
+			if want, long := at[k]; ok != long || ok && i != want {
+				t.Fatalf("step %d: flow %x found %t at %d, want %t at %d", step, k, ok, i, long, want)
+			}
+		}
+		if l.len() != len(at) {
+			t.Fatalf("step %d: %d long flows, want %d", step, l.len(), len(at))
+		}
+	}
+}
+
 func TestEpochs(t *testing.T) {
 	pkts := stream(40, 10, 40, 0.05, 0, 3)
 	c := DefaultConfig()
@@ -276,7 +316,7 @@ func TestFloodKeepsMemory(t *testing.T) {
 	if n := len(tr.prefixes.entries) - 1; n > sz.Prefixes {
 		t.Errorf("%d prefixes held, %d allowed", n, sz.Prefixes)
 	}
-	if n := len(tr.long.index); n > sz.LongFlows || tr.long.rap.Len() > sz.Counters {
+	if n := tr.long.len(); n > sz.LongFlows || tr.long.rap.Len() > sz.Counters {
 		t.Errorf("%d long flows, %d counters: %d and %d allowed", n, tr.long.rap.Len(), sz.LongFlows, sz.Counters)
 	}
 	r := tr.Report()
@@ -339,7 +379,7 @@ func TestFloodAcrossEpochs(t *testing.T) {
 		t.Errorf("tables resized: prefixes %d → %d, index %d → %d, windows %d, %d of %d",
 			entries, cap(tr.prefixes.entries), index, len(tr.prefixes.index), len(tr.keys), len(tr.wins), sz.Windows)
 	}
-	if n := len(tr.long.index); n > sz.LongFlows || tr.long.rap.Len() > sz.Counters {
+	if n := tr.long.len(); n > sz.LongFlows || tr.long.rap.Len() > sz.Counters {
 		t.Errorf("%d long flows, %d counters: %d and %d allowed", n, tr.long.rap.Len(), sz.LongFlows, sz.Counters)
 	}
 	runtime.KeepAlive(tr)
