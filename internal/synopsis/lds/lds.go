@@ -289,8 +289,14 @@ func (l *LDS) add(flow, id uint64, offsetNS int64, w uint64, remove bool) {
 	lz := uint8(bits.LeadingZeros64(ph))
 	cols := l.cfg.Cols
 	for r := 0; r < l.cfg.Rows; r += 2 {
+		// A pair of rows shares a hash of the flow: skipped when
+		// neither row samples the packet (the sparsest rows take few).
+		in0, in1 := lz >= l.zeros[r], r+1 < l.cfg.Rows && lz >= l.zeros[r+1]
+		if !in0 && !in1 {
+			continue
+		}
 		h := synopsis.Hash(flow, l.cfg.Seed+uint64(r>>1))
-		if lz >= l.zeros[r] {
+		if in0 {
 			j := int((uint64(uint32(h))*uint64(cols))>>32) + off
 			if j >= cols {
 				j -= cols
@@ -300,7 +306,7 @@ func (l *LDS) add(flow, id uint64, offsetNS int64, w uint64, remove bool) {
 			c.Count += cnt
 			c.Digest ^= id
 		}
-		if r+1 < l.cfg.Rows && lz >= l.zeros[r+1] {
+		if in1 {
 			j := int(((h>>32)*uint64(cols))>>32) + off
 			if j >= cols {
 				j -= cols
