@@ -224,10 +224,10 @@ func TestProbeFrozen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 64 MiB rings hold far more than a frozen probe misses at 2,000
-	// packets a second.
+	// At 2,000 packets a second the kernel hands a ring block over
+	// every 10 ms with 20 packets in it: 256 blocks hold 2.56 s.
 	probe := func(id, dev string) *harness.Proc {
-		p, err := env.Start(id, "probe", "-id", id, "-collector", addr, "-interface", dev, "-ring-blocks", "64",
+		p, err := env.Start(id, "probe", "-id", id, "-collector", addr, "-interface", dev, "-ring-blocks", "256",
 			"-capture-outgoing="+fmt.Sprint(dev == a))
 		if err != nil {
 			t.Fatal(err)
