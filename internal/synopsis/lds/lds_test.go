@@ -353,18 +353,25 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// BenchmarkInsert inserts packets into an LDS whose rows take every
+// packet, and into one with the default rows (sampling 1/64, 1/8, 1/2
+// and all of the packets).
 func BenchmarkInsert(b *testing.B) {
-	l, _ := New(Config{Rows: 4, Cols: 4096, K: 4, Seed: 1})
 	ids := make([]uint64, 1<<16)
 	r := rand.New(rand.NewPCG(1, 1))
 	for i := range ids {
 		ids[i] = r.Uint64()
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		id := ids[i&(len(ids)-1)]
-		l.Insert(id>>50, id, int64(i), 1)
+	for name, cfg := range map[string]Config{"rows=all": {Rows: 4, Cols: 4096, K: 4, Seed: 1}, "rows=default": DefaultConfig()} {
+		b.Run(name, func(b *testing.B) {
+			l, _ := New(cfg)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				id := ids[i&(len(ids)-1)]
+				l.Insert(id>>50, id, int64(i), 1)
+			}
+		})
 	}
 }
 
