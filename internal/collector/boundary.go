@@ -73,9 +73,14 @@ func (b *boundary) matchRDA(next *boundary) bool {
 	return true
 }
 
-// apply writes the combined statistics into the result.
+// apply writes the combined statistics into the result. An epoch none of
+// whose packets arrived within it (NO_SAMPLES, no estimate of its own)
+// becomes OK with the first of them matched.
 func (b *boundary) apply() {
 	n := b.n + b.crossN
+	if n > 0 && b.n == 0 && b.res.GetStatus() == owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES {
+		b.res.Status, b.res.Detail = owlv1.ResultStatus_RESULT_STATUS_OK, ""
+	}
 	if n == 0 || b.res.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 		return
 	}

@@ -707,6 +707,84 @@ func TestDuplicateCopiesOnOneSide(t *testing.T) {
 	}
 }
 
+// TestEpochOfCrossersOnly: every packet sent in epoch 1 is sent in its
+// last 10 ms and arrives in epoch 2 (traffic that starts just before an
+// epoch's end on a link slower than that). Epoch 1 has no packet both
+// sides saw within it; boundary matching must still deliver its packets,
+// with their exact delay, and take them off epoch 2's extras.
+func TestEpochOfCrossersOnly(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Params.RDA.Buckets = 256
+	cfg.RDA.MinBuckets, cfg.RDA.MaxBuckets = 256, 4096
+	c := newTest(t, cfg)
+	conn := serve(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const delay = 40_000_000 // 40 ms
+	rng := rand.New(rand.NewPCG(7, 8))
+	upCopies, downCopies := map[uint64][]int64{}, map[uint64][]int64{}
+	rdas := map[int64][2]*rda.RDA{}
+	for _, e := range []int64{1, 2} {
+		u, _ := rda.New(cfg.Params.RDA)
+		d, _ := rda.New(cfg.Params.RDA)
+		rdas[e] = [2]*rda.RDA{u, d}
+	}
+	base := cfg.Params.Epoch.StartNS(1)
+	send := func(upNS int64) {
+		id := rng.Uint64()
+		ue, uoff := cfg.Params.Epoch.Of(base + upNS)
+		de, doff := cfg.Params.Epoch.Of(base + upNS + delay)
+		rdas[ue][0].Insert(id, uoff)
+		rdas[de][1].Insert(id, doff)
+		upCopies[id] = append(upCopies[id], uoff)
+		downCopies[id] = append(downCopies[id], doff)
+	}
+	const crossers = 20
+	for i := range crossers {
+		send(1e9 - 10_000_000 + int64(i)*500_000)
+	}
+	for i := range 200 {
+		send(1e9 + int64(i)*4_000_000)
+	}
+	a := probeStream(t, conn, "a", cfg.Params)
+	d := probeStream(t, conn, "b", cfg.Params)
+	go answerCaches(a, upCopies, make(chan *owlv1.Ack, 16))
+	go answerCaches(d, downCopies, make(chan *owlv1.Ack, 16))
+	for _, e := range []int64{1, 2} {
+		for i, st := range []owlv1.ProbeService_ConnectClient{a, d} {
+			role := []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i]
+			l, _ := lda.New(cfg.Params.LDA)
+			lb, _ := l.MarshalBinary()
+			r := report("p", e, role, lb)
+			r.Rda, _ = rdas[e][i].MarshalBinary()
+			if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[int64]*owlv1.PathStats{}
+	for len(got) < 2 || got[1].GetBoundaryMatched() != crossers || got[2].GetReordered() != 0 {
+		r, err := watch.Recv()
+		if err != nil {
+			for e, r := range got {
+				t.Logf("epoch %d: %v", e, r)
+			}
+			t.Fatalf("waiting for both epochs and the crossers' match: %v", err)
+		}
+		got[r.GetEpoch()] = r
+	}
+	e1 := got[1]
+	if e1.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || e1.GetEstimator() != "rda" || e1.GetLost() != 0 ||
+		e1.GetMeanNs() != delay || e1.GetSamples() != crossers {
+		t.Errorf("epoch 1: %v %s, lost %v, mean %v over %d; want OK rda, none lost, %d over %d", e1.GetStatus(), e1.GetEstimator(),
+			e1.GetLost(), e1.GetMeanNs(), e1.GetSamples(), delay, crossers)
+	}
+}
+
 // TestRepairWaitsForProbe: after a restart, the upstream side of an epoch
 // is in the store and the downstream probe reconnects first; the epoch
 // pairs at once and its repair needs the upstream probe's cache. The

@@ -423,6 +423,16 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 		res.Lost, res.Duplicates, res.Reordered = float64(out.Lost), out.Duplicates, out.Reordered
 		w.remove = out.Remove
 	}
+	if errors.Is(err, reconcile.ErrNoSamples) && out.Repaired && out.Diff.Complete() && len(out.BoundaryLost) > 0 {
+		// No packet both sides saw within the epoch, yet packets sent
+		// in it: those may arrive in the next epoch (sent just before
+		// the end, on a slower link). Boundary matching gives the
+		// epoch their delays (boundary.apply).
+		res.Estimator = "rda"
+		res.Detail = fmt.Sprintf("no packet arrived within the epoch: %d sent, lost or still on the way at its end", len(out.BoundaryLost))
+		w.bd = &boundary{epoch: w.epoch, lost: out.BoundaryLost, extra: out.BoundaryExtra, res: res, at: wk.now()}
+		return
+	}
 	if err != nil {
 		wk.log.Warn("RDA reconciliation failed; keeping the LDA estimate", "path", path, "epoch", w.epoch, "err", err)
 		if res.Status == owlv1.ResultStatus_RESULT_STATUS_OK {
