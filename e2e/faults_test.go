@@ -3,15 +3,19 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/netpath"
 )
 
 // vethPair makes a veth pair a–b, up, without offloads or IPv6 chatter,
@@ -220,7 +224,7 @@ func TestProbeFrozen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	coll, _, err := env.StartCollector("collector", collectorYAML(filepath.Join(env.Dir, "data"), addr, "  - {name: a-to-b, upstream: frozen-a, downstream: frozen-b}\n"))
+	coll, _, err := env.StartCollector("collector", colateParams(collectorYAML(filepath.Join(env.Dir, "data"), addr, "  - {name: a-to-b, upstream: frozen-a, downstream: frozen-b}\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +232,7 @@ func TestProbeFrozen(t *testing.T) {
 	// every 10 ms with 20 packets in it: 256 blocks hold 2.56 s.
 	probe := func(id, dev string) *harness.Proc {
 		p, err := env.Start(id, "probe", "-id", id, "-collector", addr, "-interface", dev, "-ring-blocks", "256",
-			"-capture-outgoing="+fmt.Sprint(dev == a))
+			"-capture-outgoing="+fmt.Sprint(dev == a), "-colate", "-colate-counters", colateCounters)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,9 +287,47 @@ func TestProbeFrozen(t *testing.T) {
 		}
 	}
 	t.Logf("froze frozen-b in epoch %d, frozen-a in %d:\n%s", frozen[0], frozen[1], table.String())
+	// COLATE over the run: the trace's heaviest flows crossed a veth,
+	// microseconds.
+	for _, k := range heaviestFlows(t, "../testdata/trace.pcap", 3) {
+		res, err := q.GetFlowLatencyHistoric(ctx, &owlv1.GetFlowLatencyHistoricRequest{Flow: netpath.FlowToProto(k), Upstream: "frozen-a", Downstream: "frozen-b"})
+		if err != nil {
+			t.Errorf("COLATE of %v: %v", k, err)
+			continue
+		}
+		t.Logf("COLATE %v: mean %.1f µs over %d/%d packets, %s, %d counters left out", k, res.GetMeanNs()/1e3, res.GetPackets(), res.GetDownstreamPackets(), res.GetEstimator(), res.GetLeftOutCounters())
+		if m := res.GetMeanNs(); m < 0 || m > 1e6 {
+			t.Errorf("COLATE of %v: mean %.1f µs on a veth", k, m/1e3)
+		}
+	}
 	for _, p := range []*harness.Proc{pa, pb} {
 		if err := p.Stop(10 * time.Second); err != nil {
 			t.Errorf("%s did not stop cleanly: %v\n%s", p.Name, err, tail(p.Log()))
 		}
 	}
+}
+
+// heaviestFlows returns the n flows of a capture with the most packets.
+func heaviestFlows(t *testing.T, path string, n int) []capture.FlowKey {
+	t.Helper()
+	src, err := capture.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	d, _ := capture.NewDecoder(src.LinkType(), capture.DefaultIdentityConfig())
+	count := map[capture.FlowKey]int{}
+	for {
+		f, err := src.Next()
+		if err != nil {
+			break
+		}
+		var p capture.Packet
+		if d.Decode(f.Data, f.TimeNS, &p) == nil {
+			count[p.Flow]++
+		}
+	}
+	keys := slices.Collect(maps.Keys(count))
+	slices.SortFunc(keys, func(a, b capture.FlowKey) int { return count[b] - count[a] })
+	return keys[:min(n, len(keys))]
 }
