@@ -229,9 +229,10 @@ func TestProbeFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	// At 2,000 packets a second the kernel hands a ring block over
-	// every 10 ms with 20 packets in it: 256 blocks hold 2.56 s.
+	// every block timeout (50 ms) with 100 packets in it: the default 64
+	// blocks hold 3.2 s.
 	probe := func(id, dev string) *harness.Proc {
-		p, err := env.Start(id, "probe", "-id", id, "-collector", addr, "-interface", dev, "-ring-blocks", "256",
+		p, err := env.Start(id, "probe", "-id", id, "-collector", addr, "-interface", dev,
 			"-capture-outgoing="+fmt.Sprint(dev == a), "-colate", "-colate-counters", colateCounters)
 		if err != nil {
 			t.Fatal(err)

@@ -84,6 +84,9 @@ func open(ifname string) (*capture.LiveSource, *afpacket.TPacket, error) {
 	cfg := capture.DefaultLiveConfig()
 	cfg.Interface, cfg.NumBlocks, cfg.FrameSize = ifname, 8, 16384 // jumbo frames too; the block size is a multiple
 	cfg.PollTimeout = 20 * time.Millisecond
+	// Blocks handed over every 10 ms: a relay that held frames in the
+	// kernel for a probe's block timeout would make the link's delay.
+	cfg.BlockTimeout = 10 * time.Millisecond
 	in, err := capture.OpenLive(cfg, 0)
 	if err != nil {
 		return nil, nil, err

@@ -46,6 +46,13 @@ type LiveConfig struct {
 	// PollTimeout is how long a socket waits for a packet before the
 	// worker advances time on the clock (closing idle epochs).
 	PollTimeout time.Duration `yaml:"poll_timeout"`
+	// BlockTimeout is how long the kernel fills a ring block before it
+	// hands the block over with what it holds. Each block handed over
+	// takes one of NumBlocks, so at low rates the ring holds NumBlocks
+	// times this much time for a worker held up (64 × 50 ms: 3.2 s). A
+	// packet may wait up to twice this long in the kernel, and an idle
+	// worker's time lags the clock by as much.
+	BlockTimeout time.Duration `yaml:"block_timeout"`
 	// Dump writes every captured frame, with the timestamp the probe uses,
 	// to this pcap file (for checking a probe against other tools: two
 	// capture sockets on one interface may stamp a packet differently).
@@ -56,7 +63,7 @@ type LiveConfig struct {
 // promiscuous, outgoing packets ignored, software timestamps.
 func DefaultLiveConfig() LiveConfig {
 	return LiveConfig{Workers: 1, BlockSize: 1 << 20, NumBlocks: 64, FrameSize: 2048, Promiscuous: true,
-		IgnoreOutgoing: true, PollTimeout: 50 * time.Millisecond}
+		IgnoreOutgoing: true, PollTimeout: 50 * time.Millisecond, BlockTimeout: 50 * time.Millisecond}
 }
 
 // UnmarshalYAML reads a live source over the defaults: the keys left out
@@ -99,6 +106,9 @@ func (c LiveConfig) Validate() error {
 	}
 	if c.PollTimeout < time.Millisecond {
 		return errors.New("live capture poll_timeout must be at least 1ms")
+	}
+	if c.BlockTimeout < time.Millisecond || c.BlockTimeout > time.Second {
+		return fmt.Errorf("live capture block_timeout %v out of range [1ms, 1s]", c.BlockTimeout)
 	}
 	if _, err := ParseBPF(c.BPF); err != nil {
 		return err
@@ -147,13 +157,6 @@ type LiveSource struct {
 	tsSource string
 }
 
-// blockTimeout is how long the kernel fills a ring block before it hands
-// the block over with what it holds. Each block handed over takes one of
-// NumBlocks, so at low rates a ring holds NumBlocks times this much time
-// for a worker held up (64 blocks: 0.64 s). (100 ms made TestRealLink's
-// COLATE estimates and boundary matching fail; the cause is not known.)
-const blockTimeout = 10 * time.Millisecond
-
 // ErrTimeout is returned by Next when no packet came within the poll timeout.
 var ErrTimeout = afpacket.ErrTimeout
 
@@ -168,7 +171,7 @@ func OpenLive(cfg LiveConfig, w int) (*LiveSource, error) {
 		afpacket.OptBlockSize(cfg.BlockSize),
 		afpacket.OptNumBlocks(cfg.NumBlocks),
 		afpacket.OptPollTimeout(cfg.PollTimeout),
-		afpacket.OptBlockTimeout(blockTimeout),
+		afpacket.OptBlockTimeout(cfg.BlockTimeout),
 		afpacket.TPacketVersion3,
 	)
 	if err != nil {

@@ -237,7 +237,8 @@ func TestParseBPF(t *testing.T) {
 }
 
 // TestLiveConfigYAML: a live source in YAML takes the defaults for the
-// keys it leaves out and refuses unknown keys.
+// keys it leaves out and refuses unknown keys; a block timeout out of
+// range does not validate.
 func TestLiveConfigYAML(t *testing.T) {
 	var c LiveConfig
 	if err := yaml.Unmarshal([]byte("interface: eth1\nworkers: 2\npromiscuous: false\n"), &c); err != nil {
@@ -253,6 +254,13 @@ func TestLiveConfigYAML(t *testing.T) {
 	}
 	if err := yaml.Unmarshal([]byte("interface: eth1\nworkerz: 2\n"), &c); err == nil || !strings.Contains(err.Error(), "workerz") {
 		t.Errorf("unknown key: %v", err)
+	}
+	for _, d := range []time.Duration{0, 2 * time.Second} {
+		c := want
+		c.BlockTimeout = d
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "block_timeout") {
+			t.Errorf("block timeout %v: %v", d, err)
+		}
 	}
 }
 

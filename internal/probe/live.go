@@ -138,12 +138,14 @@ func (p *Probe) liveWorker(ctx context.Context, w int, src *capture.LiveSource, 
 		// Time moves at least every poll timeout, so that an idle
 		// socket closes its epochs, and one whose frames do not decode
 		// too. It moves on the clock only when the ring is empty (the
-		// poll timed out): a worker that was held up (no CPU for a
-		// while) reads on through the packets its ring kept, and moving
-		// to the clock would close their epochs under them, making them
-		// late. While frames come, time is the last frame's.
+		// poll timed out), less twice the block timeout (what the
+		// kernel may still hold in the block it fills): a worker that
+		// was held up (no CPU for a while) reads on through the packets
+		// its ring kept, and moving to the clock would close their
+		// epochs under them, making them late. While frames come, time
+		// is the last frame's.
 		if now := time.Now(); err != nil || now.Sub(lastAdvance) > lc.cfg.PollTimeout {
-			ref := p.clock.Now() // the time scale of the corrected timestamps
+			ref := p.clock.Now() - 2*int64(lc.cfg.BlockTimeout) // the time scale of the corrected timestamps
 			if err == nil {
 				ref = pl.captureTime(f.TimeNS)
 			}
