@@ -662,37 +662,12 @@ func TestDuplicateCopiesOnOneSide(t *testing.T) {
 	send(crosser, 1e9-10_000, 1e9+30_000, 1e9+35_000) // two copies in epoch 2
 	// One probe cache per side and epoch: this test's IDs are unique to
 	// their epoch, so one map per side serves both epochs' fetches.
-	a := probeStream(t, conn, "a", cfg.Params)
-	d := probeStream(t, conn, "b", cfg.Params)
-	aAcks, dAcks := make(chan *owlv1.Ack, 16), make(chan *owlv1.Ack, 16)
-	go answerCaches(a, upCopies, aAcks)
-	go answerCaches(d, downCopies, dAcks)
-	for _, e := range []int64{1, 2} {
-		for i, st := range []owlv1.ProbeService_ConnectClient{a, d} {
-			role := []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i]
-			l, _ := lda.New(cfg.Params.LDA)
-			lb, _ := l.MarshalBinary()
-			r := report("p", e, role, lb)
-			r.Rda, _ = rdas[e][i].MarshalBinary()
-			if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	sendRDAEpochs(t, conn, cfg, rdas, upCopies, downCopies)
 	// Whichever epoch is reconciled first, boundary matching updates the
 	// other: wait for the crosser's match and epoch 2's update.
-	got := map[int64]*owlv1.PathStats{}
-	for len(got) < 2 || got[1].GetBoundaryMatched() == 0 || got[2].GetReordered() != 0 {
-		r, err := watch.Recv()
-		if err != nil {
-			// No boundary match within the deadline: say what came.
-			for e, r := range got {
-				t.Logf("epoch %d: %v", e, r)
-			}
-			t.Fatalf("waiting for both epochs and the crosser's match: %v", err)
-		}
-		got[r.GetEpoch()] = r
-	}
+	got := watchUntil(t, watch, "the crosser's match", func(got map[int64]*owlv1.PathStats) bool {
+		return len(got) == 2 && got[1].GetBoundaryMatched() > 0 && got[2].GetReordered() == 0
+	})
 	e1, e2 := got[1], got[2]
 	if !e2.GetDecoded() || e2.GetEstimator() != "rda" || e2.GetDuplicates() != 1 || e2.GetReordered() != 0 {
 		t.Errorf("epoch 2: decoded %t %s, duplicates %d, reordered %d", e2.GetDecoded(), e2.GetEstimator(), e2.GetDuplicates(), e2.GetReordered())
@@ -705,6 +680,48 @@ func TestDuplicateCopiesOnOneSide(t *testing.T) {
 			t.Errorf("epoch %d: mean %v, want exactly %d", r.GetEpoch(), r.GetMeanNs(), delay)
 		}
 	}
+}
+
+// sendRDAEpochs connects probes a (upstream) and b (downstream) of path
+// p, which answer fetches from their copies (offsets by ID), and sends
+// their reports of epochs 1 and 2: an empty LDA and the RDAs given.
+func sendRDAEpochs(t *testing.T, conn *grpc.ClientConn, cfg Config, rdas map[int64][2]*rda.RDA, upCopies, downCopies map[uint64][]int64) {
+	t.Helper()
+	a := probeStream(t, conn, "a", cfg.Params)
+	d := probeStream(t, conn, "b", cfg.Params)
+	go answerCaches(a, upCopies, make(chan *owlv1.Ack, 16))
+	go answerCaches(d, downCopies, make(chan *owlv1.Ack, 16))
+	for _, e := range []int64{1, 2} {
+		for i, st := range []owlv1.ProbeService_ConnectClient{a, d} {
+			role := []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i]
+			l, _ := lda.New(cfg.Params.LDA)
+			lb, _ := l.MarshalBinary()
+			r := report("p", e, role, lb)
+			r.Rda, _ = rdas[e][i].MarshalBinary()
+			if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// watchUntil reads the watch's results, the latest by epoch, until done
+// says they are what the test waits for (what, when the deadline comes
+// first).
+func watchUntil(t *testing.T, watch owlv1.QueryService_WatchPathStatsClient, what string, done func(map[int64]*owlv1.PathStats) bool) map[int64]*owlv1.PathStats {
+	t.Helper()
+	got := map[int64]*owlv1.PathStats{}
+	for !done(got) {
+		r, err := watch.Recv()
+		if err != nil {
+			for e, r := range got {
+				t.Logf("epoch %d: %v", e, r)
+			}
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		got[r.GetEpoch()] = r
+	}
+	return got
 }
 
 // TestEpochOfCrossersOnly: every packet sent in epoch 1 is sent in its
@@ -750,33 +767,10 @@ func TestEpochOfCrossersOnly(t *testing.T) {
 	for i := range 200 {
 		send(1e9 + int64(i)*4_000_000)
 	}
-	a := probeStream(t, conn, "a", cfg.Params)
-	d := probeStream(t, conn, "b", cfg.Params)
-	go answerCaches(a, upCopies, make(chan *owlv1.Ack, 16))
-	go answerCaches(d, downCopies, make(chan *owlv1.Ack, 16))
-	for _, e := range []int64{1, 2} {
-		for i, st := range []owlv1.ProbeService_ConnectClient{a, d} {
-			role := []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i]
-			l, _ := lda.New(cfg.Params.LDA)
-			lb, _ := l.MarshalBinary()
-			r := report("p", e, role, lb)
-			r.Rda, _ = rdas[e][i].MarshalBinary()
-			if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	got := map[int64]*owlv1.PathStats{}
-	for len(got) < 2 || got[1].GetBoundaryMatched() != crossers || got[2].GetReordered() != 0 {
-		r, err := watch.Recv()
-		if err != nil {
-			for e, r := range got {
-				t.Logf("epoch %d: %v", e, r)
-			}
-			t.Fatalf("waiting for both epochs and the crossers' match: %v", err)
-		}
-		got[r.GetEpoch()] = r
-	}
+	sendRDAEpochs(t, conn, cfg, rdas, upCopies, downCopies)
+	got := watchUntil(t, watch, "the crossers' match", func(got map[int64]*owlv1.PathStats) bool {
+		return len(got) == 2 && got[1].GetBoundaryMatched() == crossers && got[2].GetReordered() == 0
+	})
 	e1 := got[1]
 	if e1.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || e1.GetEstimator() != "rda" || e1.GetLost() != 0 ||
 		e1.GetMeanNs() != delay || e1.GetSamples() != crossers {
