@@ -311,23 +311,12 @@ func TestProbeFrozen(t *testing.T) {
 // heaviestFlows returns the n flows of a capture with the most packets.
 func heaviestFlows(t *testing.T, path string, n int) []capture.FlowKey {
 	t.Helper()
-	src, err := capture.OpenFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	d, _ := capture.NewDecoder(src.LinkType(), capture.DefaultIdentityConfig())
 	count := map[capture.FlowKey]int{}
-	for {
-		f, err := src.Next()
-		if err != nil {
-			break
-		}
-		var p capture.Packet
-		if d.Decode(f.Data, f.TimeNS, &p) == nil {
+	eachFrame(t, path, func(_ capture.Frame, p *capture.Packet) {
+		if p != nil {
 			count[p.Flow]++
 		}
-	}
+	})
 	keys := slices.Collect(maps.Keys(count))
 	slices.SortFunc(keys, func(a, b capture.FlowKey) int { return count[b] - count[a] })
 	return keys[:min(n, len(keys))]

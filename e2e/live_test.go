@@ -147,6 +147,23 @@ func epochOf(t time.Time) (int64, int64) { return epoch.DefaultConfig().Of(t.Uni
 // them, and returns the first and last of those packets' timestamps.
 func pcapFrames(t *testing.T, path string) (frames, packets int, firstNS, lastNS int64) {
 	t.Helper()
+	eachFrame(t, path, func(f capture.Frame, p *capture.Packet) {
+		frames++
+		if p != nil {
+			if packets == 0 || f.TimeNS < firstNS {
+				firstNS = f.TimeNS
+			}
+			lastNS = max(lastNS, f.TimeNS)
+			packets++
+		}
+	})
+	return frames, packets, firstNS, lastNS
+}
+
+// eachFrame calls fn with each frame of a capture file, and its packet
+// when it decodes (nil when not).
+func eachFrame(t *testing.T, path string, fn func(f capture.Frame, p *capture.Packet)) {
+	t.Helper()
 	src, err := capture.OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -156,16 +173,13 @@ func pcapFrames(t *testing.T, path string) (frames, packets int, firstNS, lastNS
 	for {
 		f, err := src.Next()
 		if err != nil {
-			return frames, packets, firstNS, lastNS
+			return
 		}
-		frames++
 		var p capture.Packet
 		if d.Decode(f.Data, f.TimeNS, &p) == nil {
-			if packets == 0 || f.TimeNS < firstNS {
-				firstNS = f.TimeNS
-			}
-			lastNS = max(lastNS, f.TimeNS)
-			packets++
+			fn(f, &p)
+		} else {
+			fn(f, nil)
 		}
 	}
 }
