@@ -620,52 +620,24 @@ func answerCaches(st owlv1.ProbeService_ConnectClient, copies map[uint64][]int64
 // collector must take the extra copy out, decode, match the first copy
 // with epoch 1's loss, and keep both means exact.
 func TestDuplicateCopiesOnOneSide(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Params.RDA.Buckets = 256
-	cfg.RDA.MinBuckets, cfg.RDA.MaxBuckets = 256, 4096
-	c := newTest(t, cfg)
-	conn := serve(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tw := newTwoEpochs(t)
 	const delay = 40_000
 	rng := rand.New(rand.NewPCG(3, 4))
-	upCopies, downCopies := map[uint64][]int64{}, map[uint64][]int64{}
-	rdas := map[int64][2]*rda.RDA{}
-	for _, e := range []int64{1, 2} {
-		u, _ := rda.New(cfg.Params.RDA)
-		d, _ := rda.New(cfg.Params.RDA)
-		rdas[e] = [2]*rda.RDA{u, d}
-	}
-	base := cfg.Params.Epoch.StartNS(1)
-	send := func(id uint64, upNS int64, downNS ...int64) {
-		ue, uoff := cfg.Params.Epoch.Of(base + upNS)
-		rdas[ue][0].Insert(id, uoff)
-		upCopies[id] = append(upCopies[id], uoff)
-		for _, dn := range downNS {
-			de, doff := cfg.Params.Epoch.Of(base + dn)
-			rdas[de][1].Insert(id, doff)
-			downCopies[id] = append(downCopies[id], doff)
-		}
-	}
 	for i := range 400 {
 		at := int64(i) * 4_000_000 // 4 ms apart, epochs 1 and 2
 		if at+delay >= 2e9 {
 			break
 		}
-		send(rng.Uint64(), at, at+delay)
+		tw.send(rng.Uint64(), at, at+delay)
 	}
 	crosser := rng.Uint64()
-	send(crosser, 1e9-10_000, 1e9+30_000, 1e9+35_000) // two copies in epoch 2
+	tw.send(crosser, 1e9-10_000, 1e9+30_000, 1e9+35_000) // two copies in epoch 2
 	// One probe cache per side and epoch: this test's IDs are unique to
 	// their epoch, so one map per side serves both epochs' fetches.
-	sendRDAEpochs(t, conn, cfg, rdas, upCopies, downCopies)
+	tw.report(t)
 	// Whichever epoch is reconciled first, boundary matching updates the
 	// other: wait for the crosser's match and epoch 2's update.
-	got := watchUntil(t, watch, "the crosser's match", func(got map[int64]*owlv1.PathStats) bool {
+	got := watchUntil(t, tw.watch, "the crosser's match", func(got map[int64]*owlv1.PathStats) bool {
 		return len(got) == 2 && got[1].GetBoundaryMatched() > 0 && got[2].GetReordered() == 0
 	})
 	e1, e2 := got[1], got[2]
@@ -682,22 +654,68 @@ func TestDuplicateCopiesOnOneSide(t *testing.T) {
 	}
 }
 
-// sendRDAEpochs connects probes a (upstream) and b (downstream) of path
-// p, which answer fetches from their copies (offsets by ID), and sends
-// their reports of epochs 1 and 2: an empty LDA and the RDAs given.
-func sendRDAEpochs(t *testing.T, conn *grpc.ClientConn, cfg Config, rdas map[int64][2]*rda.RDA, upCopies, downCopies map[uint64][]int64) {
+// twoEpochs is path p's traffic in epochs 1 and 2 as both sides' RDAs
+// and caches hold it, and a collector (RDAs of 256 buckets, rebuilt up
+// to 4,096) whose results for p are watched.
+type twoEpochs struct {
+	cfg      Config
+	conn     *grpc.ClientConn
+	watch    owlv1.QueryService_WatchPathStatsClient
+	rdas     map[int64][2]*rda.RDA
+	up, down map[uint64][]int64 // each side's cached offsets by ID
+}
+
+func newTwoEpochs(t *testing.T) *twoEpochs {
 	t.Helper()
-	a := probeStream(t, conn, "a", cfg.Params)
-	d := probeStream(t, conn, "b", cfg.Params)
-	go answerCaches(a, upCopies, make(chan *owlv1.Ack, 16))
-	go answerCaches(d, downCopies, make(chan *owlv1.Ack, 16))
+	cfg := testConfig(t)
+	cfg.Params.RDA.Buckets = 256
+	cfg.RDA.MinBuckets, cfg.RDA.MaxBuckets = 256, 4096
+	conn := serve(t, newTest(t, cfg))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := &twoEpochs{cfg: cfg, conn: conn, watch: watch, rdas: map[int64][2]*rda.RDA{}, up: map[uint64][]int64{}, down: map[uint64][]int64{}}
+	for _, e := range []int64{1, 2} {
+		u, _ := rda.New(cfg.Params.RDA)
+		d, _ := rda.New(cfg.Params.RDA)
+		tw.rdas[e] = [2]*rda.RDA{u, d}
+	}
+	return tw
+}
+
+// send has packet id leave upNS after epoch 1's start and arrive at each
+// of downNS (none: lost).
+func (tw *twoEpochs) send(id uint64, upNS int64, downNS ...int64) {
+	grid, base := tw.cfg.Params.Epoch, tw.cfg.Params.Epoch.StartNS(1)
+	ue, uoff := grid.Of(base + upNS)
+	tw.rdas[ue][0].Insert(id, uoff)
+	tw.up[id] = append(tw.up[id], uoff)
+	for _, dn := range downNS {
+		de, doff := grid.Of(base + dn)
+		tw.rdas[de][1].Insert(id, doff)
+		tw.down[id] = append(tw.down[id], doff)
+	}
+}
+
+// report connects probes a (upstream) and b (downstream), which answer
+// fetches from their caches, and sends their reports of both epochs: an
+// empty LDA and the RDAs.
+func (tw *twoEpochs) report(t *testing.T) {
+	t.Helper()
+	a := probeStream(t, tw.conn, "a", tw.cfg.Params)
+	d := probeStream(t, tw.conn, "b", tw.cfg.Params)
+	go answerCaches(a, tw.up, make(chan *owlv1.Ack, 16))
+	go answerCaches(d, tw.down, make(chan *owlv1.Ack, 16))
 	for _, e := range []int64{1, 2} {
 		for i, st := range []owlv1.ProbeService_ConnectClient{a, d} {
 			role := []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i]
-			l, _ := lda.New(cfg.Params.LDA)
+			l, _ := lda.New(tw.cfg.Params.LDA)
 			lb, _ := l.MarshalBinary()
 			r := report("p", e, role, lb)
-			r.Rda, _ = rdas[e][i].MarshalBinary()
+			r.Rda, _ = tw.rdas[e][i].MarshalBinary()
 			if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}); err != nil {
 				t.Fatal(err)
 			}
@@ -730,45 +748,20 @@ func watchUntil(t *testing.T, watch owlv1.QueryService_WatchPathStatsClient, wha
 // sides saw within it; boundary matching must still deliver its packets,
 // with their exact delay, and take them off epoch 2's extras.
 func TestEpochOfCrossersOnly(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Params.RDA.Buckets = 256
-	cfg.RDA.MinBuckets, cfg.RDA.MaxBuckets = 256, 4096
-	c := newTest(t, cfg)
-	conn := serve(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tw := newTwoEpochs(t)
 	const delay = 40_000_000 // 40 ms
 	rng := rand.New(rand.NewPCG(7, 8))
-	upCopies, downCopies := map[uint64][]int64{}, map[uint64][]int64{}
-	rdas := map[int64][2]*rda.RDA{}
-	for _, e := range []int64{1, 2} {
-		u, _ := rda.New(cfg.Params.RDA)
-		d, _ := rda.New(cfg.Params.RDA)
-		rdas[e] = [2]*rda.RDA{u, d}
-	}
-	base := cfg.Params.Epoch.StartNS(1)
-	send := func(upNS int64) {
-		id := rng.Uint64()
-		ue, uoff := cfg.Params.Epoch.Of(base + upNS)
-		de, doff := cfg.Params.Epoch.Of(base + upNS + delay)
-		rdas[ue][0].Insert(id, uoff)
-		rdas[de][1].Insert(id, doff)
-		upCopies[id] = append(upCopies[id], uoff)
-		downCopies[id] = append(downCopies[id], doff)
-	}
 	const crossers = 20
 	for i := range crossers {
-		send(1e9 - 10_000_000 + int64(i)*500_000)
+		at := 1e9 - 10_000_000 + int64(i)*500_000
+		tw.send(rng.Uint64(), at, at+delay)
 	}
 	for i := range 200 {
-		send(1e9 + int64(i)*4_000_000)
+		at := 1e9 + int64(i)*4_000_000
+		tw.send(rng.Uint64(), at, at+delay)
 	}
-	sendRDAEpochs(t, conn, cfg, rdas, upCopies, downCopies)
-	got := watchUntil(t, watch, "the crossers' match", func(got map[int64]*owlv1.PathStats) bool {
+	tw.report(t)
+	got := watchUntil(t, tw.watch, "the crossers' match", func(got map[int64]*owlv1.PathStats) bool {
 		return len(got) == 2 && got[1].GetBoundaryMatched() == crossers && got[2].GetReordered() == 0
 	})
 	e1 := got[1]
