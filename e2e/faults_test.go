@@ -75,14 +75,7 @@ func TestProbeKilled(t *testing.T) {
 	q := query(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	waitConnected(ctx, t, q, 2)
-	waitCapturing(t, pa, pb)
-
-	replay := exec.Command("tcpreplay", "-q", "-i", a, "--pps", "2000", "--loop", "0", "../testdata/trace.pcap")
-	if err := replay.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer replay.Process.Kill()
+	replay := loopTrace(ctx, t, q, a, pa, pb)
 	trafficFrom := time.Now()
 	time.Sleep(3 * time.Second)
 	if err := coll.Stop(10 * time.Second); err != nil {
@@ -156,6 +149,21 @@ func TestProbeKilled(t *testing.T) {
 			t.Errorf("%s did not stop cleanly: %v\n%s", p.Name, err, tail(p.Log()))
 		}
 	}
+}
+
+// loopTrace waits until the probes are connected and capturing, then
+// sends the bundled trace out of dev at 2,000 packets a second, over and
+// over, until the returned command is killed or the test ends.
+func loopTrace(ctx context.Context, t *testing.T, q owlv1.QueryServiceClient, dev string, probes ...*harness.Proc) *exec.Cmd {
+	t.Helper()
+	waitConnected(ctx, t, q, len(probes))
+	waitCapturing(t, probes...)
+	replay := exec.Command("tcpreplay", "-q", "-i", dev, "--pps", "2000", "--loop", "0", "../testdata/trace.pcap")
+	if err := replay.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replay.Process.Kill() })
+	return replay
 }
 
 // checkWhole holds an epoch both probes saw whole to a veth's truth:
@@ -243,14 +251,7 @@ func TestProbeFrozen(t *testing.T) {
 	q := query(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	waitConnected(ctx, t, q, 2)
-	waitCapturing(t, pa, pb)
-
-	replay := exec.Command("tcpreplay", "-q", "-i", a, "--pps", "2000", "--loop", "0", "../testdata/trace.pcap")
-	if err := replay.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer replay.Process.Kill()
+	replay := loopTrace(ctx, t, q, a, pa, pb)
 	trafficFrom := time.Now()
 	var frozen []int64
 	for _, p := range []*harness.Proc{pb, pa} {
