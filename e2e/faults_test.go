@@ -93,13 +93,7 @@ func TestProbeKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	replay.Process.Kill()
-	replay.Wait()
-	trafficTo := time.Now()
-
-	first, _ := epochOf(trafficFrom)
-	last, _ := epochOf(trafficTo)
-	first, last = first+1, last-1 // whole epochs of traffic
+	first, last := stopTraffic(replay, trafficFrom)
 	killed, _ := epochOf(killedAt)
 	stats, err := harness.WaitEpochs(ctx, q, "a-to-b", harness.Epochs(first, last))
 	if err != nil {
@@ -164,6 +158,16 @@ func loopTrace(ctx context.Context, t *testing.T, q owlv1.QueryServiceClient, de
 	}
 	t.Cleanup(func() { replay.Process.Kill() })
 	return replay
+}
+
+// stopTraffic ends the traffic loopTrace started at from, and returns the
+// first and last epochs it filled whole.
+func stopTraffic(replay *exec.Cmd, from time.Time) (first, last int64) {
+	replay.Process.Kill()
+	replay.Wait()
+	first, _ = epochOf(from)
+	last, _ = epochOf(time.Now())
+	return first + 1, last - 1
 }
 
 // checkWhole holds an epoch both probes saw whole to a veth's truth:
@@ -264,13 +268,7 @@ func TestProbeFrozen(t *testing.T) {
 		}
 	}
 	time.Sleep(3 * time.Second)
-	replay.Process.Kill()
-	replay.Wait()
-	trafficTo := time.Now()
-
-	first, _ := epochOf(trafficFrom)
-	last, _ := epochOf(trafficTo)
-	first, last = first+1, last-1 // whole epochs of traffic
+	first, last := stopTraffic(replay, trafficFrom)
 	stats, err := harness.WaitEpochs(ctx, q, "a-to-b", harness.Epochs(first, last))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, tail(coll.Log()))
