@@ -15,14 +15,11 @@ import (
 )
 
 // The per-flow data of a path's epoch, its sketch pair and its per-flow
-// results, are one record in bucketFlowData under the epoch first, then
-// the path (dataKey): the records a collector writes go to the end of the
-// bucket, where they fill new pages, and no transaction rewrites pages of
-// records stored before. Under the path first, every write rewrote its
-// path's last leaf with the records in it (a leaf holds at least four,
-// however large): 43 KB written per path-epoch of 7 KB (BenchmarkApply).
-// bucketFlowIndex has each record's epochKey with an empty value, for
-// reading a path's epochs in order.
+// results, are one record in bucketFlowData, in the order they are
+// written (seqRecords); bucketFlowIndex has each record's epochKey, with
+// its key in bucketFlowData as the value, for reading a path's epochs in
+// order. An index entry with an empty value is of a record stored by an
+// older collector, under dataKey (the epoch first, then the path).
 //
 // A record is
 //
@@ -70,7 +67,7 @@ func parseLDS(k, v []byte) (LDSPair, error) {
 	return p, nil
 }
 
-// dataKey is the key of the record of the epoch whose epochKey is k.
+// dataKey is the epoch-first key of the epoch whose epochKey is k.
 func dataKey(k []byte) []byte {
 	n := len(k) - 9
 	return append(bytes.Clone(k[n+1:]), k[:n]...)
@@ -208,23 +205,24 @@ func (r *flowRecord) encode(flows []byte) ([]byte, error) {
 	return v, nil
 }
 
+// flowRecords is the transaction's per-flow records.
+func flowRecords(tx *bolt.Tx) seqRecords {
+	return newSeqRecords(tx, bucketFlowIndex, bucketFlowData, dataKey)
+}
+
 // putFlowData stores records, keeping the stored part of an epoch that a
 // record does not have.
 func putFlowData(tx *bolt.Tx, recs []*flowRecord) error {
-	idx, data := tx.Bucket(bucketFlowIndex), tx.Bucket(bucketFlowData)
+	fr := flowRecords(tx)
 	for _, r := range recs {
-		dk := dataKey(r.key)
 		v, err := r.val, error(nil)
 		if v == nil {
-			v, err = r.merged(data.Get(dk))
+			v, err = r.merged(fr.get(r.key))
 		}
 		if err != nil {
 			return fmt.Errorf("per-flow data %x: %w", r.key, err)
 		}
-		if err := idx.Put(r.key, nil); err != nil {
-			return err
-		}
-		if err := data.Put(dk, v); err != nil {
+		if err := fr.put(r.key, v); err != nil {
 			return err
 		}
 	}
@@ -252,10 +250,11 @@ func (r *flowRecord) merged(stored []byte) ([]byte, error) {
 // path in [from, to] that has per-flow data, oldest first, until fn
 // returns false.
 func eachRecord(tx *bolt.Tx, path string, from, to int64, fn func(k, v []byte) (bool, error)) error {
-	c, data := tx.Bucket(bucketFlowIndex).Cursor(), tx.Bucket(bucketFlowData)
+	fr := flowRecords(tx)
+	c := fr.idx.Cursor()
 	end := epochKey(path, to)
-	for k, _ := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, _ = c.Next() {
-		more, err := fn(k, data.Get(dataKey(k)))
+	for k, at := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, at = c.Next() {
+		more, err := fn(k, fr.data.Get(fr.at(k, at)))
 		if err != nil || !more {
 			return err
 		}
@@ -334,7 +333,7 @@ func (s *Store) FlowEpochs(path string, fn func(epoch int64) bool) error {
 // epochFlowData reads what a replica's copy takes of an epoch's per-flow
 // data (k: its epochKey), copied out of the transaction.
 func epochFlowData(tx *bolt.Tx, k []byte) ([]FlowResult, *LDSPair, error) {
-	v := tx.Bucket(bucketFlowData).Get(dataKey(k))
+	v := flowRecords(tx).get(k)
 	var fs []FlowResult
 	if _, err := decodeFlows(k, v, nil, func(h uint64, f *owlv1.FlowStats) bool {
 		fs = append(fs, FlowResult{Hash: h, Stats: f})
@@ -396,10 +395,11 @@ func (s *Store) PruneFlows(path string, epoch int64) (int, error) {
 // deleteFlowData deletes the per-flow data of the epoch keys in
 // [start, end].
 func deleteFlowData(tx *bolt.Tx, start, end []byte) (int, error) {
-	c, data := tx.Bucket(bucketFlowIndex).Cursor(), tx.Bucket(bucketFlowData)
+	fr := flowRecords(tx)
+	c := fr.idx.Cursor()
 	n := 0
-	for k, _ := c.Seek(start); k != nil && bytes.Compare(k, end) <= 0; k, _ = c.Seek(start) {
-		if err := data.Delete(dataKey(k)); err != nil {
+	for k, at := c.Seek(start); k != nil && bytes.Compare(k, end) <= 0; k, at = c.Seek(start) {
+		if err := fr.data.Delete(fr.at(k, at)); err != nil {
 			return n, err
 		}
 		if err := c.Delete(); err != nil {

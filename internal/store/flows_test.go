@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -248,5 +249,148 @@ func FuzzFlowRecord(f *testing.F) {
 				t.Fatalf("flow %d reads back as %v, want %v", i, back[i].Stats, fs[i].Stats)
 			}
 		}
+	})
+}
+
+// dataKeys is the keys of bucket name of s.
+func dataKeys(t *testing.T, s *Store, name []byte) [][]byte {
+	t.Helper()
+	var out [][]byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(name).ForEach(func(k, _ []byte) error {
+			out = append(out, bytes.Clone(k))
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRecordsInWriteOrder: per-flow and boundary records written for
+// epochs and paths in any order are stored one after the other, in the
+// order written, and a record written again moves to the end.
+func TestRecordsInWriteOrder(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	order := []EpochRef{{"q", 5}, {"p", 7}, {"q", 3}, {"p", 1}, {"q", 5}}
+	for i, r := range order {
+		w := Write{
+			Flows:      []FlowResult{flow(r.Path, r.Epoch, 1, float64(i))},
+			LDS:        []LDSPair{{EpochRef: r, Pair: []byte("OWL")}},
+			Boundaries: []Boundary{{EpochRef: r, Data: []byte{byte(i)}}},
+		}
+		if err := s.Apply(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range [][]byte{bucketFlowData, bucketBoundaryData} {
+		var seqs []uint64
+		for _, k := range dataKeys(t, s, name) {
+			if len(k) != 8 {
+				t.Fatalf("%s: key %x is not a sequence number", name, k)
+			}
+			seqs = append(seqs, binary.BigEndian.Uint64(k))
+		}
+		// q 5 was written first and last: its first record is gone.
+		if !slices.Equal(seqs, []uint64{2, 3, 4, 5}) {
+			t.Errorf("%s: records %v, want 2 3 4 5 (the first replaced by the fifth)", name, seqs)
+		}
+	}
+	if b, _ := s.BoundaryData("q", 5); !bytes.Equal(b, []byte{4}) {
+		t.Errorf("q 5's boundary record %v, want the last written, [4]", b)
+	}
+	if f, _ := s.FlowResult("q", 5, 1); f.GetPackets() != 4 {
+		t.Errorf("q 5's flow %v, want the last written (4 packets)", f)
+	}
+	if n, err := s.DeleteFlows("q", []EpochRange{{3, 5}}); err != nil || n != 2 {
+		t.Errorf("deleting q's epochs 3-5: %d (%v), want 2", n, err)
+	}
+	if n := len(dataKeys(t, s, bucketFlowData)); n != 2 {
+		t.Errorf("%d per-flow records after q's went, want p's 2", n)
+	}
+}
+
+// TestPreviousLayout: a database of the collector before records were in
+// write order (per-flow records under their epoch first, indexed with
+// empty values; boundary records in "epoch-boundary" under their epoch
+// first) opens with every record readable; a per-flow record written
+// again or deleted leaves nothing under its old key, and the boundary
+// records are moved.
+func TestPreviousLayout(t *testing.T) {
+	dir := t.TempDir()
+	db, err := bolt.Open(filepath.Join(dir, "owl.db"), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		idx, err := tx.CreateBucket(bucketFlowIndex)
+		if err != nil {
+			return err
+		}
+		data, err := tx.CreateBucket(bucketFlowData)
+		if err != nil {
+			return err
+		}
+		bb, err := tx.CreateBucket(legacyEpochBoundary)
+		if err != nil {
+			return err
+		}
+		for e := int64(1); e <= 3; e++ {
+			recs, err := flowData([]LDSPair{{EpochRef: EpochRef{Path: "p", Epoch: e}, Up: []byte{byte(e)}}}, []FlowResult{flow("p", e, 9, float64(e))})
+			if err != nil {
+				return err
+			}
+			k := epochKey("p", e)
+			if err := errors.Join(idx.Put(k, nil), data.Put(dataKey(k), recs[0].val), bb.Put(dataKey(k), []byte{byte(e)})); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := flowsOf(t, s, "p"); len(got) != 3 || got[2].Stats.GetPackets() != 3 {
+		t.Errorf("per-flow results %v, want epochs 1-3 as stored", got)
+	}
+	for e := int64(1); e <= 3; e++ {
+		if b, err := s.BoundaryData("p", e); err != nil || !bytes.Equal(b, []byte{byte(e)}) {
+			t.Errorf("epoch %d: boundary record %v (%v), want [%d]", e, b, err, e)
+		}
+	}
+	// Epoch 1's flows written again (its sketch kept), epoch 2 deleted.
+	if err := s.Apply(Write{Flows: []FlowResult{flow("p", 1, 9, 10)}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteFlows("p", []EpochRange{{2, 2}}); err != nil || n != 1 {
+		t.Fatalf("deleting epoch 2: %d (%v)", n, err)
+	}
+	if sk := sketchesOf(t, s, "p"); len(sk) != 2 || !bytes.Equal(sk[1], []byte{1}) {
+		t.Errorf("sketches %v, want epoch 1's [1] kept and epoch 3's", sk)
+	}
+	if f, _ := s.FlowResult("p", 1, 9); f.GetPackets() != 10 {
+		t.Errorf("epoch 1's flow %v, want the one written again", f)
+	}
+	keys := dataKeys(t, s, bucketFlowData)
+	old := dataKey(epochKey("p", 3))
+	if len(keys) != 2 || !bytes.Equal(keys[1], old) || len(keys[0]) != 8 {
+		t.Errorf("per-flow records under %x, want epoch 1's sequence number and epoch 3's old key %x", keys, old)
+	}
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(legacyEpochBoundary) != nil {
+			t.Error("bucket epoch-boundary is still there")
+		}
+		return nil
 	})
 }

@@ -11,11 +11,13 @@ import (
 // Collectors before the per-flow records of flows.go kept sketches in
 // bucket "lds" under the epoch's key, and per-flow results in bucket
 // "flows" one per flow, under the epoch's key and the flow's hash.
-// Boundary records were in bucket "boundary" under the epoch's key.
+// Boundary records were in bucket "boundary" under the epoch's key, then
+// in bucket "epoch-boundary" under dataKey, before boundaryRecords.
 var (
-	legacyLDS      = []byte("lds")
-	legacyFlows    = []byte("flows")
-	legacyBoundary = []byte("boundary")
+	legacyLDS           = []byte("lds")
+	legacyFlows         = []byte("flows")
+	legacyBoundary      = []byte("boundary")
+	legacyEpochBoundary = []byte("epoch-boundary")
 )
 
 // migrateBatch is about how many old records one transaction moves.
@@ -40,7 +42,7 @@ func migrateFlowData(db *bolt.DB) error {
 				return err
 			}
 			done = true
-			for _, name := range [][]byte{legacyFlows, legacyLDS, legacyBoundary} {
+			for _, name := range [][]byte{legacyFlows, legacyLDS, legacyBoundary, legacyEpochBoundary} {
 				if tx.Bucket(name) != nil {
 					if err := tx.DeleteBucket(name); err != nil {
 						return err
@@ -61,19 +63,15 @@ func migrateFlowData(db *bolt.DB) error {
 // mergeInto adds to the record of epoch key ek a sketch (when not nil)
 // and flow entries.
 func mergeInto(tx *bolt.Tx, ek, sketch, flows []byte) error {
-	data := tx.Bucket(bucketFlowData)
-	dk := dataKey(ek)
-	s, f, err := splitRecord(data.Get(dk))
+	fr := flowRecords(tx)
+	s, f, err := splitRecord(fr.get(ek))
 	if err != nil {
 		return fmt.Errorf("per-flow data %x: %w", ek, err)
 	}
 	if sketch != nil {
 		s = sketch
 	}
-	if err := tx.Bucket(bucketFlowIndex).Put(bytes.Clone(ek), nil); err != nil {
-		return err
-	}
-	return data.Put(dk, joinRecord(s, append(bytes.Clone(f), flows...)))
+	return fr.put(bytes.Clone(ek), joinRecord(s, append(bytes.Clone(f), flows...)))
 }
 
 // moveLegacyFlows moves whole epochs of old per-flow results, about
@@ -129,18 +127,24 @@ func moveLegacyLDS(tx *bolt.Tx) (int, error) {
 	})
 }
 
-// moveLegacyBoundaries moves up to migrateBatch old boundary records and
-// returns how many it moved.
+// moveLegacyBoundaries moves up to migrateBatch old boundary records, of
+// either old bucket, and returns how many it moved.
 func moveLegacyBoundaries(tx *bolt.Tx) (int, error) {
-	nb := tx.Bucket(bucketBoundary)
-	return moveRecords(tx, legacyBoundary, func(k, v []byte) error {
-		return nb.Put(dataKey(k), bytes.Clone(v))
+	br := boundaryRecords(tx)
+	n, err := moveRecords(tx, legacyBoundary, func(k, v []byte) error {
+		return br.put(dataKey(k), bytes.Clone(v))
+	})
+	if err != nil || n > 0 {
+		return n, err
+	}
+	return moveRecords(tx, legacyEpochBoundary, func(k, v []byte) error {
+		return br.put(bytes.Clone(k), bytes.Clone(v))
 	})
 }
 
 // moveRecords hands up to migrateBatch records of an old bucket keyed by
-// epochKey to put, deleting each, and returns how many it took. Keys too
-// short to be an epoch's are dropped.
+// epochKey or dataKey to put, deleting each, and returns how many it
+// took. Keys too short to be an epoch's are dropped.
 func moveRecords(tx *bolt.Tx, name []byte, put func(k, v []byte) error) (int, error) {
 	old := tx.Bucket(name)
 	if old == nil {

@@ -155,6 +155,6 @@ func storedEpoch(tx *bolt.Tx, k, v []byte) (StoredEpoch, error) {
 	if se.Flows, se.LDS, err = epochFlowData(tx, k); err != nil {
 		return se, err
 	}
-	se.Boundary = bytes.Clone(tx.Bucket(bucketBoundary).Get(dataKey(k)))
+	se.Boundary = bytes.Clone(boundaryRecords(tx).get(dataKey(k)))
 	return se, nil
 }

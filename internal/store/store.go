@@ -29,9 +29,10 @@ import (
 var (
 	bucketResults = []byte("results")
 	bucketPending = []byte("pending")
-	// Boundary records, under dataKey (epoch first: they are read one by
-	// one, and written where they fill new pages).
-	bucketBoundary = []byte("epoch-boundary")
+	// Boundary records in the order they are written (seqRecords), and
+	// their index under dataKey (the epoch first).
+	bucketBoundaryIndex = []byte("boundary-index")
+	bucketBoundaryData  = []byte("boundary-data")
 	// Per-flow data (sketches and per-flow results) of each path's
 	// epochs: flows.go.
 	bucketFlowIndex = []byte("flow-index")
@@ -70,8 +71,9 @@ type Store struct {
 // Deleted one by one, each in the transaction of the write that dropped
 // it, every record rewrote its leaf with the records beside it (a leaf
 // holds two at least, of about 8 KB each): 21 KB written a path-epoch
-// under owl-load. Records are stored epoch first, so a batch of records
-// dropped over a few epochs is a run of whole leaves, freed unwritten.
+// under owl-load. Records are stored in the order they were written, and
+// indexed epoch first, so a batch of records dropped over a few epochs is
+// a run of whole leaves in both, freed unwritten.
 const dropBatch = 2048
 
 // takeDrops adds drops to the records waiting to be deleted, and returns
@@ -99,7 +101,7 @@ func (s *Store) PruneBoundaries(keep int64) (int, error) {
 	var old [][]byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		newest := map[string]int64{}
-		c := tx.Bucket(bucketBoundary).Cursor()
+		c := tx.Bucket(bucketBoundaryIndex).Cursor()
 		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
 			if len(k) < 8 {
 				continue
@@ -118,9 +120,9 @@ func (s *Store) PruneBoundaries(keep int64) (int, error) {
 		return 0, err
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketBoundary)
+		br := boundaryRecords(tx)
 		for _, k := range old {
-			if err := b.Delete(k); err != nil {
+			if err := br.delete(k); err != nil {
 				return err
 			}
 		}
@@ -165,7 +167,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("%s is damaged: %w; %s", path, err, damagedAdvice)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundary, bucketFlowIndex, bucketFlowData, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT, bucketReorder} {
+		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundaryIndex, bucketBoundaryData, bucketFlowIndex, bucketFlowData, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT, bucketReorder} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -575,21 +577,26 @@ func (s *Store) UpdateResult(path string, epoch int64, change func(*owlv1.PathSt
 // putBoundaries stores boundary records, but not those of the epochs in
 // kept (whose stored results stayed), then drops those in drop.
 func putBoundaries(tx *bolt.Tx, bs []Boundary, drop []EpochRef, kept map[EpochRef]bool) error {
-	b := tx.Bucket(bucketBoundary)
+	br := boundaryRecords(tx)
 	for _, x := range bs {
 		if kept[x.EpochRef] {
 			continue // the stored result stays, and its record with it
 		}
-		if err := b.Put(dataKey(epochKey(x.Path, x.Epoch)), x.Data); err != nil {
+		if err := br.put(dataKey(epochKey(x.Path, x.Epoch)), x.Data); err != nil {
 			return err
 		}
 	}
 	for _, d := range drop {
-		if err := b.Delete(dataKey(epochKey(d.Path, d.Epoch))); err != nil {
+		if err := br.delete(dataKey(epochKey(d.Path, d.Epoch))); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// boundaryRecords is the transaction's boundary records.
+func boundaryRecords(tx *bolt.Tx) seqRecords {
+	return newSeqRecords(tx, bucketBoundaryIndex, bucketBoundaryData, nil)
 }
 
 // deleteSides deletes both sides of each epoch from a bucket of sides.
@@ -619,7 +626,7 @@ func putSides(b *bolt.Bucket, ps []Pending, vals [][]byte) error {
 func (s *Store) BoundaryData(path string, epoch int64) ([]byte, error) {
 	var out []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
-		out = bytes.Clone(tx.Bucket(bucketBoundary).Get(dataKey(epochKey(path, epoch))))
+		out = bytes.Clone(boundaryRecords(tx).get(dataKey(epochKey(path, epoch))))
 		return nil
 	})
 	return out, err

@@ -290,7 +290,7 @@ func boundaryEpochs(t *testing.T, s *Store, path string) []int64 {
 	t.Helper()
 	var out []int64
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketBoundary).ForEach(func(k, _ []byte) error {
+		return tx.Bucket(bucketBoundaryIndex).ForEach(func(k, _ []byte) error {
 			if string(k[8:]) == path {
 				out = append(out, int64(binary.BigEndian.Uint64(k)^(1<<63)))
 			}
