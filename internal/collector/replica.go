@@ -88,7 +88,7 @@ func (c *Collector) checkCopy(ec *owlv1.EpochCopy) error {
 	if p := ec.GetLdsPair(); len(p) > 0 {
 		// Stored, sketches that do not decode would fail every
 		// GetFlowStats over their epoch.
-		if _, _, err := lds.DecodePair(p); err != nil {
+		if err := lds.CheckPair(p); err != nil {
 			return fmt.Errorf("its sketches: %w", err)
 		}
 	}

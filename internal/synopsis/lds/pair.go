@@ -92,7 +92,18 @@ func IsPair(b []byte) bool {
 // agreed on, the difference of the sums; a digest tells the cells apart
 // that the ends did not agree on. Truncated, oversized or trailing input
 // is rejected with an error wrapping synopsis.ErrFormat.
-func DecodePair(b []byte) (up, down *LDS, err error) {
+func DecodePair(b []byte) (up, down *LDS, err error) { return decodePair(b, true) }
+
+// CheckPair says whether DecodePair would take b, without building the
+// sketches.
+func CheckPair(b []byte) error {
+	_, _, err := decodePair(b, false)
+	return err
+}
+
+// decodePair is DecodePair; without keep, the cells are read and checked
+// but not kept (the results are nil).
+func decodePair(b []byte, keep bool) (up, down *LDS, err error) {
 	rd, err := synopsis.NewReader(b, synopsis.KindLDSPair, pairVersion)
 	if err != nil {
 		return nil, nil, err
@@ -101,20 +112,77 @@ func DecodePair(b []byte) (up, down *LDS, err error) {
 	if err := checkConfig(rd, cfg); err != nil {
 		return nil, nil, err
 	}
-	if !rd.Need("cells", cfg.Rows*cfg.Cols) { // a byte a cell at least
+	total := cfg.Rows * cfg.Cols
+	if !rd.Need("cells", total) { // a byte a cell at least
 		return nil, nil, rd.Err()
 	}
-	up, _ = New(cfg)
-	down, _ = New(cfg)
-	for i := range up.cells {
-		if !readPairCell(rd, &up.cells[i], &down.cells[i]) {
+	var upCells, downCells []Cell
+	if keep {
+		up, _ = New(cfg)
+		down, _ = New(cfg)
+		upCells, downCells = up.cells, down.cells
+	}
+	var a, d Cell
+	for i := 0; i < total; {
+		// Common cells in one loop over the bytes; the first other one
+		// (escaped, or damaged: for the error) field by field.
+		read, n := readPairCells(rd.Rest(), upCells, downCells, i, total)
+		rd.Skip(n)
+		if i = read; i == total {
 			break
 		}
+		a, d = Cell{}, Cell{}
+		if !readPairCell(rd, &a, &d) {
+			break
+		}
+		if keep {
+			upCells[i], downCells[i] = a, d
+		}
+		i++
 	}
 	if err := rd.Done(); err != nil {
 		return nil, nil, err
 	}
 	return up, down, nil
+}
+
+// readPairCells reads the cells from i on of a pair form from b, into up
+// and down unless they are nil, until total or the first cell that is
+// escaped or does not read, and returns the index it stopped at and the
+// bytes read. It takes what readPairCell takes.
+func readPairCells(b []byte, up, down []Cell, i, total int) (stop, n int) {
+	for ; i < total; i++ {
+		h, k := binary.Uvarint(b[n:])
+		if k <= 0 {
+			break
+		}
+		ac, dc := h>>2, h>>2
+		var sum int64
+		digest := uint64(1) // the ends did not agree on the cell
+		switch h & pairEscape {
+		case pairDiffers:
+			var k2 int
+			if dc, k2 = binary.Uvarint(b[n+k:]); k2 <= 0 || dc == ac {
+				return i, n
+			}
+			k += k2
+		case pairUsable:
+			var k2 int
+			if sum, k2 = binary.Varint(b[n+k:]); k2 <= 0 || ac == 0 {
+				return i, n
+			}
+			k += k2
+			digest = 0
+		case pairEscape:
+			return i, n
+		}
+		if up != nil {
+			up[i] = Cell{Count: ac}
+			down[i] = Cell{Count: dc, SumNS: sum, Digest: digest}
+		}
+		n += k
+	}
+	return i, n
 }
 
 // readPairCell reads one cell of a pair form into a and d, and says

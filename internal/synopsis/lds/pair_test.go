@@ -164,11 +164,20 @@ func FuzzDecodePair(f *testing.F) {
 		if limit := uint64(64*len(b) + 16<<10); synopsistest.Allocated(limit, func() { pu, pd, err = DecodePair(b) }) > limit {
 			t.Fatalf("decoding %d bytes allocated over %d", len(b), limit)
 		}
+		if err != nil && !errors.Is(err, synopsis.ErrFormat) {
+			t.Fatalf("%v does not wrap ErrFormat", err)
+		}
+		// The loop over common cells reads as the field-by-field reader
+		// does, and a check takes what decoding takes.
+		su, sd, serr := decodePairByField(b)
+		if (serr == nil) != (err == nil) || (CheckPair(b) == nil) != (err == nil) {
+			t.Fatalf("DecodePair: %v, field by field: %v, CheckPair: %v", err, serr, CheckPair(b))
+		}
 		if err != nil {
-			if !errors.Is(err, synopsis.ErrFormat) {
-				t.Fatalf("%v does not wrap ErrFormat", err)
-			}
 			return
+		}
+		if !slices.Equal(su.cells, pu.cells) || !slices.Equal(sd.cells, pd.cells) {
+			t.Fatal("DecodePair's cells are not those read field by field")
 		}
 		again, err := AppendPair(nil, pu, pd)
 		if err != nil {
@@ -179,5 +188,97 @@ func FuzzDecodePair(f *testing.F) {
 			t.Fatalf("re-encoded pair form decodes differently: %v", err)
 		}
 		_, _ = EstimateFlow(pu, pd, 1, 1, DefaultOptions())
+	})
+}
+
+// decodePairByField is DecodePair with every cell read by readPairCell.
+func decodePairByField(b []byte) (up, down *LDS, err error) {
+	rd, err := synopsis.NewReader(b, synopsis.KindLDSPair, pairVersion)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := readConfig(rd)
+	if err := checkConfig(rd, cfg); err != nil {
+		return nil, nil, err
+	}
+	if !rd.Need("cells", cfg.Rows*cfg.Cols) {
+		return nil, nil, rd.Err()
+	}
+	up, _ = New(cfg)
+	down, _ = New(cfg)
+	for i := range up.cells {
+		if !readPairCell(rd, &up.cells[i], &down.cells[i]) {
+			break
+		}
+	}
+	if err := rd.Done(); err != nil {
+		return nil, nil, err
+	}
+	return up, down, nil
+}
+
+// TestPairEscapedAmongCommon: escaped cells between common ones, and a
+// damaged cell after them, read as field by field.
+func TestPairEscapedAmongCommon(t *testing.T) {
+	cfg := Config{Rows: 2, Cols: 8, K: 2, RowSampleLog2: []uint8{0, 0}, Seed: 3}
+	u, d := pairTraffic(cfg, 200, 2)
+	u.cells[3].Count, d.cells[3].Count = 1<<62, 1<<62+5
+	u.cells[9].Count, d.cells[9].Count, d.cells[9].Digest = 1<<63, 1<<63, u.cells[9].Digest
+	b, err := AppendPair(nil, u, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pu, pd, err := DecodePair(b)
+	su, sd, serr := decodePairByField(b)
+	if err != nil || serr != nil || !slices.Equal(pu.cells, su.cells) || !slices.Equal(pd.cells, sd.cells) {
+		t.Fatalf("decoded (%v) not as field by field (%v)", err, serr)
+	}
+	if pu.cells[9].Count != 1<<63 || pd.cells[3].Count != 1<<62+5 {
+		t.Errorf("escaped cells read as %d and %d", pu.cells[9].Count, pd.cells[3].Count)
+	}
+	if err := CheckPair(b); err != nil {
+		t.Errorf("CheckPair: %v", err)
+	}
+	// The last cell marked as differing with equal counts.
+	bad := append(b[:len(b):len(b)], 0)
+	bad[len(b)-1] = 1<<2 | pairDiffers
+	bad = append(bad, 1)
+	if _, _, err := DecodePair(bad); err == nil || CheckPair(bad) == nil {
+		t.Errorf("a trailing damaged cell was taken: %v", err)
+	}
+}
+
+// BenchmarkDecodePair reads the pair form of two sketches of 4 × 4,096
+// cells that saw 5,000 packets, as a collector stores them.
+func BenchmarkDecodePair(b *testing.B) {
+	cfg := Config{Rows: 4, Cols: 4096, K: 4, RowSampleLog2: []uint8{6, 3, 0, 0}, Seed: 1}
+	u, d := pairTraffic(cfg, 5000, 1)
+	p, err := AppendPair(nil, u, d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := DecodePair(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("check", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := CheckPair(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("field-by-field", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := decodePairByField(p); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
