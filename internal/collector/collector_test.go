@@ -654,11 +654,13 @@ func TestDuplicateCopiesOnOneSide(t *testing.T) {
 	}
 }
 
-// twoEpochs is path p's traffic in epochs 1 and 2 as both sides' RDAs
-// and caches hold it, and a collector (RDAs of 256 buckets, rebuilt up
-// to 4,096) whose results for p are watched.
+// twoEpochs is path p's traffic in epochs 1 and 2 (or 1 to n:
+// newEpochs) as both sides' RDAs and caches hold it, and a collector
+// (RDAs of 256 buckets, rebuilt up to 4,096) whose results for p are
+// watched.
 type twoEpochs struct {
 	cfg      Config
+	c        *Collector
 	conn     *grpc.ClientConn
 	watch    owlv1.QueryService_WatchPathStatsClient
 	rdas     map[int64][2]*rda.RDA
@@ -667,18 +669,24 @@ type twoEpochs struct {
 
 func newTwoEpochs(t *testing.T) *twoEpochs {
 	t.Helper()
+	return newEpochs(t, 2)
+}
+
+func newEpochs(t *testing.T, n int64) *twoEpochs {
+	t.Helper()
 	cfg := testConfig(t)
 	cfg.Params.RDA.Buckets = 256
 	cfg.RDA.MinBuckets, cfg.RDA.MaxBuckets = 256, 4096
-	conn := serve(t, newTest(t, cfg))
+	c := newTest(t, cfg)
+	conn := serve(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tw := &twoEpochs{cfg: cfg, conn: conn, watch: watch, rdas: map[int64][2]*rda.RDA{}, up: map[uint64][]int64{}, down: map[uint64][]int64{}}
-	for _, e := range []int64{1, 2} {
+	tw := &twoEpochs{cfg: cfg, c: c, conn: conn, watch: watch, rdas: map[int64][2]*rda.RDA{}, up: map[uint64][]int64{}, down: map[uint64][]int64{}}
+	for e := int64(1); e <= n; e++ {
 		u, _ := rda.New(cfg.Params.RDA)
 		d, _ := rda.New(cfg.Params.RDA)
 		tw.rdas[e] = [2]*rda.RDA{u, d}
@@ -701,15 +709,18 @@ func (tw *twoEpochs) send(id uint64, upNS int64, downNS ...int64) {
 }
 
 // report connects probes a (upstream) and b (downstream), which answer
-// fetches from their caches, and sends their reports of both epochs: an
-// empty LDA and the RDAs.
-func (tw *twoEpochs) report(t *testing.T) {
+// fetches from their caches, and sends their reports of the epochs (none:
+// 1 and 2), in that order: an empty LDA and the RDAs.
+func (tw *twoEpochs) report(t *testing.T, epochs ...int64) {
 	t.Helper()
 	a := probeStream(t, tw.conn, "a", tw.cfg.Params)
 	d := probeStream(t, tw.conn, "b", tw.cfg.Params)
-	go answerCaches(a, tw.up, make(chan *owlv1.Ack, 16))
-	go answerCaches(d, tw.down, make(chan *owlv1.Ack, 16))
-	for _, e := range []int64{1, 2} {
+	go answerCaches(a, tw.up, make(chan *owlv1.Ack, 64))
+	go answerCaches(d, tw.down, make(chan *owlv1.Ack, 64))
+	if len(epochs) == 0 {
+		epochs = []int64{1, 2}
+	}
+	for _, e := range epochs {
 		for i, st := range []owlv1.ProbeService_ConnectClient{a, d} {
 			role := []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i]
 			l, _ := lda.New(tw.cfg.Params.LDA)
@@ -1095,5 +1106,48 @@ func refusedRebuildEpoch(t *testing.T, c *Collector, cfg *Config, delay int64) (
 		if err := sides[i].st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: sides[i].rep}}); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestLateEpochMatchesFromTheStore: epochs 1 to 10 each send packets in
+// their last 5 ms that arrive 20 ms later, in the next epoch; epoch 2's
+// reports come after all the others. By then a path keeps only its
+// newest boundary records in memory, and epoch 3's is read back from the
+// store: epoch 2's crossers must still be matched into it, and epoch 1's
+// into epoch 2.
+func TestLateEpochMatchesFromTheStore(t *testing.T) {
+	const n, crossers, delay = 10, 10, 20_000_000
+	tw := newEpochs(t, n)
+	rng := rand.New(rand.NewPCG(9, 10))
+	for e := range int64(n) {
+		for i := range 100 {
+			at := e*1e9 + int64(i)*9_000_000
+			tw.send(rng.Uint64(), at, at+delay/10)
+		}
+		for i := range crossers {
+			if at := e*1e9 + 1e9 - 5_000_000 + int64(i)*400_000; e < n-1 {
+				tw.send(rng.Uint64(), at, at+delay)
+			}
+		}
+	}
+	order := []int64{1}
+	for e := int64(3); e <= n; e++ {
+		order = append(order, e)
+	}
+	tw.report(t, append(order, 2)...)
+	got := watchUntil(t, tw.watch, "epoch 2's matches", func(got map[int64]*owlv1.PathStats) bool {
+		return got[2] != nil && got[2].GetBoundaryMatched() == crossers && got[3].GetReordered() == 0 && got[1].GetBoundaryMatched() == crossers
+	})
+	for _, e := range []int64{1, 2} {
+		if r := got[e]; r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK || r.GetLost() != 0 {
+			t.Errorf("epoch %d: %v, lost %v; want OK, every crosser delivered", e, r.GetStatus(), r.GetLost())
+		}
+	}
+	ps := tw.c.paths["p"]
+	ps.mu.Lock()
+	held := len(ps.boundaries)
+	ps.mu.Unlock()
+	if held > boundaryInMemory+2 {
+		t.Errorf("%d boundary records in memory, want at most %d", held, boundaryInMemory+2)
 	}
 }

@@ -24,6 +24,14 @@ import (
 // boundaryKeep is how many epochs of boundary records a path keeps.
 const boundaryKeep = 16
 
+// boundaryInMemory is how many epochs of settled boundary records a path
+// keeps in memory as well; older ones, matched with both neighbours in
+// the usual order, are read back from the store when a late epoch needs
+// them. With the packet sample a record holds the epoch's joined delays:
+// kept for boundaryKeep epochs, the records were about 0.3 MB of heap
+// per path.
+const boundaryInMemory = 4
+
 // worker reconciles, stores and publishes the epochs whose two sides are
 // in: one goroutine per path (work) takes its path's epochs in order from
 // the pairing table's queue, so that paths proceed in parallel.
@@ -227,8 +235,12 @@ func (wk *worker) finish(w *epochWork) (late uint32) {
 	}
 	if w.bd != nil {
 		ps.boundaries[epoch] = w.bd
+		newest := epoch // a late epoch prunes from the path's newest
 		for e := range ps.boundaries {
-			if e <= epoch-boundaryKeep {
+			newest = max(newest, e)
+		}
+		for e, b := range ps.boundaries {
+			if e <= newest-boundaryKeep || e <= newest-boundaryInMemory && b.settled {
 				delete(ps.boundaries, e)
 			}
 		}
