@@ -99,13 +99,9 @@ func (c *Collector) catchUp(ctx context.Context) {
 // blocks where its results differ from this member's, and returns how
 // many results it stored (storeCopies keeps the newer of two).
 func (c *Collector) catchUpFrom(ctx context.Context, path string, m cluster.Member) (int, error) {
-	digests, err := c.store.Digests(path, exportBlock, resultDigest)
+	req, err := c.exportRequest(path)
 	if err != nil {
 		return 0, err
-	}
-	req := &owlv1.ExportRequest{Path: path}
-	for first, d := range digests {
-		req.Blocks = append(req.Blocks, &owlv1.EpochBlock{First: first, Digest: d})
 	}
 	conn, err := c.peers.get(m.GRPC)
 	if err != nil {
@@ -140,9 +136,39 @@ func (c *Collector) catchUpFrom(ctx context.Context, path string, m cluster.Memb
 	}
 }
 
+// exportRequest is what this member asks another for of a path: its
+// digest of each block of stored results, and of each epoch of its
+// newest block, where results still come in.
+func (c *Collector) exportRequest(path string) (*owlv1.ExportRequest, error) {
+	digests, err := c.store.Digests(path, exportBlock, resultDigest)
+	if err != nil {
+		return nil, err
+	}
+	req := &owlv1.ExportRequest{Path: path}
+	newest := int64(math.MinInt64)
+	for first, d := range digests {
+		req.Blocks = append(req.Blocks, &owlv1.EpochBlock{First: first, Digest: d})
+		newest = max(newest, first)
+	}
+	if len(digests) == 0 {
+		return req, nil
+	}
+	fine, err := c.store.EpochDigests(path, newest, resultDigest)
+	if err != nil {
+		return nil, err
+	}
+	req.FineFrom = newest
+	for e, d := range fine {
+		req.Epochs = append(req.Epochs, &owlv1.EpochBlock{First: e, Digest: d})
+	}
+	return req, nil
+}
+
 // Export streams the path's stored epochs in the blocks whose digest
 // differs from the caller's (or that the caller does not have), oldest
-// first, each with its per-flow results, sketches and boundary record.
+// first, each with its per-flow results, sketches and boundary record;
+// from the caller's fine_from on, only the epochs whose digest differs
+// or that the caller does not have.
 func (s clusterService) Export(req *owlv1.ExportRequest, stream owlv1.ClusterService_ExportServer) error {
 	if s.c.paths[req.GetPath()] == nil {
 		return status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
@@ -159,9 +185,13 @@ func (s clusterService) Export(req *owlv1.ExportRequest, stream owlv1.ClusterSer
 	if len(mine) == 0 {
 		return nil
 	}
+	fineFrom, same, err := s.sameEpochs(req)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
 	skip := func(epoch int64) bool {
 		_, send := mine[store.BlockOf(epoch, exportBlock)]
-		return !send
+		return !send || epoch >= fineFrom && same[epoch]
 	}
 	from := int64(math.MinInt64)
 	for {
@@ -179,6 +209,27 @@ func (s clusterService) Export(req *owlv1.ExportRequest, stream owlv1.ClusterSer
 		}
 		from = eps[len(eps)-1].Result.GetEpoch() + 1
 	}
+}
+
+// sameEpochs returns, for a request that names epochs one by one, the
+// first epoch of the blocks compared so and those of its epochs there
+// whose digest is the caller's; else math.MaxInt64.
+func (s clusterService) sameEpochs(req *owlv1.ExportRequest) (int64, map[int64]bool, error) {
+	if len(req.GetEpochs()) == 0 {
+		return math.MaxInt64, nil, nil
+	}
+	from := store.BlockOf(req.GetFineFrom(), exportBlock)
+	mine, err := s.c.store.EpochDigests(req.GetPath(), from, resultDigest)
+	if err != nil {
+		return 0, nil, err
+	}
+	same := map[int64]bool{}
+	for _, e := range req.GetEpochs() {
+		if d, ok := mine[e.GetFirst()]; ok && d == e.GetDigest() {
+			same[e.GetFirst()] = true
+		}
+	}
+	return from, same, nil
 }
 
 // resultDigest digests what tells two copies of a result apart: what

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -554,5 +555,65 @@ func TestAckAfterReplicaCopy(t *testing.T) {
 		if got := replicaSides(t, c1.store); len(got) != int(e) {
 			t.Fatalf("acknowledged epoch %d while the replica held %v", e, got)
 		}
+	}
+}
+
+// TestExportSendsOnlyWhatDiffers: two members hold the same 5 epochs of a
+// path (one block) but for epoch 3, which boundary matching changed on
+// the owner. Catch-up's request names the epochs of that newest block
+// one by one: Export sends epoch 3 alone, and, to a caller that names
+// blocks only (a member before fine_from), the whole block.
+func TestExportSendsOnlyWhatDiffers(t *testing.T) {
+	path, c0, c1, want := replicatedEpochs(t, 5)
+	newer := proto.CloneOf(want[2])
+	newer.BoundaryMatched, newer.Lost, newer.Samples = 1, want[2].GetLost()-1, want[2].GetSamples()+1
+	if err := c0.store.Apply(store.Write{Results: []*owlv1.PathStats{newer}}); err != nil {
+		t.Fatal(err)
+	}
+	var owner cluster.Member
+	for _, m := range c1.cl.Members() {
+		if m.Name == "c0" {
+			owner = m
+		}
+	}
+	conn, err := c1.peers.get(owner.GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := c1.exportRequest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(req.GetEpochs()) != 5 {
+		t.Fatalf("the request names %d epochs one by one, want the 5 of the newest block", len(req.GetEpochs()))
+	}
+	exported := func(req *owlv1.ExportRequest) []int64 {
+		stream, err := owlv1.NewClusterServiceClient(conn).Export(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for {
+			ec, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ec.GetEpoch())
+		}
+	}
+	if got := exported(req); !slices.Equal(got, []int64{3}) {
+		t.Errorf("exported epochs %v, want [3]", got)
+	}
+	req.FineFrom, req.Epochs = 0, nil
+	if got := exported(req); len(got) != 5 {
+		t.Errorf("by blocks only: exported epochs %v, want all 5", got)
+	}
+	c1.catchUp(context.Background())
+	if !sameResults(c1.store, append(want[:2:2], append([]*owlv1.PathStats{newer}, want[3:]...)...)) {
+		r, _ := c1.store.Result(path, 3)
+		t.Errorf("after catch-up the replica has %v for epoch 3, want %v", r, newer)
 	}
 }

@@ -701,7 +701,16 @@ type ExportRequest struct {
 	// blocks are the caller's digests of its stored results, per block of
 	// epochs; Export sends the epochs of every block whose digest differs
 	// from its own, and of every block the caller did not name.
-	Blocks        []*EpochBlock `protobuf:"bytes,3,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Blocks []*EpochBlock `protobuf:"bytes,3,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	// When epochs is not empty, the blocks from the one that starts at
+	// fine_from on are compared epoch by epoch instead: epochs holds the
+	// caller's digest of each epoch it has from fine_from on (first: the
+	// epoch), and Export sends only those of its epochs there whose digest
+	// differs or that the caller does not have. A caller names its newest
+	// block so, where epochs still come in: a member that joins would
+	// otherwise fetch that whole block of every path it holds.
+	FineFrom      int64         `protobuf:"varint,4,opt,name=fine_from,json=fineFrom,proto3" json:"fine_from,omitempty"`
+	Epochs        []*EpochBlock `protobuf:"bytes,5,rep,name=epochs,proto3" json:"epochs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,6 +755,20 @@ func (x *ExportRequest) GetPath() string {
 func (x *ExportRequest) GetBlocks() []*EpochBlock {
 	if x != nil {
 		return x.Blocks
+	}
+	return nil
+}
+
+func (x *ExportRequest) GetFineFrom() int64 {
+	if x != nil {
+		return x.FineFrom
+	}
+	return 0
+}
+
+func (x *ExportRequest) GetEpochs() []*EpochBlock {
+	if x != nil {
+		return x.Epochs
 	}
 	return nil
 }
@@ -7802,10 +7825,12 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x10ReplicateRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12)\n" +
 	"\x06epochs\x18\x02 \x03(\v2\x11.owl.v1.EpochCopyR\x06epochs\"\x13\n" +
-	"\x11ReplicateResponse\"U\n" +
+	"\x11ReplicateResponse\"\x9e\x01\n" +
 	"\rExportRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
-	"\x06blocks\x18\x03 \x03(\v2\x12.owl.v1.EpochBlockR\x06blocksJ\x04\b\x02\x10\x03\":\n" +
+	"\x06blocks\x18\x03 \x03(\v2\x12.owl.v1.EpochBlockR\x06blocks\x12\x1b\n" +
+	"\tfine_from\x18\x04 \x01(\x03R\bfineFrom\x12*\n" +
+	"\x06epochs\x18\x05 \x03(\v2\x12.owl.v1.EpochBlockR\x06epochsJ\x04\b\x02\x10\x03\":\n" +
 	"\n" +
 	"EpochBlock\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x03R\x05first\x12\x16\n" +
@@ -8564,159 +8589,160 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	34,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	6,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
 	12,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
-	0,   // 8: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	34,  // 9: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	23,  // 10: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	34,  // 11: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	44,  // 12: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	46,  // 13: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	38,  // 14: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	27,  // 15: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	20,  // 16: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
-	17,  // 17: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
-	16,  // 18: owl.v1.ProbeMessage.sources_done:type_name -> owl.v1.SourcesDone
-	38,  // 19: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
-	18,  // 20: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
-	18,  // 21: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
-	19,  // 22: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
-	38,  // 23: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
-	21,  // 24: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
-	21,  // 25: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
-	21,  // 26: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
-	22,  // 27: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
-	24,  // 28: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	38,  // 29: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	42,  // 30: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
-	30,  // 31: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	31,  // 32: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	32,  // 33: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	33,  // 34: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	28,  // 35: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	29,  // 36: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	26,  // 37: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	25,  // 38: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
-	38,  // 39: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	56,  // 40: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,   // 41: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	37,  // 42: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	38,  // 43: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	36,  // 44: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	35,  // 45: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	91,  // 46: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,   // 47: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	51,  // 48: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	53,  // 49: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	54,  // 50: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	43,  // 51: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	45,  // 52: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	47,  // 53: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	41,  // 54: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	48,  // 55: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	49,  // 56: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
-	40,  // 57: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
-	50,  // 58: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
-	42,  // 59: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	52,  // 60: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	24,  // 61: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	3,   // 62: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
-	55,  // 63: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 64: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 65: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	56,  // 66: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	59,  // 67: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	92,  // 68: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	38,  // 69: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	55,  // 70: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	92,  // 71: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 72: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	92,  // 73: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 74: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	76,  // 75: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	73,  // 76: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	92,  // 77: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 78: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	76,  // 79: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	73,  // 80: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	92,  // 81: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 82: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 83: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	72,  // 84: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	92,  // 85: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 86: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	71,  // 87: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	71,  // 88: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	71,  // 89: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	19,  // 90: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	77,  // 91: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	92,  // 92: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	93,  // 93: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 94: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	38,  // 95: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	38,  // 96: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 97: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	37,  // 98: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	92,  // 99: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	76,  // 100: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	35,  // 101: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	92,  // 102: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 103: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	80,  // 104: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	92,  // 105: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	35,  // 106: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	76,  // 107: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
-	92,  // 108: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 109: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 110: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	80,  // 111: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	35,  // 112: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	92,  // 113: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 114: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	92,  // 115: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	92,  // 116: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	92,  // 117: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 118: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	87,  // 119: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	92,  // 120: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	90,  // 121: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 122: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	57,  // 123: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	60,  // 124: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	62,  // 125: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	63,  // 126: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	65,  // 127: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	67,  // 128: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	69,  // 129: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	75,  // 130: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	78,  // 131: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	81,  // 132: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	83,  // 133: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	85,  // 134: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	88,  // 135: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 136: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 137: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 138: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	39,  // 139: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	58,  // 140: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	61,  // 141: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	74,  // 142: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	64,  // 143: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	66,  // 144: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	68,  // 145: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	70,  // 146: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	77,  // 147: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	79,  // 148: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	82,  // 149: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	84,  // 150: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	86,  // 151: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	89,  // 152: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 153: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 154: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 155: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	139, // [139:156] is the sub-list for method output_type
-	122, // [122:139] is the sub-list for method input_type
-	122, // [122:122] is the sub-list for extension type_name
-	122, // [122:122] is the sub-list for extension extendee
-	0,   // [0:122] is the sub-list for field type_name
+	12,  // 8: owl.v1.ExportRequest.epochs:type_name -> owl.v1.EpochBlock
+	0,   // 9: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
+	34,  // 10: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	23,  // 11: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	34,  // 12: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	44,  // 13: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	46,  // 14: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	38,  // 15: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	27,  // 16: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	20,  // 17: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
+	17,  // 18: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
+	16,  // 19: owl.v1.ProbeMessage.sources_done:type_name -> owl.v1.SourcesDone
+	38,  // 20: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
+	18,  // 21: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
+	18,  // 22: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
+	19,  // 23: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
+	38,  // 24: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
+	21,  // 25: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
+	21,  // 26: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
+	21,  // 27: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
+	22,  // 28: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
+	24,  // 29: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	38,  // 30: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	42,  // 31: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
+	30,  // 32: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	31,  // 33: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	32,  // 34: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	33,  // 35: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	28,  // 36: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	29,  // 37: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	26,  // 38: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	25,  // 39: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	38,  // 40: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	56,  // 41: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,   // 42: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	37,  // 43: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	38,  // 44: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	36,  // 45: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	35,  // 46: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	91,  // 47: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,   // 48: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	51,  // 49: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	53,  // 50: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	54,  // 51: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	43,  // 52: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	45,  // 53: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	47,  // 54: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	41,  // 55: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	48,  // 56: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	49,  // 57: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
+	40,  // 58: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
+	50,  // 59: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
+	42,  // 60: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	52,  // 61: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	24,  // 62: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	3,   // 63: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	55,  // 64: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 65: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 66: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	56,  // 67: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	59,  // 68: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	92,  // 69: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	38,  // 70: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	55,  // 71: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	92,  // 72: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 73: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	92,  // 74: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 75: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	76,  // 76: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	73,  // 77: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	92,  // 78: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 79: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	76,  // 80: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	73,  // 81: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	92,  // 82: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 83: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 84: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	72,  // 85: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	92,  // 86: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 87: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	71,  // 88: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	71,  // 89: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	71,  // 90: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	19,  // 91: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	77,  // 92: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	92,  // 93: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	93,  // 94: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 95: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	38,  // 96: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	38,  // 97: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 98: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	37,  // 99: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	92,  // 100: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	76,  // 101: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	35,  // 102: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	92,  // 103: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 104: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	80,  // 105: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	92,  // 106: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	35,  // 107: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	76,  // 108: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
+	92,  // 109: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 110: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 111: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	80,  // 112: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	35,  // 113: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	92,  // 114: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 115: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	92,  // 116: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	92,  // 117: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	92,  // 118: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 119: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	87,  // 120: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	92,  // 121: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	90,  // 122: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 123: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	57,  // 124: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	60,  // 125: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	62,  // 126: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	63,  // 127: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	65,  // 128: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	67,  // 129: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	69,  // 130: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	75,  // 131: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	78,  // 132: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	81,  // 133: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	83,  // 134: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	85,  // 135: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	88,  // 136: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 137: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 138: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 139: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	39,  // 140: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	58,  // 141: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	61,  // 142: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	74,  // 143: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	64,  // 144: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	66,  // 145: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	68,  // 146: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	70,  // 147: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	77,  // 148: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	79,  // 149: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	82,  // 150: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	84,  // 151: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	86,  // 152: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	89,  // 153: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 154: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 155: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 156: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	140, // [140:157] is the sub-list for method output_type
+	123, // [123:140] is the sub-list for method input_type
+	123, // [123:123] is the sub-list for extension type_name
+	123, // [123:123] is the sub-list for extension extendee
+	0,   // [0:123] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
