@@ -21,6 +21,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/netpath"
+	"github.com/owl-latency/owl/internal/store"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -401,5 +402,29 @@ func TestHelloReleasesStoredEpochs(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"p/5", "p/9"}; !slices.Equal(got, want) {
 		t.Errorf("released %v, want %v", got, want)
+	}
+}
+
+// TestCaptureDropsMakePartial: an epoch during which a side's capture
+// dropped packets comes out PARTIAL, saying which side and how many; an
+// epoch without drops stays OK.
+func TestCaptureDropsMakePartial(t *testing.T) {
+	side := func(probe string, role owlv1.Role, dropped uint64) *side {
+		return &side{Pending: store.Pending{Probe: probe, Report: &owlv1.EpochReport{Role: role, Counters: &owlv1.Counters{Dropped: dropped}}}}
+	}
+	for _, c := range []struct {
+		up, down uint64
+		want     owlv1.ResultStatus
+		detail   string
+	}{
+		{0, 0, owlv1.ResultStatus_RESULT_STATUS_OK, ""},
+		{0, 774, owlv1.ResultStatus_RESULT_STATUS_PARTIAL, "downstream probe b: its capture dropped 774 packets"},
+		{3, 0, owlv1.ResultStatus_RESULT_STATUS_PARTIAL, "upstream probe a: its capture dropped 3 packets"},
+	} {
+		res := &owlv1.PathStats{Status: owlv1.ResultStatus_RESULT_STATUS_OK}
+		markPartial(res, side("a", owlv1.Role_ROLE_UPSTREAM, c.up), side("b", owlv1.Role_ROLE_DOWNSTREAM, c.down))
+		if res.GetStatus() != c.want || !strings.HasPrefix(res.GetDetail(), c.detail) {
+			t.Errorf("drops %d and %d: %v %q, want %v %q", c.up, c.down, res.GetStatus(), res.GetDetail(), c.want, c.detail)
+		}
 	}
 }

@@ -360,15 +360,21 @@ func (wk *worker) baseResult(path string, epoch int64, up, down *side) *owlv1.Pa
 
 // markPartial turns an OK result into a PARTIAL one when a side saw part
 // of the epoch only, saying which and why: its loss counts packets that
-// side was not there to see.
+// side was not there to see. A side whose capture dropped packets (its
+// ring was full) may have missed some of the path's: their count is of
+// every packet the capture lost, counted when the epoch closed.
 func markPartial(res *owlv1.PathStats, up, down *side) {
 	if res.Status != owlv1.ResultStatus_RESULT_STATUS_OK {
 		return
 	}
 	var why []string
 	for _, s := range []*side{up, down} {
+		who := fmt.Sprintf("%s probe %s", roleName(s.Report.GetRole()), s.Probe)
 		if p := s.Report.GetPartial(); p != "" {
-			why = append(why, fmt.Sprintf("%s probe %s: %s", roleName(s.Report.GetRole()), s.Probe, p))
+			why = append(why, who+": "+p)
+		}
+		if n := s.Report.GetCounters().GetDropped(); n > 0 {
+			why = append(why, fmt.Sprintf("%s: its capture dropped %d packets while the epoch was open (a full ring), of this path or others", who, n))
 		}
 	}
 	if len(why) > 0 {

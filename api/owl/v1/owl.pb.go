@@ -153,8 +153,9 @@ const (
 	// MISMATCH: the sides' parameters differ.
 	ResultStatus_RESULT_STATUS_MISMATCH ResultStatus = 5
 	// PARTIAL: both sides reported and an estimate was made, but a side saw
-	// part of the epoch only (its capture started or stopped inside it):
-	// the delays are of the packets both saw, the loss counts the rest.
+	// part of the epoch only (its capture started or stopped inside it, or
+	// dropped packets: Counters.dropped): the delays are of the packets
+	// both saw, the loss counts the rest.
 	ResultStatus_RESULT_STATUS_PARTIAL ResultStatus = 6
 )
 
