@@ -113,14 +113,9 @@ func TestFlowRecords(t *testing.T) {
 func TestMigrateFlowData(t *testing.T) {
 	defer func(n int) { migrateBatch = n }(migrateBatch)
 	migrateBatch = 4
-	dir := t.TempDir()
-	db, err := bolt.Open(filepath.Join(dir, "owl.db"), 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[string][]FlowResult{}
 	wantLDS := map[string]map[int64][]byte{}
-	err = db.Update(func(tx *bolt.Tx) error {
+	s := openWritten(t, func(tx *bolt.Tx) error {
 		fb, err := tx.CreateBucket(legacyFlows)
 		if err != nil {
 			return err
@@ -158,15 +153,6 @@ func TestMigrateFlowData(t *testing.T) {
 		}
 		return nil
 	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	for path, w := range want {
 		got := flowsOf(t, s, path)
 		same := len(got) == len(w)
@@ -322,12 +308,7 @@ func TestRecordsInWriteOrder(t *testing.T) {
 // again or deleted leaves nothing under its old key, and the boundary
 // records are moved.
 func TestPreviousLayout(t *testing.T) {
-	dir := t.TempDir()
-	db, err := bolt.Open(filepath.Join(dir, "owl.db"), 0o644, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	s := openWritten(t, func(tx *bolt.Tx) error {
 		idx, err := tx.CreateBucket(bucketFlowIndex)
 		if err != nil {
 			return err
@@ -352,15 +333,6 @@ func TestPreviousLayout(t *testing.T) {
 		}
 		return nil
 	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	if got := flowsOf(t, s, "p"); len(got) != 3 || got[2].Stats.GetPackets() != 3 {
 		t.Errorf("per-flow results %v, want epochs 1-3 as stored", got)
 	}
@@ -393,4 +365,25 @@ func TestPreviousLayout(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// openWritten opens, as a Store, a database that write filled first as an
+// older collector left it (bbolt alone: no bucket of the Store's yet).
+func openWritten(t *testing.T, write func(tx *bolt.Tx) error) *Store {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := bolt.Open(filepath.Join(dir, "owl.db"), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = errors.Join(db.Update(write), db.Close())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

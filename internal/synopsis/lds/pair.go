@@ -104,18 +104,11 @@ func CheckPair(b []byte) error {
 // decodePair is DecodePair; without keep, the cells are read and checked
 // but not kept (the results are nil).
 func decodePair(b []byte, keep bool) (up, down *LDS, err error) {
-	rd, err := synopsis.NewReader(b, synopsis.KindLDSPair, pairVersion)
+	rd, cfg, err := pairReader(b)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := readConfig(rd)
-	if err := checkConfig(rd, cfg); err != nil {
-		return nil, nil, err
-	}
 	total := cfg.Rows * cfg.Cols
-	if !rd.Need("cells", total) { // a byte a cell at least
-		return nil, nil, rd.Err()
-	}
 	var upCells, downCells []Cell
 	if keep {
 		up, _ = New(cfg)
@@ -144,6 +137,23 @@ func decodePair(b []byte, keep bool) (up, down *LDS, err error) {
 		return nil, nil, err
 	}
 	return up, down, nil
+}
+
+// pairReader reads a pair form's envelope and shape, and checks that the
+// rest can hold its cells (a byte a cell at least).
+func pairReader(b []byte) (*synopsis.Reader, Config, error) {
+	rd, err := synopsis.NewReader(b, synopsis.KindLDSPair, pairVersion)
+	if err != nil {
+		return nil, Config{}, err
+	}
+	cfg := readConfig(rd)
+	if err := checkConfig(rd, cfg); err != nil {
+		return nil, Config{}, err
+	}
+	if !rd.Need("cells", cfg.Rows*cfg.Cols) {
+		return nil, Config{}, rd.Err()
+	}
+	return rd, cfg, nil
 }
 
 // readPairCells reads the cells from i on of a pair form from b, into up

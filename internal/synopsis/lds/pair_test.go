@@ -193,16 +193,9 @@ func FuzzDecodePair(f *testing.F) {
 
 // decodePairByField is DecodePair with every cell read by readPairCell.
 func decodePairByField(b []byte) (up, down *LDS, err error) {
-	rd, err := synopsis.NewReader(b, synopsis.KindLDSPair, pairVersion)
+	rd, cfg, err := pairReader(b)
 	if err != nil {
 		return nil, nil, err
-	}
-	cfg := readConfig(rd)
-	if err := checkConfig(rd, cfg); err != nil {
-		return nil, nil, err
-	}
-	if !rd.Need("cells", cfg.Rows*cfg.Cols) {
-		return nil, nil, rd.Err()
 	}
 	up, _ = New(cfg)
 	down, _ = New(cfg)
