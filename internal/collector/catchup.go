@@ -2,9 +2,7 @@ package collector
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"hash/fnv"
 	"io"
 	"math"
 	"slices"
@@ -33,10 +31,6 @@ import (
 
 // catchUpTimeout bounds one round of catch-up.
 const catchUpTimeout = 5 * time.Minute
-
-// exportBlock is the length, in epochs, of the blocks catch-up compares
-// by digest.
-const exportBlock = 256
 
 // exportBatch is how many epochs Export reads from the store at a time,
 // and catch-up stores in one transaction.
@@ -140,7 +134,7 @@ func (c *Collector) catchUpFrom(ctx context.Context, path string, m cluster.Memb
 // digest of each block of stored results, and of each epoch of its
 // newest block, where results still come in.
 func (c *Collector) exportRequest(path string) (*owlv1.ExportRequest, error) {
-	digests, err := c.store.Digests(path, exportBlock, resultDigest)
+	digests, err := c.store.Digests(path)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +147,7 @@ func (c *Collector) exportRequest(path string) (*owlv1.ExportRequest, error) {
 	if len(digests) == 0 {
 		return req, nil
 	}
-	fine, err := c.store.EpochDigests(path, newest, resultDigest)
+	fine, err := c.store.EpochDigests(path, newest)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +167,7 @@ func (s clusterService) Export(req *owlv1.ExportRequest, stream owlv1.ClusterSer
 	if s.c.paths[req.GetPath()] == nil {
 		return status.Errorf(codes.NotFound, "path %q is not configured", req.GetPath())
 	}
-	mine, err := s.c.store.Digests(req.GetPath(), exportBlock, resultDigest)
+	mine, err := s.c.store.Digests(req.GetPath())
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
@@ -190,7 +184,7 @@ func (s clusterService) Export(req *owlv1.ExportRequest, stream owlv1.ClusterSer
 		return status.Error(codes.Internal, err.Error())
 	}
 	skip := func(epoch int64) bool {
-		_, send := mine[store.BlockOf(epoch, exportBlock)]
+		_, send := mine[store.BlockOf(epoch, store.DigestBlock)]
 		return !send || epoch >= fineFrom && same[epoch]
 	}
 	from := int64(math.MinInt64)
@@ -218,8 +212,8 @@ func (s clusterService) sameEpochs(req *owlv1.ExportRequest) (int64, map[int64]b
 	if len(req.GetEpochs()) == 0 {
 		return math.MaxInt64, nil, nil
 	}
-	from := store.BlockOf(req.GetFineFrom(), exportBlock)
-	mine, err := s.c.store.EpochDigests(req.GetPath(), from, resultDigest)
+	from := store.BlockOf(req.GetFineFrom(), store.DigestBlock)
+	mine, err := s.c.store.EpochDigests(req.GetPath(), from)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -230,20 +224,6 @@ func (s clusterService) sameEpochs(req *owlv1.ExportRequest) (int64, map[int64]b
 		}
 	}
 	return from, same, nil
-}
-
-// resultDigest digests what tells two copies of a result apart: what
-// boundary matching changes, and what differs between members that
-// computed the epoch from different sides.
-func resultDigest(r *owlv1.PathStats) uint64 {
-	h := fnv.New64a()
-	var b []byte
-	for _, v := range []uint64{uint64(r.GetEpoch()), uint64(r.GetStatus()), r.GetSamples(), math.Float64bits(r.GetLost()),
-		r.GetBoundaryMatched(), r.GetReordered(), math.Float64bits(r.GetMeanNs())} {
-		b = binary.LittleEndian.AppendUint64(b, v)
-	}
-	h.Write(b)
-	return h.Sum64()
 }
 
 // newerResult says whether a's boundary matching went further than b's:

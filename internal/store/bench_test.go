@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -104,4 +105,39 @@ func written() int64 {
 		}
 	}
 	return n
+}
+
+// BenchmarkDigests reads the block digests of a path with a day of 1 s
+// epochs stored: from the index, and from every result as catch-up did
+// before the index (EpochDigests over the whole history decodes each).
+func BenchmarkDigests(b *testing.B) {
+	s, err := Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const day = 86_400
+	for start := int64(0); start < day; start += 4096 {
+		var rs []*owlv1.PathStats
+		for e := start; e < min(start+4096, day); e++ {
+			rs = append(rs, &owlv1.PathStats{Path: "p", Epoch: e, Estimator: "rda", MeanNs: 1e5, StddevNs: 1e4, Samples: 4950, Lost: 50})
+		}
+		if err := s.Apply(Write{Results: rs}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("index", func(b *testing.B) {
+		for b.Loop() {
+			if d, err := s.Digests("p"); err != nil || len(d) != day/DigestBlock+1 {
+				b.Fatal(len(d), err)
+			}
+		}
+	})
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			if d, err := s.EpochDigests("p", math.MinInt64); err != nil || len(d) != day {
+				b.Fatal(len(d), err)
+			}
+		}
+	})
 }

@@ -80,52 +80,6 @@ func (s *Store) PruneReplicaPending(before time.Time) (int, error) {
 	return n, err
 }
 
-// Digests sums, for each block of blockLen epochs of a path (keyed by its
-// first epoch, a multiple of blockLen), digest of each stored result in
-// it.
-func (s *Store) Digests(path string, blockLen int64, digest func(*owlv1.PathStats) uint64) (map[int64]uint64, error) {
-	out := map[int64]uint64{}
-	err := s.eachResult(path, math.MinInt64, func(epoch int64, r *owlv1.PathStats) {
-		out[BlockOf(epoch, blockLen)] += digest(r)
-	})
-	return out, err
-}
-
-// EpochDigests returns the digest of each stored result of a path from
-// epoch from on, by epoch.
-func (s *Store) EpochDigests(path string, from int64, digest func(*owlv1.PathStats) uint64) (map[int64]uint64, error) {
-	out := map[int64]uint64{}
-	err := s.eachResult(path, from, func(epoch int64, r *owlv1.PathStats) { out[epoch] = digest(r) })
-	return out, err
-}
-
-// eachResult calls fn with each stored result of a path from epoch from
-// on, oldest first.
-func (s *Store) eachResult(path string, from int64, fn func(epoch int64, r *owlv1.PathStats)) error {
-	return s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketResults).Cursor()
-		end := epochKey(path, math.MaxInt64)
-		for k, v := c.Seek(epochKey(path, from)); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-			r := &owlv1.PathStats{}
-			if err := proto.Unmarshal(v, r); err != nil {
-				return fmt.Errorf("result %x: %w", k, err)
-			}
-			fn(keyEpoch(k), r)
-		}
-		return nil
-	})
-}
-
-// BlockOf is the first epoch of the block of blockLen epochs that holds
-// epoch.
-func BlockOf(epoch, blockLen int64) int64 {
-	b := epoch / blockLen * blockLen
-	if b > epoch {
-		b -= blockLen
-	}
-	return b
-}
-
 // keyEpoch is the epoch at the end of an epochKey.
 func keyEpoch(k []byte) int64 { return int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ (1 << 63)) }
 

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -108,21 +110,63 @@ func TestApplyKeep(t *testing.T) {
 	}
 }
 
+// TestDigests: the digest index sums each block's results, per path,
+// through every kind of write (a result replaced, kept, updated, and a
+// conflict count that is not part of the digest), and a database without
+// the index (an older collector's) gets it when opened.
 func TestDigests(t *testing.T) {
-	s := openTest(t)
-	for _, e := range []int64{-300, -1, 0, 255, 256} {
-		if err := s.PutResult(&owlv1.PathStats{Path: "p", Epoch: e}, false); err != nil {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	epochs := []int64{-300, -1, 0, 1, 255, 256, 700}
+	for i := range 300 {
+		r := &owlv1.PathStats{Path: []string{"p", "p2"}[i%2], Epoch: epochs[rng.IntN(len(epochs))], MeanNs: float64(rng.IntN(5)), Reordered: uint64(rng.IntN(3))}
+		switch i % 4 {
+		case 0:
+			err = s.PutResult(r, false)
+		case 1:
+			keep := func(stored, in *owlv1.PathStats) bool { return stored.GetMeanNs() > in.GetMeanNs() }
+			err = s.Apply(Write{Results: []*owlv1.PathStats{r}, Keep: keep})
+		case 2:
+			_, err = s.UpdateResult(r.GetPath(), r.GetEpoch(), func(x *owlv1.PathStats) bool {
+				x.BoundaryMatched++
+				x.ConflictingReports += uint32(rng.IntN(2))
+				return rng.IntN(3) > 0
+			})
+		case 3:
+			r.ConflictingReports = 9
+			err = s.Apply(Write{Results: []*owlv1.PathStats{r}})
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	_ = s.PutResult(&owlv1.PathStats{Path: "p2", Epoch: 4}, false)
-	got, err := s.Digests("p", 256, func(r *owlv1.PathStats) uint64 { return uint64(r.GetEpoch() + 1000) })
-	want := map[int64]uint64{-512: 700, -256: 999, 0: 1000 + 1255, 256: 1256}
-	if err != nil || !maps.Equal(got, want) {
-		t.Errorf("digests %v, %v; want %v", got, err, want)
+	scanned := func(path string) map[int64]uint64 {
+		out := map[int64]uint64{}
+		for _, e := range epochs {
+			if r, _ := s.Result(path, e); r != nil {
+				out[BlockOf(e, DigestBlock)] += ResultDigest(r)
+			}
+		}
+		return out
 	}
-	if got, err := s.Digests("none", 256, func(*owlv1.PathStats) uint64 { return 1 }); len(got) != 0 || err != nil {
-		t.Errorf("digests of a path without results: %v, %v", got, err)
+	for _, path := range []string{"p", "p2", "none"} {
+		if got, err := s.Digests(path); err != nil || !maps.Equal(got, scanned(path)) {
+			t.Errorf("%s: index %v (%v), want %v", path, got, err, scanned(path))
+		}
+	}
+	want := scanned("p")
+	_ = s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketDigests) })
+	s.Close()
+	if s, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.Digests("p"); err != nil || !maps.Equal(got, want) || len(want) != 5 {
+		t.Errorf("rebuilt: %v (%v), want %v in 5 blocks", got, err, want)
 	}
 	for e, want := range map[int64]int64{0: 0, 1: 0, 255: 0, 256: 256, -1: -256, -256: -256, -257: -512} {
 		if got := BlockOf(e, 256); got != want {

@@ -182,6 +182,10 @@ func Open(dir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("upgrading %s: %w", path, err)
 	}
+	if err := buildDigests(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("indexing the results of %s: %w", path, err)
+	}
 	st := &Store{db: db}
 	err = db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketColateTime).ForEach(func(_, v []byte) error {
@@ -374,7 +378,8 @@ func (s *Store) PutResult(r *owlv1.PathStats, final bool) error {
 		return err
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketResults).Put(epochKey(r.GetPath(), r.GetEpoch()), v); err != nil {
+		k := epochKey(r.GetPath(), r.GetEpoch())
+		if err := putResult(tx, k, tx.Bucket(bucketResults).Get(k), v, r); err != nil {
 			return err
 		}
 		if !final {
@@ -488,7 +493,8 @@ func putResults(tx *bolt.Tx, rs []*owlv1.PathStats, vals [][]byte, keep func(sto
 	for i, r := range rs {
 		k := epochKey(r.GetPath(), r.GetEpoch())
 		v := vals[i]
-		if old := b.Get(k); old != nil {
+		old := b.Get(k)
+		if old != nil {
 			if keep != nil {
 				stored := &owlv1.PathStats{}
 				if err := proto.Unmarshal(old, stored); err == nil && keep(stored, r) {
@@ -505,7 +511,7 @@ func putResults(tx *bolt.Tx, rs []*owlv1.PathStats, vals [][]byte, keep func(sto
 				}
 			}
 		}
-		if err := b.Put(k, v); err != nil {
+		if err := putResult(tx, k, old, v, r); err != nil {
 			return nil, err
 		}
 	}
@@ -569,7 +575,7 @@ func (s *Store) UpdateResult(path string, epoch int64, change func(*owlv1.PathSt
 			return err
 		}
 		out = r
-		return b.Put(k, v)
+		return putResult(tx, k, old, v, r)
 	})
 	return out, err
 }
