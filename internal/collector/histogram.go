@@ -56,12 +56,29 @@ func newWeightedHistogramVec(name, help string, bounds []float64, schema int32, 
 // Observe adds value n times to the series of labelValues. NaN and
 // infinite values are left out.
 func (v *weightedHistogramVec) Observe(value float64, n uint64, labelValues ...string) {
-	if n == 0 || math.IsNaN(value) || math.IsInf(value, 0) {
-		return
-	}
+	v.ObserveAll(func(add func(float64, uint64)) { add(value, n) }, labelValues...)
+}
+
+// ObserveAll is Observe of each value and count that each hands to add,
+// under one lock and one look-up of the series (a sketch's bins, one
+// call: per bin, the look-up's joined labels cost more than the rest).
+func (v *weightedHistogramVec) ObserveAll(each func(add func(value float64, n uint64)), labelValues ...string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := v.seriesOf(labelValues)
+	var s *weightedSeries
+	each(func(value float64, n uint64) {
+		if n == 0 || math.IsNaN(value) || math.IsInf(value, 0) {
+			return
+		}
+		if s == nil {
+			s = v.seriesOf(labelValues)
+		}
+		v.add(s, value, n)
+	})
+}
+
+// add adds value n times to series s.
+func (v *weightedHistogramVec) add(s *weightedSeries, value float64, n uint64) {
 	s.count += n
 	s.sum += value * float64(n)
 	i, _ := slices.BinarySearch(v.bounds, value) // the first bound ≥ value

@@ -145,3 +145,19 @@ func TestObserveDelays(t *testing.T) {
 		t.Errorf("buckets about the median: %v, %v", b8, b16)
 	}
 }
+
+// BenchmarkObserveDelays puts an epoch's 1,250 sampled delays into the
+// path's histogram from the result's sketch, as each result does.
+func BenchmarkObserveDelays(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	ds := make([]int64, 1250)
+	for i := range ds {
+		ds[i] = int64(5e6 * (1 + rng.ExpFloat64()))
+	}
+	slices.Sort(ds)
+	res := &owlv1.PathStats{Path: "p", Status: owlv1.ResultStatus_RESULT_STATUS_OK, SampleRate: 0.25, DelaySketch: delays.Of(ds, 4)}
+	m, s := newMetrics(), delays.Sketch(ds, 4)
+	for b.Loop() {
+		m.observeDelays(res, s)
+	}
+}

@@ -206,10 +206,12 @@ func (m *metrics) observeDelays(r *owlv1.PathStats, s *ddsketch.DDSketch) {
 			return // made by this collector or a peer's worker; checked where it is served
 		}
 	}
-	s.ForEach(func(value, count float64) bool {
-		m.delay.Observe(value/1e9, uint64(math.Round(count*rate)), r.GetPath())
-		return false
-	})
+	m.delay.ObserveAll(func(add func(float64, uint64)) {
+		s.ForEach(func(value, count float64) bool {
+			add(value/1e9, uint64(math.Round(count*rate)))
+			return false
+		})
+	}, r.GetPath())
 }
 
 // latest sets the per-path gauges from a path's newest result.

@@ -251,10 +251,12 @@ func (s queryService) TopRTTPrefixes(ctx context.Context, req *owlv1.TopRTTPrefi
 // histograms by kind: each bin's value as many times as it holds pairs.
 func (m *metrics) observeRTT(probe string, kinds map[string]*ddsketch.DDSketch) {
 	for kind, s := range kinds {
-		s.ForEach(func(value, count float64) bool {
-			m.rtt.Observe(value/1e9, uint64(math.Round(min(count, maxObservationsPerBin))), probe, kind)
-			return false
-		})
+		m.rtt.ObserveAll(func(add func(float64, uint64)) {
+			s.ForEach(func(value, count float64) bool {
+				add(value/1e9, uint64(math.Round(min(count, maxObservationsPerBin))))
+				return false
+			})
+		}, probe, kind)
 	}
 }
 
