@@ -297,6 +297,13 @@ func FuzzDecode(f *testing.F) {
 	l.SetPacked(true)
 	packed, _ := l.MarshalBinary()
 	f.Add(packed)
+	sparse, _ := New(Config{Rows: 2, Cols: 64, K: 2, RowSampleLog2: []uint8{2, 0}, Seed: 4})
+	for i := uint64(0); i < 5; i++ {
+		sparse.Insert(i, i*0x9e3779b97f4a7c15, int64(i), 1)
+	}
+	sparse.SetPacked(true)
+	sparseB, _ := sparse.MarshalBinary()
+	f.Add(sparseB)
 	hugePacked := append(synopsis.AppendHeader(nil, synopsis.KindLDS, versionPacked), MaxRows)
 	hugePacked = append(binary.AppendUvarint(hugePacked, MaxCols), MaxK, 0)
 	f.Add(append(binary.LittleEndian.AppendUint64(hugePacked, 4), 4))
@@ -555,8 +562,25 @@ func TestStandardErrorAgainstTruth(t *testing.T) {
 }
 
 // BenchmarkDecode decodes a busy path's sketch (2 × 4,096 cells, 500,000
-// packets) in the plain and the packed wire forms.
+// packets) in the plain and the packed wire forms, and, packed, one of
+// the default shape that saw an epoch of 5,000 packets (owl-load's).
 func BenchmarkDecode(b *testing.B) {
+	sparse, _ := New(DefaultConfig())
+	rs := rand.New(rand.NewPCG(9, 9))
+	for range 5_000 {
+		sparse.Insert(rs.Uint64N(100), rs.Uint64(), rs.Int64N(1e9), 1)
+	}
+	sparse.SetPacked(true)
+	sw, _ := sparse.MarshalBinary()
+	b.Run("sparse/packed=true", func(b *testing.B) {
+		reuse, _ := Decode(sw)
+		b.SetBytes(int64(len(sw)))
+		for b.Loop() {
+			if err := reuse.UnmarshalBinary(sw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	cfg, _ := DefaultConfig().Select(0b1100)
 	l, _ := New(cfg)
 	r := rand.New(rand.NewPCG(9, 9))
@@ -606,5 +630,36 @@ func BenchmarkEstimateFlow(b *testing.B) {
 		if _, err := EstimateFlow(up, down, uint64(i%200), 1, DefaultOptions()); err != nil && !errors.Is(err, ErrNoCell) {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPackedIntoUsedCells: a sparse packed sketch decoded into the cells
+// of a busy one (a collector's reused sketches) reads as decoded afresh:
+// its runs of empty cells clear what was there.
+func TestPackedIntoUsedCells(t *testing.T) {
+	cfg := Config{Rows: 2, Cols: 512, K: 2, RowSampleLog2: []uint8{4, 0}, Seed: 5}
+	busy, _ := New(cfg)
+	sparse, _ := New(cfg)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 5000 {
+		busy.Insert(r.Uint64N(300), r.Uint64(), r.Int64N(1e9), 1)
+		if i%100 == 0 {
+			sparse.Insert(r.Uint64N(300), r.Uint64(), r.Int64N(1e9), 1)
+		}
+	}
+	busy.SetPacked(true)
+	sparse.SetPacked(true)
+	bw, _ := busy.MarshalBinary()
+	sw, _ := sparse.MarshalBinary()
+	reused, err := Decode(bw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reused.UnmarshalBinary(sw); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := Decode(sw)
+	if !slices.Equal(reused.cells, fresh.cells) || !slices.Equal(fresh.cells, sparse.cells) {
+		t.Error("the sparse sketch read into used cells differs from it")
 	}
 }

@@ -123,10 +123,22 @@ func readPacked(b []byte, cells []Cell, rows, cols, width int) bool {
 			return false
 		}
 		center := int64(c64)
-		for i := range cols {
+		empty := 2 + int(kc) // bits of an empty cell of sum 0: its two codes, all zeros
+		for i := 0; i < cols; i++ {
 			c, ok := Cell{}, false
-			if fast {
-				c, ok = readCellFast(&rd, int(kc), int(ks), width, center)
+			if p, peeked := rd.Peek(); fast && peeked {
+				// A run of empty cells, many in the rows that sample
+				// few packets, in one Peek.
+				if p&(1<<empty-1) == 0 {
+					n := min(min(bits.TrailingZeros64(p), 57)/empty, cols-i)
+					rd.Advance(n * empty)
+					if cells != nil {
+						clear(cells[r*cols+i : r*cols+i+n])
+					}
+					i += n - 1
+					continue
+				}
+				c, ok = readCellFast(&rd, p, int(kc), int(ks), width, center)
 			}
 			if ok {
 				if cells != nil {
@@ -165,15 +177,11 @@ func readPacked(b []byte, cells []Cell, rows, cols, width int) bool {
 // ways must read the same).
 var slowCells bool
 
-// readCellFast reads a cell whose codes are within one Peek and whose
-// digest within the next (most cells), without the checks of the
-// reader's methods on every field; false: it read nothing, and the
-// caller reads the cell field by field.
-func readCellFast(rd *synopsis.BitReader, kc, ks, width int, center int64) (Cell, bool) {
-	p, ok := rd.Peek()
-	if !ok {
-		return Cell{}, false
-	}
+// readCellFast reads a cell whose codes are within p (the reader's Peek)
+// and whose digest within the next Peek (most cells), without the checks
+// of the reader's methods on every field; false: it read nothing, and
+// the caller reads the cell field by field.
+func readCellFast(rd *synopsis.BitReader, p uint64, kc, ks, width int, center int64) (Cell, bool) {
 	count, n1, ok1 := synopsis.ExpGolombIn(p, kc)
 	if count == 0 {
 		ks = 0
