@@ -581,6 +581,12 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+	b.Run("encode/sparse/packed=true", func(b *testing.B) {
+		buf := make([]byte, 0, 1<<20)
+		for b.Loop() {
+			buf, _ = sparse.AppendBinary(buf[:0])
+		}
+	})
 	cfg, _ := DefaultConfig().Select(0b1100)
 	l, _ := New(cfg)
 	r := rand.New(rand.NewPCG(9, 9))

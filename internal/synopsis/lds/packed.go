@@ -96,7 +96,14 @@ func (l *LDS) appendPacked(b []byte, width int) []byte {
 		w.Bits(uint64(kc), 6)
 		w.Bits(uint64(ks), 6)
 		w.Bits(uint64(center), 64)
+		empty := 0 // empty cells of sum 0 not written yet: 2 + kc zero bits each
 		for _, c := range row {
+			if c.Count == 0 && c.SumNS == 0 {
+				empty++
+				continue
+			}
+			w.Bits(0, empty*(2+kc))
+			empty = 0
 			w.ExpGolomb(c.Count, kc)
 			if c.Count == 0 {
 				w.ExpGolomb(uint64(c.SumNS<<1)^uint64(c.SumNS>>63), 0)
@@ -105,6 +112,7 @@ func (l *LDS) appendPacked(b []byte, width int) []byte {
 			w.ExpGolomb(residual(c, center), ks)
 			w.Bits(c.Digest, 8*width)
 		}
+		w.Bits(0, empty*(2+kc))
 	}
 	return w.Done()
 }
