@@ -572,11 +572,16 @@ func (c *Collector) planSweep(ps *pathState, now time.Time, done [2]bool) sweepP
 		}
 	}
 	// Boundary matching waits for the next epoch only so long.
+	settled := false
 	for _, b := range ps.boundaries {
 		if !b.settled && now.Sub(b.at) >= c.cfg.PairTimeout {
 			b.settled = true
 			c.m.settled(b.res)
+			settled = true
 		}
+	}
+	if settled {
+		ps.pruneBoundaries()
 	}
 	return plan
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -235,17 +236,25 @@ func (wk *worker) finish(w *epochWork) (late uint32) {
 	}
 	if w.bd != nil {
 		ps.boundaries[epoch] = w.bd
-		newest := epoch // a late epoch prunes from the path's newest
-		for e := range ps.boundaries {
-			newest = max(newest, e)
-		}
-		for e, b := range ps.boundaries {
-			if e <= newest-boundaryKeep || e <= newest-boundaryInMemory && b.settled {
-				delete(ps.boundaries, e)
-			}
-		}
+		ps.pruneBoundaries()
 	}
 	return late
+}
+
+// pruneBoundaries drops from memory the boundary records older than the
+// path's boundaryKeep newest epochs, and the settled ones older than its
+// boundaryInMemory newest (a late epoch prunes from the newest, not from
+// itself). The caller holds ps.mu.
+func (ps *pathState) pruneBoundaries() {
+	newest := int64(math.MinInt64)
+	for e := range ps.boundaries {
+		newest = max(newest, e)
+	}
+	for e, b := range ps.boundaries {
+		if e <= newest-boundaryKeep || e <= newest-boundaryInMemory && b.settled {
+			delete(ps.boundaries, e)
+		}
+	}
 }
 
 // addConflicts counts n conflicting reports in the stored result of a
