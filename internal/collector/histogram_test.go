@@ -122,13 +122,7 @@ func nativeBuckets(spans []*dto.BucketSpan, deltas []int64) map[int]int64 {
 // histogram once each (the sketch's weights taken back to sampled
 // packets), the same from the sketch at hand as from the result's bytes.
 func TestObserveDelays(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	ds := make([]int64, 1250)
-	for i := range ds {
-		ds[i] = int64(5e6 * (1 + rng.ExpFloat64()))
-	}
-	slices.Sort(ds)
-	res := &owlv1.PathStats{Path: "p", Status: owlv1.ResultStatus_RESULT_STATUS_OK, SampleRate: 0.25, DelaySketch: delays.Of(ds, 4)}
+	res, ds := sampledResult()
 	fromBytes, atHand := newMetrics(), newMetrics()
 	fromBytes.observe(res, nil)
 	atHand.observe(res, delays.Sketch(ds, 4))
@@ -149,15 +143,21 @@ func TestObserveDelays(t *testing.T) {
 // BenchmarkObserveDelays puts an epoch's 1,250 sampled delays into the
 // path's histogram from the result's sketch, as each result does.
 func BenchmarkObserveDelays(b *testing.B) {
+	res, ds := sampledResult()
+	m, s := newMetrics(), delays.Sketch(ds, 4)
+	for b.Loop() {
+		m.observeDelays(res, s)
+	}
+}
+
+// sampledResult is a result of path p whose sample (rate 1/4) holds
+// 1,250 delays of 5 ms and more, exponentially spread, and the delays.
+func sampledResult() (*owlv1.PathStats, []int64) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	ds := make([]int64, 1250)
 	for i := range ds {
 		ds[i] = int64(5e6 * (1 + rng.ExpFloat64()))
 	}
 	slices.Sort(ds)
-	res := &owlv1.PathStats{Path: "p", Status: owlv1.ResultStatus_RESULT_STATUS_OK, SampleRate: 0.25, DelaySketch: delays.Of(ds, 4)}
-	m, s := newMetrics(), delays.Sketch(ds, 4)
-	for b.Loop() {
-		m.observeDelays(res, s)
-	}
+	return &owlv1.PathStats{Path: "p", Status: owlv1.ResultStatus_RESULT_STATUS_OK, SampleRate: 0.25, DelaySketch: delays.Of(ds, 4)}, ds
 }
