@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/owl-latency/owl/internal/synopsis"
 	"github.com/owl-latency/owl/internal/synopsis/synopsistest"
@@ -667,5 +668,31 @@ func TestPackedIntoUsedCells(t *testing.T) {
 	fresh, _ := Decode(sw)
 	if !slices.Equal(reused.cells, fresh.cells) || !slices.Equal(fresh.cells, sparse.cells) {
 		t.Error("the sparse sketch read into used cells differs from it")
+	}
+}
+
+// TestPackedEmptyCellsOfLongCodes: empty cells longer than a Peek (a
+// count order of 56: 58 zero bits each) read one by one, as the form
+// says, and do not stop the reading.
+func TestPackedEmptyCellsOfLongCodes(t *testing.T) {
+	w := synopsis.BitWriter{}
+	w.Bits(56, 6) // count order
+	w.Bits(0, 6)  // residual order
+	w.Bits(0, 64) // center
+	for range 3 {
+		w.ExpGolomb(0, 56)
+		w.ExpGolomb(0, 0)
+	}
+	b := w.Done()
+	done := make(chan bool, 1)
+	cells := make([]Cell, 3)
+	go func() { done <- readPacked(b, cells, 1, 3, 2) }()
+	select {
+	case ok := <-done:
+		if !ok || cells[0] != (Cell{}) || cells[2] != (Cell{}) {
+			t.Errorf("read %v: %v", ok, cells)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading three long empty cells did not end")
 	}
 }

@@ -137,7 +137,7 @@ func readPacked(b []byte, cells []Cell, rows, cols, width int) bool {
 			if p, peeked := rd.Peek(); fast && peeked {
 				// A run of empty cells, many in the rows that sample
 				// few packets, in one Peek.
-				if p&(1<<empty-1) == 0 {
+				if empty <= 57 && p&(1<<empty-1) == 0 { // at least one in the Peek
 					n := min(min(bits.TrailingZeros64(p), 57)/empty, cols-i)
 					rd.Advance(n * empty)
 					if cells != nil {
