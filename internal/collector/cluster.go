@@ -14,11 +14,13 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/cluster"
+	"github.com/owl-latency/owl/internal/codec"
 )
 
 // In a cluster every path has one owner, the collector that pairs its
@@ -158,7 +160,8 @@ func (p *peerConns) get(addr string) (*grpc.ClientConn, error) {
 	bo.MaxDelay = peerMaxBackoff
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(p.creds(addr)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: peerMaxBackoff}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.maxMessageBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.maxMessageBytes), grpc.ForceCodecV2(codec.New())),
+		experimental.WithBufferPool(codec.Buffers))
 	if err != nil {
 		return nil, fmt.Errorf("collector %s: %w", addr, err)
 	}

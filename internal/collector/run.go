@@ -19,11 +19,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // probes gzip their streams
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/codec"
 	"github.com/owl-latency/owl/internal/security"
 	"github.com/owl-latency/owl/internal/web"
 )
@@ -164,6 +166,7 @@ func (c *Collector) serverOptions() []grpc.ServerOption {
 	})
 	return append(c.gate.serverOptions(),
 		grpc.MaxRecvMsgSize(c.cfg.MaxMessageBytes),
+		grpc.ForceServerCodecV2(codec.New()), experimental.BufferPool(codec.Buffers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(auth.UnaryServerInterceptor(c.gate.authorize), recovery.UnaryServerInterceptor(onPanic), faultsAsPanicsUnary),
 		grpc.ChainStreamInterceptor(auth.StreamServerInterceptor(c.gate.authorize), recovery.StreamServerInterceptor(onPanic), faultsAsPanicsStream),

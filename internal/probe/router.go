@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/codec"
 	"github.com/owl-latency/owl/internal/security"
 )
 
@@ -70,12 +72,13 @@ func dial(addr string, creds credsFor, gzipped bool) (*grpc.ClientConn, error) {
 	if creds != nil {
 		tc = creds(addr)
 	}
-	call := []grpc.CallOption{grpc.MaxCallRecvMsgSize(16 << 20), grpc.ForceCodecV2(newReportCodec())}
+	call := []grpc.CallOption{grpc.MaxCallRecvMsgSize(16 << 20), grpc.ForceCodecV2(codec.New())}
 	if gzipped {
 		call = append(call, grpc.UseCompressor(gzip.Name))
 	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(tc),
+		experimental.WithBufferPool(codec.Buffers),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(call...))
 	if err != nil {
