@@ -174,7 +174,8 @@ func (st *epochState) adjust(r *rda.RDA) *rda.RDA {
 func (st *epochState) peel(ctx context.Context) error {
 	lim := st.lim
 	askedRepeated := false
-	var stuck error // the rebuild that failed
+	leftBefore := false // an earlier peel left buckets
+	var stuck error     // the rebuild that failed
 	for {
 		m := max(st.up.Config().Buckets, st.down.Config().Buckets)
 		if dLow := int(absDiff(st.up.Packets(), st.down.Packets())); Size(dLow, 1, rda.MaxBuckets) > m {
@@ -196,16 +197,21 @@ func (st *epochState) peel(ctx context.Context) error {
 		if st.diff, err = Peel(st.up, st.adjust(st.down)); err != nil {
 			return err
 		}
-		if !st.diff.Complete() && !askedRepeated {
+		size := st.up.Config().Buckets
+		canRebuild := stuck == nil && size < lim.MaxBuckets && st.out.Rebuilds < lim.MaxRebuilds
+		// Copies of an ID are taken out first; a residual without them
+		// is rebuilt larger first, as copies are then unlikely: asking
+		// for them made each probe sort its whole cache.
+		if !st.diff.Complete() && !askedRepeated && (st.diff.Copies > 0 || leftBefore || !canRebuild) {
 			askedRepeated = true
 			if err := st.takeOutRepeated(ctx); err != nil {
 				return err
 			}
 		}
-		size := st.up.Config().Buckets
 		if st.diff.Complete() || size >= lim.MaxBuckets || st.out.Rebuilds >= lim.MaxRebuilds {
 			return nil
 		}
+		leftBefore = true
 		if stuck != nil {
 			return fmt.Errorf("peeling at %d buckets incomplete (%v) and %w", size, st.diff, stuck)
 		}

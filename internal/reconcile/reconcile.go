@@ -26,6 +26,14 @@ type Difference struct {
 	Extra []uint64
 	// Residual lists, per bank, the buckets peeling left non-empty.
 	Residual [][]int
+	// Copies counts the residual buckets that look like copies of one
+	// ID, seen more often on one side than on the other: their ID field
+	// is 0 (an even number of copies) or hashes to the bucket itself (an
+	// odd number, the count not ±1). No larger RDA separates copies; a
+	// residual without them is, nearly always, distinct IDs sharing all
+	// their buckets (with two banks, about one epoch in twelve at the
+	// default sizing), which a larger RDA does separate.
+	Copies int
 }
 
 // Complete reports whether peeling emptied every bucket.
@@ -106,6 +114,9 @@ func Peel(up, down *rda.RDA) (Difference, error) {
 		for i, b := range diff.Buckets(l) {
 			if !b.Empty() {
 				out.Residual[l] = append(out.Residual[l], i)
+				if b.ID == 0 || diff.Index(l, b.ID) == i {
+					out.Copies++
+				}
 			}
 		}
 	}

@@ -441,3 +441,163 @@ func TestEpochMatchesSideWithoutCache(t *testing.T) {
 		}
 	}
 }
+
+// cycleIDs are two IDs that share their buckets in both banks of cfg: a
+// stopping set that no peeling at this size can open.
+func cycleIDs(t *testing.T, cfg rda.Config, rng *rand.Rand) (uint64, uint64) {
+	r, _ := rda.New(cfg)
+	seen := map[[2]int]uint64{}
+	for range 100_000 {
+		id := rng.Uint64()
+		at := [2]int{r.Index(0, id), r.Index(1, id)}
+		if other, ok := seen[at]; ok {
+			return other, id
+		}
+		seen[at] = id
+	}
+	t.Fatal("no two IDs share both buckets")
+	return 0, 0
+}
+
+// TestPeelCountsCopies: a residual of copies of one ID (two copies
+// downstream and none upstream: its ID field cancels; three: it hashes
+// to its own bucket) counts in Copies; two distinct lost IDs that share
+// both their buckets leave a residual that does not.
+func TestPeelCountsCopies(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 64, Seed: 11, Check: true}
+	rng := rand.New(rand.NewPCG(1, 2))
+	x, y := cycleIDs(t, cfg, rng)
+	for _, c := range []struct {
+		name       string
+		up, down   []uint64
+		wantCopies bool
+	}{
+		{"two copies downstream", nil, []uint64{x, x}, true},
+		{"three copies downstream", nil, []uint64{x, x, x}, true},
+		{"three copies upstream, one downstream", []uint64{x, x, x}, []uint64{x}, true},
+		{"two lost sharing their buckets", []uint64{x, y}, nil, false},
+	} {
+		up, _ := rda.New(cfg)
+		down, _ := rda.New(cfg)
+		for i := range 300 {
+			id, ts := rng.Uint64(), int64(i)*1000
+			up.Insert(id, ts)
+			down.Insert(id, ts+5000)
+		}
+		for i, id := range c.up {
+			up.Insert(id, int64(i))
+		}
+		for i, id := range c.down {
+			down.Insert(id, int64(i)+7)
+		}
+		d, err := Peel(up, down)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Complete() || (d.Copies > 0) != c.wantCopies {
+			t.Errorf("%s: complete %t, %d residual buckets, %d look like copies", c.name, d.Complete(), len(d.Residual[0])+len(d.Residual[1]), d.Copies)
+		}
+	}
+}
+
+// countRepeats is Local counting its Repeated calls.
+type countRepeats struct {
+	*Local
+	repeated int
+}
+
+func (c *countRepeats) Repeated(ctx context.Context, s Side) (map[uint64][]Entry, error) {
+	c.repeated++
+	return c.Local.Repeated(ctx, s)
+}
+
+// TestEpochRebuildsCyclesFirst: an epoch whose residual is two lost IDs
+// sharing their buckets is rebuilt larger without asking the probes for
+// repeated IDs (which made each sort its whole cache); one whose
+// residual is copies of an ID asks for them before any rebuild. Both end
+// exact.
+func TestEpochRebuildsCyclesFirst(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 64, Seed: 11, Check: true}
+	rng := rand.New(rand.NewPCG(3, 4))
+	x, y := cycleIDs(t, cfg, rng)
+	for _, c := range []struct {
+		name         string
+		lost, copies []uint64 // sent and not received; received twice, never sent in the epoch
+		wantRepeated int
+		wantRebuilds int
+	}{
+		{"cycle", []uint64{x, y}, nil, 0, 1},
+		{"copies", nil, []uint64{x}, 2, 0},
+	} {
+		l := &Local{RDA: cfg}
+		var sum float64
+		n := 0
+		for i := range 300 {
+			id, ts := rng.Uint64(), int64(i)*3_000_000
+			l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
+			d := weibullNS(rng)
+			l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + d, Weight: 1}})
+			sum += float64(d)
+			n++
+		}
+		for _, id := range c.lost {
+			l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: 5_000_000, Weight: 1}})
+		}
+		for _, id := range c.copies {
+			for k := range 2 {
+				l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: int64(1000 + k), Weight: 1}})
+			}
+		}
+		up, _ := l.Rebuild(context.Background(), Upstream, 64)
+		down, _ := l.Rebuild(context.Background(), Downstream, 64)
+		r := &countRepeats{Local: l}
+		out, err := Epoch(context.Background(), Input{Up: up, Down: down}, r, Limits{MinBuckets: 64, MaxBuckets: 1 << 16, MaxRebuilds: 4})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		want := sum / float64(n)
+		if r.repeated != c.wantRepeated || out.Rebuilds != c.wantRebuilds || !out.Diff.Complete() || !out.Repaired ||
+			math.Abs(out.Estimate.MeanNS-want) > 1e-9*want {
+			t.Errorf("%s: %d repeated fetches (want %d), %d rebuilds (want %d), complete %t, repaired %t, mean %.1f ns (want %.1f)",
+				c.name, r.repeated, c.wantRepeated, out.Rebuilds, c.wantRebuilds, out.Diff.Complete(), out.Repaired, out.Estimate.MeanNS, want)
+		}
+	}
+}
+
+// TestPeelFailureRate: with two banks, a difference of d IDs in m
+// buckets per bank fails to peel when two or more IDs close a cycle
+// through their buckets, with probability 1 − √(1 − (d/m)²) (a random
+// bipartite graph's cycles, Poisson): 8.3% at the 2.5 × d that Size
+// gives for d = |up − down|, 2.0% at twice that. Peeling is measured
+// against it.
+func TestPeelFailureRate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const trials, d = 4000, 200
+	for _, m := range []int{Size(d, 1, rda.MaxBuckets), 2 * Size(d, 1, rda.MaxBuckets)} {
+		cfg := rda.Config{Banks: 2, Buckets: m, Check: true}
+		failed := 0
+		for range trials {
+			cfg.Seed = rng.Uint64()
+			up, _ := rda.New(cfg)
+			down, _ := rda.New(cfg)
+			for range d {
+				up.Insert(rng.Uint64(), rng.Int64N(1e9))
+			}
+			diff, err := Peel(up, down)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !diff.Complete() {
+				failed++
+			}
+		}
+		c := float64(d) / float64(m)
+		want := 1 - math.Sqrt(1-c*c)
+		got := float64(failed) / trials
+		sd := math.Sqrt(want * (1 - want) / trials)
+		t.Logf("%d IDs in 2 × %d buckets: %.2f%% failed to peel, %.2f%% expected", d, m, 100*got, 100*want)
+		if math.Abs(got-want) > 4*sd {
+			t.Errorf("%d IDs in 2 × %d buckets: %.2f%% failed to peel, want %.2f%% ± %.2f", d, m, 100*got, 100*want, 400*sd)
+		}
+	}
+}
