@@ -485,3 +485,64 @@ func BenchmarkSortCache(b *testing.B) {
 		}
 	})
 }
+
+// TestCacheFind: an unsorted cache's find returns, for IDs asked for
+// (present, absent, 0, asked twice, sharing their low bits), every entry
+// of each and nothing else, as the sorted cache's does.
+func TestCacheFind(t *testing.T) {
+	const n = 50_000
+	chunks := randomChunks(n, 7)
+	c := &epochCache{complete: true, chunks: chunks, n: n}
+	var all []entry
+	for _, ch := range chunks {
+		all = append(all, ch...)
+	}
+	all = append(all, newEntry(0, 1, 5, 1))
+	c.chunks = append(c.chunks, all[len(all)-1:])
+	c.n++
+	rng := rand.New(rand.NewPCG(8, 9))
+	for _, k := range []int{0, 1, 7, 900, 20_000} {
+		var ids []uint64
+		for range k {
+			ids = append(ids, all[rng.IntN(len(all))].id, rng.Uint64(), rng.Uint64()<<20)
+		}
+		if k > 0 {
+			ids = append(ids, ids[0], 0)
+		}
+		want := map[uint64]bool{}
+		for _, id := range ids {
+			want[id] = true
+		}
+		var wantN int
+		for _, e := range all {
+			if want[e.id] {
+				wantN++
+			}
+		}
+		got := c.find(ids)
+		for _, e := range got {
+			if !want[e.id] {
+				t.Fatalf("%d IDs asked: found %x, not asked", len(ids), e.id)
+			}
+		}
+		if len(got) != wantN {
+			t.Errorf("%d IDs asked: %d entries found, want %d", len(ids), len(got), wantN)
+		}
+	}
+}
+
+// BenchmarkCacheFind looks up the 9,000 lost packets of a dense epoch
+// (900,000 entries) in its unsorted cache.
+func BenchmarkCacheFind(b *testing.B) {
+	const n = 900_000
+	chunks := randomChunks(n, 3)
+	c := &epochCache{complete: true, chunks: chunks, n: n}
+	rng := rand.New(rand.NewPCG(4, 5))
+	var ids []uint64
+	for range 9000 {
+		ids = append(ids, chunks[0][rng.IntN(len(chunks[0]))].id)
+	}
+	for b.Loop() {
+		c.find(ids)
+	}
+}
