@@ -323,7 +323,11 @@ func (c *epochCache) rebuild(buckets int) (*rda.RDA, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.each(func(e entry) { r.Insert(e.id, e.offsetNS()) })
+	// In batches, as the pipeline inserts: one Insert after another
+	// waited for each bucket's load in turn.
+	var b rdaBatch
+	c.each(func(e entry) { b.add(r, e.id, e.offsetNS()) })
+	b.flush(r)
 	return r, nil
 }
 
