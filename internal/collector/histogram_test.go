@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/DataDog/sketches-go/ddsketch"
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/synopsis/delays"
 	"github.com/prometheus/client_golang/prometheus"
@@ -160,4 +161,49 @@ func sampledResult() (*owlv1.PathStats, []int64) {
 	}
 	slices.Sort(ds)
 	return &owlv1.PathStats{Path: "p", Status: owlv1.ResultStatus_RESULT_STATUS_OK, SampleRate: 0.25, DelaySketch: delays.Of(ds, 4)}, ds
+}
+
+// TestObserveSketchAgrees: ObserveSketch (bins' buckets kept by index)
+// gives the histogram that ObserveAll of every bin gives, over sketches
+// of delays at two accuracies (the kept slots dropped at the change,
+// delays of 1 ns to 10 s filling most of them),
+// each observed twice (the second time from the kept slots), with zero
+// and negative delays, delays past the kept indices, and weights that
+// round some bins to nothing.
+func TestObserveSketchAgrees(t *testing.T) {
+	bounds := prometheus.ExponentialBuckets(1e-6, 2, 20)
+	rng := rand.New(rand.NewPCG(7, 8))
+	fast := newWeightedHistogramVec("fast", "h", bounds, 3, "path")
+	slow := newWeightedHistogramVec("slow", "h", bounds, 3, "path")
+	for round, c := range []struct {
+		accuracy, weight float64
+	}{{0.01, 0.25}, {0.01, 1}, {0.05, 0.25}, {0.01, 0.1}} {
+		sk, err := ddsketch.NewDefaultDDSketch(c.accuracy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3000 {
+			sk.Add(float64(int64(5e6 * (1 + rng.ExpFloat64()))))
+			sk.Add(math.Exp(23 * rng.Float64())) // 1 ns to 10 s: bins at most indices kept
+		}
+		for _, v := range []float64{0, 0, -2e5, -7e6, 1e250, 3} {
+			if err := sk.Add(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 {
+			fast.ObserveSketch(sk, 1e9, c.weight, "p")
+			slow.ObserveAll(func(add func(float64, uint64)) {
+				sk.ForEach(func(value, count float64) bool {
+					add(value/1e9, uint64(math.Round(count*c.weight)))
+					return false
+				})
+			}, "p")
+		}
+		a, b := collectHistograms(t, fast)["p"], collectHistograms(t, slow)["p"]
+		a.CreatedTimestamp, b.CreatedTimestamp = nil, nil
+		if !proto.Equal(a, b) {
+			t.Fatalf("round %d: from kept slots %v\nbin by bin %v", round, a, b)
+		}
+	}
 }

@@ -2,7 +2,6 @@ package collector
 
 import (
 	"fmt"
-	"math"
 	"sync"
 
 	"github.com/DataDog/sketches-go/ddsketch"
@@ -206,12 +205,7 @@ func (m *metrics) observeDelays(r *owlv1.PathStats, s *ddsketch.DDSketch) {
 			return // made by this collector or a peer's worker; checked where it is served
 		}
 	}
-	m.delay.ObserveAll(func(add func(float64, uint64)) {
-		s.ForEach(func(value, count float64) bool {
-			add(value/1e9, uint64(math.Round(count*rate)))
-			return false
-		})
-	}, r.GetPath())
+	m.delay.ObserveSketch(s, 1e9, rate, r.GetPath())
 }
 
 // latest sets the per-path gauges from a path's newest result.
