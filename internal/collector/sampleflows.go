@@ -81,8 +81,8 @@ type flowSamples struct {
 // allocated).
 func flowDelays(j sample.Joined, sj *sampleJoin) flowSamples {
 	fs := flowSamples{rate: sj.cfg.Rate(), exact: sj.cfg.Rate() == 1 && sj.ambiguous == 0}
-	index := map[uint64]int32{} // flow → its number, in order of first delay
-	var hashes []uint64         // by number
+	index := synopsis.NewIndex(64) // flow → its number, in order of first delay
+	var hashes []uint64            // by number
 	var counts []int
 	of := make([]int32, len(j.Flows)) // each delay's flow number, -1: none
 	named := 0
@@ -91,10 +91,8 @@ func flowDelays(j sample.Joined, sj *sampleJoin) flowSamples {
 			of[i] = -1
 			continue
 		}
-		n, ok := index[h]
-		if !ok {
-			n = int32(len(counts))
-			index[h] = n
+		n, added := index.Add(h)
+		if added {
 			hashes, counts = append(hashes, h), append(counts, 0)
 		}
 		of[i] = n

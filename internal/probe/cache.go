@@ -10,6 +10,7 @@ import (
 	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/synopsis"
 	"github.com/owl-latency/owl/internal/synopsis/rda"
 )
 
@@ -136,10 +137,16 @@ func (c *epochCache) find(ids []uint64) []entry {
 	defer c.mu.Unlock()
 	var out []entry
 	if !c.sorted {
-		want := newIDSet(ids)
+		// Most entries are not asked for: an open-addressed index of
+		// the IDs answers that in half a Go map's time
+		// (BenchmarkCacheFind).
+		want := synopsis.NewIndex(len(ids))
+		for _, id := range ids {
+			want.Add(id)
+		}
 		for _, ch := range c.chunks {
 			for _, e := range ch {
-				if want.has(e.id) {
+				if _, ok := want.Find(e.id); ok {
 					out = append(out, e)
 				}
 			}
@@ -161,59 +168,6 @@ func (c *epochCache) find(ids []uint64) []entry {
 		}
 	}
 	return out
-}
-
-// idSet is a set of packet IDs, open-addressed: find looks up every
-// entry of an epoch's cache in it, most of them not there, and a Go map
-// took 1.8 times as long (BenchmarkCacheFind).
-type idSet struct {
-	slots   []uint64 // 0: empty
-	shift   uint     // 64 - log2(len(slots))
-	hasZero bool
-}
-
-func newIDSet(ids []uint64) idSet {
-	bits := 4
-	for 1<<bits < 2*len(ids) {
-		bits++
-	}
-	s := idSet{slots: make([]uint64, 1<<bits), shift: uint(64 - bits)}
-	mask := uint64(len(s.slots) - 1)
-	for _, id := range ids {
-		if id == 0 {
-			s.hasZero = true
-			continue
-		}
-		for i := s.slot(id); ; i = (i + 1) & mask {
-			if s.slots[i] == id {
-				break
-			}
-			if s.slots[i] == 0 {
-				s.slots[i] = id
-				break
-			}
-		}
-	}
-	return s
-}
-
-// slot is id's first slot (Fibonacci hashing: IDs asked for may share
-// low bits).
-func (s idSet) slot(id uint64) uint64 { return id * 0x9e3779b97f4a7c15 >> s.shift }
-
-func (s idSet) has(id uint64) bool {
-	if id == 0 {
-		return s.hasZero
-	}
-	mask := uint64(len(s.slots) - 1)
-	for i := s.slot(id); ; i = (i + 1) & mask {
-		switch s.slots[i] {
-		case id:
-			return true
-		case 0:
-			return false
-		}
-	}
 }
 
 // repeated returns every entry whose ID occurs more than once.
