@@ -68,6 +68,7 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.SetCommitInterval(cfg.CommitInterval)
 	if n, err := st.PruneBoundaries(boundaryKeep); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("pruning boundary records: %w", err)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -11,17 +12,37 @@ import (
 // came meanwhile, into the next one. Alone, a write is committed at once;
 // under load, one commit (and one fsync) serves many. The first waiting
 // writer commits for the others.
+//
+// Under load a transaction also starts no sooner than interval after the
+// one before started: a transaction rewrites every page its writes touch
+// (each path's leaves of the result and index buckets, the branches above
+// them, the freelist and the meta page), so fewer, larger ones write less
+// for the same records. "Under load" is more than one write waiting, or
+// the transaction before having had more than one: a lone writer is not
+// held back.
 type groupCommit struct {
-	mu      sync.Mutex
-	queue   []*commitCall
-	running bool
-	txs     int // transactions committed, for tests
+	mu        sync.Mutex
+	queue     []*commitCall
+	running   bool
+	interval  time.Duration
+	last      time.Time // when the last transaction started
+	lastBatch int       // writes in it
+	txs       int       // transactions committed, for tests
+	waits     int       // transactions held back by interval, for tests
 }
 
 // commitCall is one write waiting for its transaction.
 type commitCall struct {
 	fn   func(*bolt.Tx) error
 	done chan error
+}
+
+// SetCommitInterval makes transactions under load start at least d
+// apart (0: as soon as the one before is done).
+func (s *Store) SetCommitInterval(d time.Duration) {
+	s.commits.mu.Lock()
+	defer s.commits.mu.Unlock()
+	s.commits.interval = d
 }
 
 // update runs fn in a write transaction shared with other writes. fn may
@@ -38,8 +59,17 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	}
 	g.running = true
 	for len(g.queue) > 0 {
+		if g.interval > 0 && (len(g.queue) > 1 || g.lastBatch > 1) {
+			if d := g.interval - time.Since(g.last); d > 0 {
+				g.waits++
+				g.mu.Unlock()
+				time.Sleep(d)
+				g.mu.Lock()
+			}
+		}
 		batch := g.queue
 		g.queue = nil
+		g.last, g.lastBatch = time.Now(), len(batch)
 		g.txs++
 		g.mu.Unlock()
 		s.commit(batch)

@@ -3,8 +3,10 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -50,5 +52,63 @@ func TestGroupCommit(t *testing.T) {
 	t.Logf("%d writes in %d transactions", n, s.commits.txs)
 	if s.commits.txs >= n {
 		t.Errorf("%d writes took %d transactions: none shared", n, s.commits.txs)
+	}
+}
+
+// TestCommitInterval: with an interval set, a lone writer's writes are
+// committed at once, one after the other; under load (writers that
+// come while a transaction runs) each transaction starts at least the
+// interval after the one before.
+func TestCommitInterval(t *testing.T) {
+	s := openTest(t)
+	const interval = 40 * time.Millisecond
+	s.SetCommitInterval(interval)
+	var mu sync.Mutex
+	first := map[uint64]time.Time{} // transaction → when its first write ran
+	write := func(key string) error {
+		return s.update(func(tx *bolt.Tx) error {
+			mu.Lock()
+			if _, ok := first[uint64(tx.ID())]; !ok {
+				first[uint64(tx.ID())] = time.Now()
+			}
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond) // a transaction takes a while: writes pile up
+			return tx.Bucket(bucketPending).Put([]byte(key), []byte{1})
+		})
+	}
+	for i := range 5 {
+		if err := write(fmt.Sprintf("lone%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.commits.waits != 0 {
+		t.Errorf("a lone writer waited %d times", s.commits.waits)
+	}
+	clear(first)
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			for i := range 4 {
+				if err := write(fmt.Sprintf("load%d-%d", g, i)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var starts []time.Time
+	for _, at := range first {
+		starts = append(starts, at)
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	if len(starts) >= 24 || s.commits.waits == 0 {
+		t.Errorf("24 writes under load: %d transactions, %d waits", len(starts), s.commits.waits)
+	}
+	// The first transaction of the load may follow the lone ones' at
+	// once; every later one waits.
+	for i := 2; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < interval-5*time.Millisecond {
+			t.Errorf("transactions %d and %d under load %v apart, want at least %v", i-1, i, gap, interval)
+		}
 	}
 }
