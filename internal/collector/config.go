@@ -56,8 +56,8 @@ type Config struct {
 	// CommitInterval is, under load, the least time between the starts
 	// of two of the store's transactions: the results and records stored
 	// meanwhile go in together, and fewer, larger transactions write a
-	// quarter fewer bytes and take a fifth less CPU for the same results
-	// (docs/benchmarks.md). A result is queryable, and its reports are
+	// third fewer bytes and take about an eighth less CPU for the same
+	// results (docs/benchmarks.md). A result is queryable, and its reports are
 	// acknowledged, up to this much later. A lone write (no load) is not
 	// held back. 0: each transaction as soon as the one before is done.
 	CommitInterval time.Duration `yaml:"commit_interval"`
