@@ -565,11 +565,13 @@ func TestEpochRebuildsCyclesFirst(t *testing.T) {
 }
 
 // TestPeelFailureRate: with two banks, a difference of d IDs in m
-// buckets per bank fails to peel when two or more IDs close a cycle
-// through their buckets, with probability 1 − √(1 − (d/m)²) (a random
-// bipartite graph's cycles, Poisson): 8.3% at the 2.5 × d that Size
-// gives for d = |up − down|, 2.0% at twice that. Peeling is measured
-// against it.
+// buckets per bank fails to peel when some IDs close a cycle through
+// their buckets, with probability 1 − √(1 − (d/m)²) (a random bipartite
+// graph's cycles, Poisson): 8.3% at the 2.5 × d that Size gives for
+// d = |up − down|, 2.0% at twice that. With three banks of the same
+// cells in all (a third fewer a bank), the least that stops peeling is
+// two IDs sharing all three buckets, about d²/2m³: 0.05%. Peeling is
+// measured against both.
 func TestPeelFailureRate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const trials, d = 4000, 200
@@ -599,5 +601,28 @@ func TestPeelFailureRate(t *testing.T) {
 		if math.Abs(got-want) > 4*sd {
 			t.Errorf("%d IDs in 2 × %d buckets: %.2f%% failed to peel, want %.2f%% ± %.2f", d, m, 100*got, 100*want, 400*sd)
 		}
+	}
+	m := (2*Size(d, 1, rda.MaxBuckets) + 2) / 3
+	cfg := rda.Config{Banks: 3, Buckets: m, Check: true}
+	failed := 0
+	for range trials {
+		cfg.Seed = rng.Uint64()
+		up, _ := rda.New(cfg)
+		down, _ := rda.New(cfg)
+		for range d {
+			up.Insert(rng.Uint64(), rng.Int64N(1e9))
+		}
+		diff, err := Peel(up, down)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !diff.Complete() {
+			failed++
+		}
+	}
+	want := float64(d) * d / 2 / math.Pow(float64(m), 3) * trials
+	t.Logf("%d IDs in 3 × %d buckets: %d of %d failed to peel, %.1f expected", d, m, failed, trials, want)
+	if float64(failed) > 4*want+4 {
+		t.Errorf("%d IDs in 3 × %d buckets: %d of %d failed to peel, want about %.1f", d, m, failed, trials, want)
 	}
 }
