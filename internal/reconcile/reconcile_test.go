@@ -576,23 +576,7 @@ func TestPeelFailureRate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const trials, d = 4000, 200
 	for _, m := range []int{Size(d, 1, rda.MaxBuckets), 2 * Size(d, 1, rda.MaxBuckets)} {
-		cfg := rda.Config{Banks: 2, Buckets: m, Check: true}
-		failed := 0
-		for range trials {
-			cfg.Seed = rng.Uint64()
-			up, _ := rda.New(cfg)
-			down, _ := rda.New(cfg)
-			for range d {
-				up.Insert(rng.Uint64(), rng.Int64N(1e9))
-			}
-			diff, err := Peel(up, down)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !diff.Complete() {
-				failed++
-			}
-		}
+		failed := peelFailures(t, rng, rda.Config{Banks: 2, Buckets: m, Check: true}, d, trials)
 		c := float64(d) / float64(m)
 		want := 1 - math.Sqrt(1-c*c)
 		got := float64(failed) / trials
@@ -603,7 +587,17 @@ func TestPeelFailureRate(t *testing.T) {
 		}
 	}
 	m := (2*Size(d, 1, rda.MaxBuckets) + 2) / 3
-	cfg := rda.Config{Banks: 3, Buckets: m, Check: true}
+	failed := peelFailures(t, rng, rda.Config{Banks: 3, Buckets: m, Check: true}, d, trials)
+	want := float64(d) * d / 2 / math.Pow(float64(m), 3) * trials
+	t.Logf("%d IDs in 3 × %d buckets: %d of %d failed to peel, %.1f expected", d, m, failed, trials, want)
+	if float64(failed) > 4*want+4 {
+		t.Errorf("%d IDs in 3 × %d buckets: %d of %d failed to peel, want about %.1f", d, m, failed, trials, want)
+	}
+}
+
+// peelFailures is how many of trials differences of d random IDs (lost
+// upstream) in RDAs of cfg, each with a seed of its own, do not peel.
+func peelFailures(t *testing.T, rng *rand.Rand, cfg rda.Config, d, trials int) int {
 	failed := 0
 	for range trials {
 		cfg.Seed = rng.Uint64()
@@ -620,9 +614,5 @@ func TestPeelFailureRate(t *testing.T) {
 			failed++
 		}
 	}
-	want := float64(d) * d / 2 / math.Pow(float64(m), 3) * trials
-	t.Logf("%d IDs in 3 × %d buckets: %d of %d failed to peel, %.1f expected", d, m, failed, trials, want)
-	if float64(failed) > 4*want+4 {
-		t.Errorf("%d IDs in 3 × %d buckets: %d of %d failed to peel, want about %.1f", d, m, failed, trials, want)
-	}
+	return failed
 }
