@@ -97,7 +97,7 @@ func TestFileSourceAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	lw := pcapgo.NewWriterNanos(&long)
-	if err := lw.WriteFileHeader(262144, layers.LinkTypeEthernet); err != nil {
+	if err := lw.WriteFileHeader(1<<20, layers.LinkTypeEthernet); err != nil {
 		t.Fatal(err)
 	}
 	frames, err := pcapgoFrames(t, trace)
@@ -109,8 +109,8 @@ func TestFileSourceAgrees(t *testing.T) {
 		if err := w.WritePacket(ci, f.Data); err != nil {
 			t.Fatal(err)
 		}
-		if i%10 == 0 { // every tenth frame longer than the 64 KiB buffer
-			data := bytes.Repeat(f.Data, 70000/len(f.Data)+1)
+		if i%10 == 0 { // every tenth frame longer than the buffer
+			data := bytes.Repeat(f.Data, recordBuffer/len(f.Data)+1)
 			lci := gopacket.CaptureInfo{Timestamp: ci.Timestamp, CaptureLength: len(data), Length: len(data)}
 			if err := lw.WritePacket(lci, data); err != nil {
 				t.Fatal(err)
