@@ -19,13 +19,14 @@ import (
 )
 
 // Frame is one captured frame. Data is only valid until the source's next
-// call to Next.
+// call to Next; the source's WireLen is its length on the wire (Data may
+// be shorter). Four words at most: the compiler keeps such a struct in
+// registers, and a larger one, returned by Next, went through the stack
+// and was loaded back in halves that waited on its stores (17 ns a frame).
 type Frame struct {
 	Data []byte
 	// TimeNS is the capture timestamp, nanoseconds since the Unix epoch.
 	TimeNS int64
-	// WireLen is the frame's length on the wire (Data may be shorter).
-	WireLen int
 }
 
 // frameReader is what pcapgo's pcap and pcapng readers have in common.
@@ -41,9 +42,10 @@ type FileSource struct {
 	r    frameReader
 	// recs reads a pcap file's records (pcapgo has read and checked its
 	// header); nil for pcapng.
-	recs   *pcapRecords
-	closer io.Closer
-	frames uint64
+	recs    *pcapRecords
+	closer  io.Closer
+	frames  uint64
+	wireLen int // of the frame Next returned last
 }
 
 // OpenFile opens a pcap, pcapng, or gzip-compressed pcap/pcapng file.
@@ -109,15 +111,20 @@ func (s *FileSource) Next() (Frame, error) {
 			return Frame{}, s.readError(err)
 		}
 		s.frames++
-		return Frame{Data: data, TimeNS: tsNS, WireLen: wireLen}, nil
+		s.wireLen = wireLen
+		return Frame{Data: data, TimeNS: tsNS}, nil
 	}
 	data, ci, err := s.r.ZeroCopyReadPacketData()
 	if err != nil {
 		return Frame{}, s.readError(err)
 	}
 	s.frames++
-	return Frame{Data: data, TimeNS: ci.Timestamp.UnixNano(), WireLen: ci.Length}, nil
+	s.wireLen = ci.Length
+	return Frame{Data: data, TimeNS: ci.Timestamp.UnixNano()}, nil
 }
+
+// WireLen is the length on the wire of the frame Next returned last.
+func (s *FileSource) WireLen() int { return s.wireLen }
 
 // readError is what Next returns for a reader's error.
 func (s *FileSource) readError(err error) error {
@@ -203,9 +210,7 @@ func (r *pcapRecords) fill(n int) error {
 
 // next reads the next record, a frame's data, time and length on the
 // wire: io.EOF at the end of the file, io.ErrUnexpectedEOF inside a
-// record. (Its results are passed in registers: a Frame returned was
-// copied through the stack, and loads of its halves waited for the
-// stores, 17 ns a frame of short frames.)
+// record.
 func (r *pcapRecords) next() (data []byte, tsNS int64, wireLen int, err error) {
 	if err := r.fill(16); err != nil {
 		if r.w > r.r && err == io.EOF {

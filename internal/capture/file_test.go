@@ -17,15 +17,21 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 )
 
+// wireFrame is a frame and its length on the wire.
+type wireFrame struct {
+	Frame
+	WireLen int
+}
+
 // pcapgoFrames reads a capture with pcapgo alone: its frames, and the
 // error it stopped on (nil at the end of the file).
-func pcapgoFrames(t *testing.T, b []byte) ([]Frame, error) {
+func pcapgoFrames(t *testing.T, b []byte) ([]wireFrame, error) {
 	t.Helper()
 	r, err := pcapgo.NewReader(bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Frame
+	var out []wireFrame
 	for {
 		data, ci, err := r.ReadPacketData()
 		if err == io.EOF {
@@ -34,19 +40,19 @@ func pcapgoFrames(t *testing.T, b []byte) ([]Frame, error) {
 		if err != nil {
 			return out, err
 		}
-		out = append(out, Frame{Data: data, TimeNS: ci.Timestamp.UnixNano(), WireLen: ci.Length})
+		out = append(out, wireFrame{Frame{Data: data, TimeNS: ci.Timestamp.UnixNano()}, ci.Length})
 	}
 }
 
 // sourceFrames reads a capture with a FileSource: its frames (data
 // copied) and the error it stopped on (nil at the end of the file).
-func sourceFrames(t *testing.T, b []byte) ([]Frame, error) {
+func sourceFrames(t *testing.T, b []byte) ([]wireFrame, error) {
 	t.Helper()
 	s, err := NewFileSource("test", bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Frame
+	var out []wireFrame
 	for {
 		f, err := s.Next()
 		if err == io.EOF {
@@ -56,7 +62,7 @@ func sourceFrames(t *testing.T, b []byte) ([]Frame, error) {
 			return out, err
 		}
 		f.Data = bytes.Clone(f.Data)
-		out = append(out, f)
+		out = append(out, wireFrame{f, s.WireLen()})
 	}
 }
 

@@ -155,6 +155,7 @@ type LiveSource struct {
 	tp       *afpacket.TPacket
 	cfg      LiveConfig
 	tsSource string
+	wireLen  int // of the frame Next returned last
 }
 
 // ErrTimeout is returned by Next when no packet came within the poll timeout.
@@ -270,8 +271,12 @@ func (s *LiveSource) Next() (Frame, error) {
 	if err != nil {
 		return Frame{}, err
 	}
-	return Frame{Data: data, TimeNS: ci.Timestamp.UnixNano(), WireLen: ci.Length}, nil
+	s.wireLen = ci.Length
+	return Frame{Data: data, TimeNS: ci.Timestamp.UnixNano()}, nil
 }
+
+// WireLen is the length on the wire of the frame Next returned last.
+func (s *LiveSource) WireLen() int { return s.wireLen }
 
 // Stats returns the packets the kernel offered the socket and those it
 // dropped because the ring was full, since the socket opened.

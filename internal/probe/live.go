@@ -131,7 +131,7 @@ func (p *Probe) liveWorker(ctx context.Context, w int, src *capture.LiveSource, 
 			return fmt.Errorf("capturing on %s: %w", lc.cfg.Interface, err)
 		default:
 			if dump != nil {
-				dump.write(f.Data, f.TimeNS, f.WireLen)
+				dump.write(f.Data, f.TimeNS, src.WireLen())
 			}
 			pl.frame(f.Data, f.TimeNS)
 		}

@@ -270,6 +270,6 @@ func ReadCapture(path string) (layers.LinkType, []Frame, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		out = append(out, Frame{Data: slices.Clone(f.Data), TimeNS: f.TimeNS, WireLen: f.WireLen})
+		out = append(out, Frame{Data: slices.Clone(f.Data), TimeNS: f.TimeNS, WireLen: src.WireLen()})
 	}
 }
