@@ -539,6 +539,34 @@ func TestTransportFields(t *testing.T) {
 	}
 }
 
+// TestPutAddr holds putAddr to As16 for each kind of address: IPv4,
+// IPv6, IPv4-mapped IPv6, zoned and the zero Addr.
+func TestPutAddr(t *testing.T) {
+	for _, a := range []netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("255.255.255.255"), netip.MustParseAddr("2001:db8::7"),
+		netip.MustParseAddr("::ffff:10.1.2.3"), netip.MustParseAddr("fe80::1%eth0"), {}} {
+		var k [16]byte
+		for i := range k {
+			k[i] = 0xee
+		}
+		putAddr(&k, a)
+		if want := a.As16(); k != want {
+			t.Errorf("%v: %x, want %x", a, k, want)
+		}
+	}
+}
+
+// BenchmarkFlowKeyHash hashes an IPv4 flow's key, as the probe does for
+// each packet.
+func BenchmarkFlowKeyHash(b *testing.B) {
+	f := FlowKey{Src: netip.MustParseAddr("10.1.2.3"), Dst: netip.MustParseAddr("192.168.7.1"), SrcPort: 0x1234, DstPort: 443, Proto: 6}
+	var sum uint64
+	for i := 0; b.Loop(); i++ {
+		f.SrcPort = uint16(i)
+		sum += f.Hash(99)
+	}
+	_ = sum
+}
+
 // TestFlowKeyEncoding pins the flow key's 41 bytes and its hash: probes
 // and collectors of different versions must know a flow by the same hash.
 func TestFlowKeyEncoding(t *testing.T) {
