@@ -83,7 +83,7 @@ func (f FlowKey) AppendBinary(b []byte) []byte {
 }
 
 // put writes AppendBinary's encoding into k.
-func (f FlowKey) put(k *[FlowKeySize]byte) {
+func (f *FlowKey) put(k *[FlowKeySize]byte) {
 	putAddr((*[16]byte)(k[0:16]), f.Src)
 	putAddr((*[16]byte)(k[16:32]), f.Dst)
 	binary.BigEndian.PutUint16(k[32:], f.SrcPort)
@@ -111,7 +111,7 @@ func putAddr(k *[16]byte, a netip.Addr) {
 // Hash is the flow's hash under seed (the deployment's LDS seed): the key
 // by which the LDS, the COLATE vector, the collector's per-flow results
 // and the evaluator all know a flow.
-func (f FlowKey) Hash(seed uint64) uint64 {
+func (f *FlowKey) Hash(seed uint64) uint64 {
 	var k [FlowKeySize]byte
 	f.put(&k)
 	return lds.FlowHash(k[:], seed)
