@@ -539,18 +539,15 @@ func TestTransportFields(t *testing.T) {
 	}
 }
 
-// TestPutAddr holds putAddr to As16 for each kind of address: IPv4,
+// TestAddrWords holds AddrWords to As16 for each kind of address: IPv4,
 // IPv6, IPv4-mapped IPv6, zoned and the zero Addr.
-func TestPutAddr(t *testing.T) {
+func TestAddrWords(t *testing.T) {
 	for _, a := range []netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("255.255.255.255"), netip.MustParseAddr("2001:db8::7"),
 		netip.MustParseAddr("::ffff:10.1.2.3"), netip.MustParseAddr("fe80::1%eth0"), {}} {
-		var k [16]byte
-		for i := range k {
-			k[i] = 0xee
-		}
-		putAddr(&k, a)
-		if want := a.As16(); k != want {
-			t.Errorf("%v: %x, want %x", a, k, want)
+		want := a.As16()
+		hi, lo := AddrWords(a)
+		if wantHi, wantLo := binary.BigEndian.Uint64(want[:8]), binary.BigEndian.Uint64(want[8:]); hi != wantHi || lo != wantLo {
+			t.Errorf("%v: %#x %#x, want %#x %#x", a, hi, lo, wantHi, wantLo)
 		}
 	}
 }

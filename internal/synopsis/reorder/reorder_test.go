@@ -1,7 +1,6 @@
 package reorder
 
 import (
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -537,18 +536,5 @@ func BenchmarkExactAdd(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		x.Add(&pkts[i%len(pkts)])
-	}
-}
-
-// TestAddrWords holds addrWords to the halves of As16 for each kind of
-// address: IPv4, IPv6, IPv4-mapped IPv6, zoned and the zero Addr.
-func TestAddrWords(t *testing.T) {
-	for _, a := range []netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("255.255.255.255"), netip.MustParseAddr("2001:db8::7"),
-		netip.MustParseAddr("::ffff:10.1.2.3"), netip.MustParseAddr("fe80::1%eth0"), {}} {
-		b := a.As16()
-		hi, lo := addrWords(a)
-		if wantHi, wantLo := binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]); hi != wantHi || lo != wantLo {
-			t.Errorf("%v: %#x %#x, want %#x %#x", a, hi, lo, wantHi, wantLo)
-		}
 	}
 }

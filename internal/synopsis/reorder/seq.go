@@ -1,11 +1,6 @@
 package reorder
 
-import (
-	"encoding/binary"
-	"net/netip"
-
-	"github.com/owl-latency/owl/internal/capture"
-)
+import "github.com/owl-latency/owl/internal/capture"
 
 // verdict is what a segment is to its flow.
 type verdict uint8
@@ -160,24 +155,12 @@ func (s *seqState) restarts(g segment) bool {
 // finalizer). Cheaper than hashing the key's bytes; 0 is never returned,
 // so that 0 marks a free slot.
 func flowHash(f *capture.FlowKey, seed uint64) uint64 {
-	sh, sl := addrWords(f.Src)
-	dh, dl := addrWords(f.Dst)
+	sh, sl := capture.AddrWords(f.Src)
+	dh, dl := capture.AddrWords(f.Dst)
 	ends := uint64(f.SrcPort)<<48 | uint64(f.DstPort)<<32 | uint64(f.Proto)
 	h := seed + sh*0x9e3779b97f4a7c15 + sl*0xc2b2ae3d27d4eb4f + dh*0x165667b19e3779f9 + dl*0xd6e8feb86659fd93 +
 		ends*0xff51afd7ed558ccd + uint64(f.Tag)*0xc4ceb9fe1a85ec53
 	return mix(h) | 1
-}
-
-// addrWords are the two halves of an address in its 16-byte form. An
-// IPv4 address's come from As4: As16's result was copied with a 16-byte
-// load that waited for its two 8-byte stores (half of flowHash's time).
-func addrWords(a netip.Addr) (hi, lo uint64) {
-	if a.Is4() {
-		b := a.As4()
-		return 0, 0xffff<<32 | uint64(binary.BigEndian.Uint32(b[:]))
-	}
-	b := a.As16()
-	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
 }
 
 // mix is the splitmix64 finalizer.
