@@ -1,6 +1,7 @@
 package rap
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -180,6 +181,34 @@ func TestIndexCollisions(t *testing.T) {
 			if got, ok := tab.find(e.Key); !ok || got != j {
 				t.Fatalf("after %d additions: tracked key %#x at %d found at %d (%t)", i, e.Key, j, got, ok)
 			}
+		}
+	}
+}
+
+// TestAdmission holds the admission of an untracked flow to RAP's rule:
+// into a full table whose smallest counter is c, with probability
+// 1/(c+1).
+func TestAdmission(t *testing.T) {
+	const trials = 40_000
+	for _, c := range []uint64{0, 1, 3, 9} {
+		admitted := 0
+		for i := range trials {
+			tab := New[uint64](1, uint64(i))
+			v := uint64(0)
+			for range c + 1 { // the first Add takes the free counter at 1
+				tab.Add(1, &v)
+			}
+			tab.Add(2, &v)
+			if _, ok := tab.find(2); ok {
+				admitted++
+			}
+		}
+		want := 1 / float64(c+2)
+		got := float64(admitted) / trials
+		sd := math.Sqrt(want * (1 - want) / trials)
+		t.Logf("smallest counter %d: admitted %.4f, want %.4f ± %.4f", c+1, got, want, sd)
+		if math.Abs(got-want) > 4*sd {
+			t.Errorf("smallest counter %d: admitted %.4f of new flows, want %.4f", c+1, got, want)
 		}
 	}
 }
