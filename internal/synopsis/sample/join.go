@@ -90,69 +90,98 @@ func (s *Sample) withKeyBits(b int) *Sample {
 }
 
 // SortDelays sorts delays and, along with them, their keys and flows
-// (nil: none; equal delays by key): a least-significant-digit radix sort of the delays less the
-// least, a byte a pass and only over the bytes their range has (four
-// for delays within 4.3 s of each other), then equal delays, rare, by
-// key. A sample's delays are skewed (a long tail), which scattering by
-// their top bits sorts poorly.
+// (nil: none; equal delays by key). Each delay less the least is packed
+// with its index into one word, and the words go through a
+// least-significant-digit radix sort, 11 bits a pass and only over the
+// bits the delays' range has (two passes for delays within 4 ms of each
+// other, three within 8 s); equal delays, rare, are then put in key order, and the keys and
+// flows follow their indexes. A sample's delays are skewed (a long
+// tail), which scattering by their top bits sorts poorly. Delays too far
+// apart to share a word with an index (2⁵⁰ ns, 13 days, for the largest
+// samples) are sorted by comparison.
 func SortDelays(delays []int64, ids, flows []uint64) {
-	if len(delays) < 2 {
+	n := len(delays)
+	if n < 2 {
 		return
 	}
 	lo := slices.Min(delays)
-	scratch := sortScratch.Get().(*[]delayKey)
-	defer sortScratch.Put(scratch)
-	if cap(*scratch) < 2*len(delays) {
-		*scratch = make([]delayKey, 2*len(delays))
-	}
-	ps, tmp := (*scratch)[:len(delays)], (*scratch)[len(delays):2*len(delays)]
 	var top uint64
-	for i, d := range delays {
-		ps[i] = delayKey{d: uint64(d) - uint64(lo), id: ids[i]} // d - lo, without overflow
-		if flows != nil {
-			ps[i].flow = flows[i]
-		}
-		top = max(top, ps[i].d)
+	for _, d := range delays {
+		top = max(top, uint64(d)-uint64(lo)) // d - lo, without overflow
 	}
-	for shift := 0; shift < bits.Len64(top); shift += 8 {
-		var at [257]int
+	ib := bits.Len(uint(n - 1)) // bits of an index
+	scratch := sortScratch.Get().(*[]uint64)
+	defer sortScratch.Put(scratch)
+	if cap(*scratch) < 4*n {
+		*scratch = make([]uint64, 4*n)
+	}
+	ps, tmp := (*scratch)[:n], (*scratch)[n:2*n]
+	keys, fl := (*scratch)[2*n:3*n], (*scratch)[3*n:4*n]
+	copy(keys, ids)
+	if flows != nil {
+		copy(fl, flows)
+	}
+	for i := range ps {
+		ps[i] = uint64(i)
+	}
+	if bits.Len64(top)+ib > 64 {
+		slices.SortFunc(ps, func(a, b uint64) int {
+			return cmp.Or(cmp.Compare(delays[a], delays[b]), cmp.Compare(keys[a], keys[b]))
+		})
+		for k, i := range ps {
+			tmp[k] = uint64(delays[i])
+		}
+		for k, i := range ps {
+			delays[k] = int64(tmp[k])
+			ids[k] = keys[i]
+			if flows != nil {
+				flows[k] = fl[i]
+			}
+		}
+		return
+	}
+	for i, d := range delays {
+		ps[i] |= (uint64(d) - uint64(lo)) << ib
+	}
+	for shift := ib; shift < ib+bits.Len64(top); shift += 11 {
+		var at [2049]int
 		for _, p := range ps {
-			at[(p.d>>shift)&0xff+1]++
+			at[(p>>shift)&0x7ff+1]++
 		}
 		for i := 1; i < len(at); i++ {
 			at[i] += at[i-1]
 		}
 		for _, p := range ps {
-			b := (p.d >> shift) & 0xff
+			b := (p >> shift) & 0x7ff
 			tmp[at[b]] = p
 			at[b]++
 		}
 		ps, tmp = tmp, ps
 	}
-	for i := 0; i < len(ps); {
+	mask := uint64(1)<<ib - 1
+	for i := 0; i < n; {
 		j := i + 1
-		for j < len(ps) && ps[j].d == ps[i].d {
+		for j < n && ps[j]>>ib == ps[i]>>ib {
 			j++
 		}
 		if j-i > 1 {
-			slices.SortFunc(ps[i:j], func(a, b delayKey) int { return cmp.Compare(a.id, b.id) })
+			slices.SortFunc(ps[i:j], func(a, b uint64) int { return cmp.Compare(keys[a&mask], keys[b&mask]) })
 		}
 		i = j
 	}
-	for i, p := range ps {
-		delays[i], ids[i] = int64(p.d+uint64(lo)), p.id
+	for k, p := range ps {
+		i := p & mask
+		delays[k] = int64(p>>ib + uint64(lo))
+		ids[k] = keys[i]
 		if flows != nil {
-			flows[i] = p.flow
+			flows[k] = fl[i]
 		}
 	}
 }
 
-// delayKey is a delay less the least of its sample, its key and flow.
-type delayKey struct{ d, id, flow uint64 }
-
 // sortScratch holds SortDelays' working arrays between calls: they were
 // a seventh of the bytes a collector under load allocated.
-var sortScratch = sync.Pool{New: func() any { return new([]delayKey) }}
+var sortScratch = sync.Pool{New: func() any { return new([]uint64) }}
 
 // run is the number of leading entries with the first one's key.
 func run(es []Entry) int {
