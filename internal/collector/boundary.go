@@ -3,6 +3,7 @@ package collector
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -18,6 +19,9 @@ type boundary struct {
 	epoch int64
 	lost  map[uint64]int64 // unmatched lost IDs → absolute upstream time, ns
 	extra map[uint64]int64 // unmatched extra IDs → absolute downstream time, ns
+	// copies are the IDs of extra counted as duplicates: the downstream
+	// probe saw their first copies at the end of the epoch before.
+	copies map[uint64]bool
 
 	// The epoch's own estimate: packets, delay sum and sum of squares.
 	n, sumNS, sqNS float64
@@ -49,7 +53,7 @@ func (b *boundary) match(next *boundary) bool {
 
 // matchRDA is match for the RDA's lost and extra IDs.
 func (b *boundary) matchRDA(next *boundary) bool {
-	matched := 0
+	matched, copies := 0, 0
 	for id, upNS := range b.lost {
 		downNS, ok := next.extra[id]
 		if !ok {
@@ -62,13 +66,20 @@ func (b *boundary) matchRDA(next *boundary) bool {
 		delete(b.lost, id)
 		delete(next.extra, id)
 		matched++
+		if next.copies[id] {
+			// Counted as a duplicate: the probe saw a copy before the
+			// boundary, and this one, sent before it too, was late.
+			delete(next.copies, id)
+			copies++
+		}
 	}
 	if matched == 0 {
 		return false
 	}
 	b.res.BoundaryMatched += uint64(matched)
 	b.res.Lost -= float64(matched)
-	next.res.Reordered -= uint64(min(uint64(matched), next.res.Reordered))
+	next.res.Reordered -= min(uint64(matched-copies), next.res.Reordered)
+	next.res.Duplicates -= min(uint64(copies), next.res.Duplicates)
 	b.apply()
 	return true
 }
@@ -91,10 +102,11 @@ func (b *boundary) apply() {
 }
 
 // encode: n, sum, sq, crossN, crossSum, crossSq (float64 each), then lost
-// and extra as count + (id, ns) pairs, all little-endian, then the sample
-// join when there is one (see sampleJoin.encode).
+// and extra as count + (id, ns) pairs, all little-endian, then, when there
+// are any, the copies (copiesTag, count, IDs), then the sample join when
+// there is one (see sampleJoin.encode).
 func (b *boundary) encode() []byte {
-	size := 48 + 8 + 16*(len(b.lost)+len(b.extra))
+	size := 48 + 8 + 16*(len(b.lost)+len(b.extra)) + 5 + 8*len(b.copies)
 	if b.sample != nil {
 		size += b.sample.sizeHint()
 	}
@@ -103,6 +115,13 @@ func (b *boundary) encode() []byte {
 		out = binary.LittleEndian.AppendUint64(out, math.Float64bits(f))
 	}
 	out = appendEntries(appendEntries(out, b.lost), b.extra)
+	if len(b.copies) > 0 {
+		ids := slices.Sorted(maps.Keys(b.copies))
+		out = binary.LittleEndian.AppendUint32(append(out, copiesTag), uint32(len(ids)))
+		for _, id := range ids {
+			out = binary.LittleEndian.AppendUint64(out, id)
+		}
+	}
 	if b.sample != nil {
 		out = b.sample.encode(out)
 	}
@@ -144,6 +163,33 @@ func readEntries(b []byte) (map[uint64]int64, []byte, error) {
 
 var errBoundary = errors.New("malformed boundary record")
 
+// copiesTag starts the copies' part of a boundary record: no sample join
+// record starts with it (their first byte is a version, 1 to
+// sampleRecord), and records without copies read as before.
+const copiesTag = 0xc0
+
+// readCopies reads the copies' part of a boundary record, if b starts
+// with one, and returns the rest.
+func readCopies(b []byte) (map[uint64]bool, []byte, error) {
+	if len(b) == 0 || b[0] != copiesTag {
+		return nil, b, nil
+	}
+	if len(b) < 5 {
+		return nil, nil, errBoundary
+	}
+	n := int(binary.LittleEndian.Uint32(b[1:]))
+	b = b[5:]
+	if n > len(b)/8 {
+		return nil, nil, errBoundary
+	}
+	m := make(map[uint64]bool, n)
+	for range n {
+		m[binary.LittleEndian.Uint64(b)] = true
+		b = b[8:]
+	}
+	return m, b, nil
+}
+
 func decodeBoundary(epoch int64, b []byte, res *owlv1.PathStats) (*boundary, error) {
 	if len(b) < 48+8 {
 		return nil, errBoundary
@@ -156,6 +202,9 @@ func decodeBoundary(epoch int64, b []byte, res *owlv1.PathStats) (*boundary, err
 		return nil, err
 	}
 	if bd.extra, rest, err = readEntries(rest); err != nil {
+		return nil, err
+	}
+	if bd.copies, rest, err = readCopies(rest); err != nil {
 		return nil, err
 	}
 	if len(rest) > 0 {

@@ -166,6 +166,8 @@ func FuzzBoundaryRecord(f *testing.F) {
 		{lost: map[uint64]int64{1: 2}, extra: map[uint64]int64{}},
 		{lost: map[uint64]int64{}, extra: map[uint64]int64{5: 6}, sample: &sampleJoin{cfg: cfg, downCfg: cfg, delays: []int64{1, 5},
 			up: map[uint64]int64{9: 10}, down: map[uint64]int64{}, narrowed: narrowedSides, ambiguous: 2}},
+		{lost: map[uint64]int64{}, extra: map[uint64]int64{5: 6, 7: 8}, copies: map[uint64]bool{7: true}, sample: &sampleJoin{cfg: cfg, downCfg: cfg,
+			delays: []int64{3}, up: map[uint64]int64{}, down: map[uint64]int64{}}},
 	} {
 		f.Add(bd.encode())
 	}
@@ -174,8 +176,8 @@ func FuzzBoundaryRecord(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if n := len(bd.lost) + len(bd.extra); n > len(data)/16 {
-			t.Fatalf("%d entries from %d bytes", n, len(data))
+		if n := 16*(len(bd.lost)+len(bd.extra)) + 8*len(bd.copies); n > len(data) {
+			t.Fatalf("%d bytes of entries from %d bytes", n, len(data))
 		}
 		again, err := decodeBoundary(1, bd.encode(), &owlv1.PathStats{})
 		if err != nil {

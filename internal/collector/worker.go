@@ -434,7 +434,7 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 	path := w.ps.path.Name
 	rep := &sessionRepairs{wk: wk, ps: w.ps, epoch: w.epoch, lists: w.lists}
 	in := reconcile.Input{Up: up, Down: down, StartNS: wk.cfg.Params.Epoch.StartNS(w.epoch),
-		Log: wk.log.With("path", path, "epoch", w.epoch)}
+		DownCopies: w.pr.down.Report.GetBoundaryCopies(), Log: wk.log.With("path", path, "epoch", w.epoch)}
 	out, err := reconcile.Epoch(ctx, in, rep, wk.cfg.limits())
 	res := w.res
 	res.Rebuilds = uint32(out.Rebuilds)
@@ -457,7 +457,7 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 		// epoch their delays (boundary.apply).
 		res.Estimator = "rda"
 		res.Detail = fmt.Sprintf("no packet arrived within the epoch: %d sent, lost or still on the way at its end", len(out.BoundaryLost))
-		w.bd = &boundary{epoch: w.epoch, lost: out.BoundaryLost, extra: out.BoundaryExtra, res: res, at: wk.now()}
+		w.bd = &boundary{epoch: w.epoch, lost: out.BoundaryLost, extra: out.BoundaryExtra, copies: out.BoundaryCopies, res: res, at: wk.now()}
 		return
 	}
 	if err != nil {
@@ -482,7 +482,7 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 	default:
 		res.Estimator = "rda"
 	}
-	w.bd = &boundary{epoch: w.epoch, lost: out.BoundaryLost, extra: out.BoundaryExtra,
+	w.bd = &boundary{epoch: w.epoch, lost: out.BoundaryLost, extra: out.BoundaryExtra, copies: out.BoundaryCopies,
 		n: est.Count, sumNS: est.SumNS, sqNS: est.Count * (est.StddevNS*est.StddevNS + est.MeanNS*est.MeanNS),
 		res: res, at: wk.now()}
 }

@@ -124,6 +124,7 @@ func mergeEpoch(a *closedEpoch, b closedEpoch, maxSample int) {
 			continue // the path set changed between workers' epochs: rare, and this shard is lost
 		}
 		x.packets[i] += y.packets[j]
+		x.copies[i] = append(x.copies[i], y.copies[j]...)
 		ldaMerged := x.ldas[i].Merge(y.ldas[j]) == nil // fails where a new LDA size came between the workers' epochs
 		if x.ldss[i] != nil && y.ldss[j] != nil {
 			_ = x.ldss[i].Merge(y.ldss[j])

@@ -17,6 +17,7 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/rtt"
+	"github.com/owl-latency/owl/internal/synopsis"
 	"github.com/owl-latency/owl/internal/synopsis/colate"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
@@ -119,6 +120,10 @@ type epochData struct {
 	caches  []*epochCache
 	samples []*sample.Sample // nil entries when sampling is off
 	packets []uint64
+	// copies are, per path, the packets seen in the epoch's first
+	// boundaryWindow that the pipeline saw in the last of the epoch
+	// before (EpochReport.boundary_copies).
+	copies  [][]uint64
 	outside uint64 // decoded packets that matched no path
 	// colate is the point's COLATE vector of the epoch, of every decoded
 	// packet whatever its path (nil when COLATE is off).
@@ -197,7 +202,29 @@ type pipeline struct {
 	// sampleLens are the entries of each path's sample in its last
 	// closed epoch.
 	sampleLens map[string]int
+	// tails hold the IDs of the packets of the last boundaryWindow of the
+	// two latest epochs (by the epoch's parity); packets at offsets below
+	// headNS or from tailNS on are looked up or kept there.
+	tails          [2]tail
+	headNS, tailNS int64
 }
+
+// tail is the IDs of the packets seen in the last boundaryWindow of an
+// epoch.
+type tail struct {
+	epoch int64
+	ids   *synopsis.Index // nil: none yet
+}
+
+// boundaryWindow is how near a boundary the two copies of a packet
+// duplicated in flight must each arrive, one on each side, to be told
+// apart from a packet seen downstream only (EpochReport.boundary_copies):
+// the copies of a duplicate come microseconds apart.
+const boundaryWindow = 10 * time.Millisecond
+
+// maxTail bounds the IDs an epoch's tail keeps (8 bytes each, twice over:
+// 2 MiB at most for the two).
+const maxTail = 1 << 16
 
 // newPipeline returns a pipeline (one capture worker's synopses) that hands
 // its closed epochs to sink.
@@ -212,6 +239,8 @@ func newPipeline(p params.Params, maxCache, topFlows int, sink func(closedEpoch)
 	if err != nil {
 		return nil, err
 	}
+	w := min(int64(boundaryWindow), int64(p.Epoch.Length)/4)
+	pl.headNS, pl.tailNS = w, int64(p.Epoch.Length)-w
 	pl.paths.Store(&pathSet{})
 	return pl, nil
 }
@@ -404,7 +433,7 @@ func (pl *pipeline) open(e int64) *epochData {
 	n := len(s.paths)
 	ed := &epochData{set: s, ldas: make([]*lda.LDA, n), rdas: make([]*rda.RDA, n), rdaHeld: make([]rdaBatch, n), ldss: make([]*lds.LDS, n),
 		raps: make([]*rap.Table[capture.FlowKey], n), caches: make([]*epochCache, n), samples: make([]*sample.Sample, n),
-		packets: make([]uint64, n)}
+		packets: make([]uint64, n), copies: make([][]uint64, n)}
 	if pl.params.Colate.Enabled {
 		ed.colate = getVector(pl.params.ColateConfig(), pl.params.Epoch.StartNS(e))
 	}
@@ -457,6 +486,10 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 	if pl.reorder != nil {
 		pl.reorder.Add(&p)
 	}
+	copied := false
+	if off < pl.headNS || off >= pl.tailNS {
+		copied = pl.boundaryCopy(p.ID, p.TimeNS, off)
+	}
 	matched, hashed := false, false
 	var flowHash, weight uint64
 	if ed.colate != nil {
@@ -481,6 +514,9 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 			if s := ed.samples[i]; s != nil && s.InsertFlow(p.ID, flowHash, off) && s.Len() > pl.params.Sample.MaxEntries {
 				s.Halve()
 			}
+			if copied {
+				ed.copies[i] = append(ed.copies[i], p.ID)
+			}
 			ed.packets[i]++
 			matched = true
 		}
@@ -489,6 +525,34 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 		ed.outside++
 		pl.stats.outside.Add(1)
 	}
+}
+
+// boundaryCopy says whether a packet seen at tsNS, off ns into its epoch,
+// in the epoch's first boundaryWindow, is a copy of one seen in the last
+// boundaryWindow of the epoch before; one in its epoch's last
+// boundaryWindow is kept for the next epoch's look-ups.
+func (pl *pipeline) boundaryCopy(id uint64, tsNS, off int64) bool {
+	e, _ := pl.params.Epoch.Of(tsNS)
+	if off < pl.headNS {
+		t := &pl.tails[(e-1)&1]
+		if t.epoch != e-1 || t.ids == nil {
+			return false
+		}
+		_, seen := t.ids.Find(id)
+		return seen
+	}
+	t := &pl.tails[e&1]
+	switch {
+	case t.ids == nil:
+		t.ids = synopsis.NewIndex(1024)
+	case t.epoch != e:
+		t.ids.Reset()
+	}
+	t.epoch = e
+	if t.ids.Len() < maxTail {
+		t.ids.Add(id)
+	}
+	return false
 }
 
 // publishEvery is how many frames a pipeline counts before it adds them
@@ -649,16 +713,17 @@ func (r *reporter) report(ce closedEpoch) {
 				OutsidePaths:   ed.outside,
 				Dropped:        dropped,
 			},
-			Clock:         clock,
-			ClosedUnixNs:  now,
-			Rda:           rb,
-			CacheEntries:  uint64(c.len()),
-			CacheComplete: c.complete,
-			Lds:           sb,
-			TopFlows:      top,
-			Partial:       partial,
-			Sample:        sb2,
-			List:          list,
+			Clock:          clock,
+			ClosedUnixNs:   now,
+			Rda:            rb,
+			CacheEntries:   uint64(c.len()),
+			CacheComplete:  c.complete,
+			Lds:            sb,
+			TopFlows:       top,
+			Partial:        partial,
+			Sample:         sb2,
+			List:           list,
+			BoundaryCopies: ed.copies[i],
 		})
 	}
 	for i := range ed.set.paths {

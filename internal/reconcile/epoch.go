@@ -71,6 +71,11 @@ type Input struct {
 	// StartNS is the epoch's start (absolute ns): boundary times are
 	// absolute.
 	StartNS int64
+	// DownCopies are the packets the downstream probe saw in the first
+	// moments of the epoch and in the last of the epoch before (its
+	// report's boundary_copies): one of them the downstream side alone
+	// saw in the epoch is the later copy of a duplicate, not reordered.
+	DownCopies []uint64
 	// Log takes the policy's warnings and debug lines (nil: none).
 	Log *slog.Logger
 }
@@ -105,6 +110,10 @@ type Outcome struct {
 	// extra (downstream time) packets with their absolute times, for
 	// matching with the neighbouring epochs. Set when Repaired.
 	BoundaryLost, BoundaryExtra map[uint64]int64
+	// BoundaryCopies are the packets of BoundaryExtra counted among the
+	// duplicates (Input.DownCopies): should the epoch before turn out
+	// to have lost one, it was a late copy after all.
+	BoundaryCopies map[uint64]bool
 	// Unresolved counts decoded packets that had no usable timestamp.
 	Unresolved int
 }
@@ -405,9 +414,10 @@ func (st *epochState) compute(upTS, downTS map[uint64][]Entry, repaired bool) er
 
 // resolve picks the timestamp of each decoded packet: a lost packet the
 // upstream side saw once, or the copy lostCopy tells of one it saw more
-// often, an extra packet seen once downstream, or the last copy of a
-// duplicate (the first copy is the delivery). It fills the removals, the
-// boundary records and the duplicate count.
+// often, an extra packet seen once downstream (a duplicate when the
+// downstream probe saw its first copy just before the epoch), or the last
+// copy of a duplicate (the first copy is the delivery). It fills the
+// removals, the boundary records and the duplicate count.
 func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff map[uint64]int64) {
 	out := &st.out
 	start := st.in.StartNS
@@ -432,6 +442,11 @@ func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff m
 		}
 	}
 	downOff = make(map[uint64]int64, extra)
+	copies := make(map[uint64]bool, len(st.in.DownCopies))
+	for _, id := range st.in.DownCopies {
+		copies[id] = true
+	}
+	out.BoundaryCopies = map[uint64]bool{}
 	for _, id := range st.diff.Extra {
 		ts := slices.Clone(downTS[id])
 		switch {
@@ -439,6 +454,11 @@ func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff m
 			downOff[id] = ts[0].OffsetNS
 			out.BoundaryExtra[id] = start + ts[0].OffsetNS
 			out.Remove[Downstream] = append(out.Remove[Downstream], Packet{id, ts[0]})
+			if copies[id] {
+				// Its first copy arrived before the epoch began.
+				out.BoundaryCopies[id] = true
+				out.Duplicates++
+			}
 		case len(ts) >= 2:
 			slices.SortFunc(ts, byOffset)
 			last := ts[len(ts)-1]

@@ -616,3 +616,53 @@ func peelFailures(t *testing.T, rng *rand.Rand, cfg rda.Config, d, trials int) i
 	}
 	return failed
 }
+
+// TestEpochCountsBoundaryCopies: of the packets only the downstream side
+// saw in an epoch, those its probe reports as boundary copies (first
+// copy in the epoch before) are duplicates, the others reordered; every
+// one stays among the boundary records for matching, the copies marked.
+func TestEpochCountsBoundaryCopies(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 256, Seed: 3}
+	r := rand.New(rand.NewPCG(7, 8))
+	var l Local
+	l.RDA = cfg
+	for range 2000 {
+		id, ts := r.Uint64(), r.Int64N(900_000_000)
+		l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
+		l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + weibullNS(r), Weight: 1}})
+	}
+	var copies, late []uint64
+	for i := range 12 {
+		id := r.Uint64()
+		l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: r.Int64N(5_000_000), Weight: 1}})
+		if i < 5 {
+			copies = append(copies, id)
+		} else {
+			late = append(late, id)
+		}
+	}
+	build := func(s Side) *rda.RDA {
+		x, err := l.Rebuild(context.Background(), s, 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	// A reported copy the epoch did not see downstream alone changes
+	// nothing.
+	reported := append(slices.Clone(copies), l.Packets[Downstream][0].ID)
+	out, err := Epoch(context.Background(), Input{Up: build(Upstream), Down: build(Downstream), DownCopies: reported}, &l,
+		Limits{MinBuckets: 64, MaxBuckets: 1 << 16, MaxRebuilds: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Duplicates != 5 || out.Reordered != 7 || len(out.BoundaryExtra) != 12 || len(out.BoundaryCopies) != 5 {
+		t.Fatalf("%d duplicates, %d reordered, %d boundary extras of which %d copies; want 5, 7, 12, 5",
+			out.Duplicates, out.Reordered, len(out.BoundaryExtra), len(out.BoundaryCopies))
+	}
+	for _, id := range copies {
+		if !out.BoundaryCopies[id] {
+			t.Errorf("copy %x not marked", id)
+		}
+	}
+}

@@ -33,6 +33,12 @@ func (x *Index) alloc(n int) {
 // bits).
 func (x *Index) slot(k uint64) uint64 { return k * 0x9e3779b97f4a7c15 >> x.shift }
 
+// Reset empties the index, keeping its slots.
+func (x *Index) Reset() {
+	clear(x.keys)
+	x.n, x.zero = 0, -1
+}
+
 // Len is the number of keys added.
 func (x *Index) Len() int { return int(x.n) }
 

@@ -2619,9 +2619,15 @@ type EpochReport struct {
 	// (internal/synopsis/exact wire form) in place of lda, rda, lds and
 	// sample, which the collector rebuilds from it: a probe sends it where
 	// it is smaller than those synopses.
-	List          []byte `protobuf:"bytes,16,opt,name=list,proto3" json:"list,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	List []byte `protobuf:"bytes,16,opt,name=list,proto3" json:"list,omitempty"`
+	// boundary_copies are the IDs of the path's packets the probe saw in
+	// the first 10 ms of the epoch and, byte for byte, in the last 10 ms of
+	// the epoch before: a packet duplicated in flight whose two copies
+	// arrived on either side of the boundary. The collector counts such a
+	// packet, extra downstream, as a duplicate rather than as reordered.
+	BoundaryCopies []uint64 `protobuf:"fixed64,17,rep,packed,name=boundary_copies,json=boundaryCopies,proto3" json:"boundary_copies,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EpochReport) Reset() {
@@ -2762,6 +2768,13 @@ func (x *EpochReport) GetSample() []byte {
 func (x *EpochReport) GetList() []byte {
 	if x != nil {
 		return x.List
+	}
+	return nil
+}
+
+func (x *EpochReport) GetBoundaryCopies() []uint64 {
+	if x != nil {
+		return x.BoundaryCopies
 	}
 	return nil
 }
@@ -7966,7 +7979,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\tRDAParams\x12\x14\n" +
 	"\x05banks\x18\x01 \x01(\rR\x05banks\x12\x12\n" +
 	"\x04seed\x18\x02 \x01(\x04R\x04seed\x12\x14\n" +
-	"\x05check\x18\x03 \x01(\bR\x05check\"\xe0\x03\n" +
+	"\x05check\x18\x03 \x01(\bR\x05check\"\x89\x04\n" +
 	"\vEpochReport\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12 \n" +
@@ -7984,7 +7997,8 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\ttop_flows\x18\r \x03(\v2\x0f.owl.v1.TopFlowR\btopFlows\x12\x18\n" +
 	"\apartial\x18\x0e \x01(\tR\apartial\x12\x16\n" +
 	"\x06sample\x18\x0f \x01(\fR\x06sample\x12\x12\n" +
-	"\x04list\x18\x10 \x01(\fR\x04list\"\x7f\n" +
+	"\x04list\x18\x10 \x01(\fR\x04list\x12'\n" +
+	"\x0fboundary_copies\x18\x11 \x03(\x06R\x0eboundaryCopies\"\x7f\n" +
 	"\aFlowKey\x12\x10\n" +
 	"\x03src\x18\x01 \x01(\tR\x03src\x12\x10\n" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x19\n" +
