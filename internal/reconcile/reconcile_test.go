@@ -665,4 +665,9 @@ func TestEpochCountsBoundaryCopies(t *testing.T) {
 			t.Errorf("copy %x not marked", id)
 		}
 	}
+	for _, id := range late {
+		if _, extra := out.BoundaryExtra[id]; !extra || out.BoundaryCopies[id] {
+			t.Errorf("reordered %x: among the extras %t, marked a copy %t", id, extra, out.BoundaryCopies[id])
+		}
+	}
 }
