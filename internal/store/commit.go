@@ -84,7 +84,7 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 // write runs again in a transaction of its own, so that one failing write
 // fails alone.
 func (s *Store) commit(batch []*commitCall) {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := update(s.db, func(tx *bolt.Tx) error {
 		for _, c := range batch {
 			if err := c.fn(tx); err != nil {
 				return err
@@ -99,6 +99,6 @@ func (s *Store) commit(batch []*commitCall) {
 		return
 	}
 	for _, c := range batch {
-		c.done <- s.db.Update(c.fn)
+		c.done <- update(s.db, c.fn)
 	}
 }

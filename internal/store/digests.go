@@ -73,12 +73,58 @@ func putResult(tx *bolt.Tx, k, old, v []byte, r *owlv1.PathStats) error {
 	return tx.Bucket(bucketResults).Put(k, v)
 }
 
-// buildDigests makes the digest index of a database that has none (a
-// collector before it wrote the database) from its results.
-func buildDigests(db *bolt.DB) error {
+// bucketWriter holds, under writerKey, the bbolt transaction of the
+// latest write of a collector that keeps the digest index (update). A
+// later transaction in the database's meta page is a write of an older
+// collector, which stored results without moving the index: Open then
+// builds the index again.
+var (
+	bucketWriter = []byte("digest-index-writer")
+	writerKey    = []byte("tx")
+)
+
+// update runs fn in a write transaction of db, and notes the transaction
+// as one of a collector that keeps the digest index.
+func update(db *bolt.DB, fn func(*bolt.Tx) error) error {
 	return db.Update(func(tx *bolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		b, err := tx.CreateBucketIfNotExists(bucketWriter)
+		if err != nil {
+			return err
+		}
+		return b.Put(writerKey, binary.BigEndian.AppendUint64(nil, uint64(tx.ID())))
+	})
+}
+
+// digestsStale says whether a collector that did not keep the digest
+// index wrote to db after the latest that did. A database without the
+// note was last written by collectors before it, which kept the index or
+// had none.
+func digestsStale(db *bolt.DB) (stale bool, err error) {
+	err = db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketWriter); b != nil {
+			v := b.Get(writerKey)
+			stale = len(v) != 8 || binary.BigEndian.Uint64(v) != uint64(tx.ID())
+		}
+		return nil
+	})
+	return stale, err
+}
+
+// buildDigests makes the digest index of a database from its results:
+// where it has none (a collector before the index wrote it) or, stale,
+// one a collector that did not keep it wrote to since.
+func buildDigests(db *bolt.DB, stale bool) error {
+	return update(db, func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketDigests) != nil {
-			return nil
+			if !stale {
+				return nil
+			}
+			if err := tx.DeleteBucket(bucketDigests); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.CreateBucket(bucketDigests); err != nil {
 			return err

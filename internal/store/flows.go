@@ -360,7 +360,7 @@ type EpochRange struct{ First, Last int64 }
 // data went.
 func (s *Store) DeleteFlows(path string, ranges []EpochRange) (int, error) {
 	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := update(s.db, func(tx *bolt.Tx) error {
 		n = 0
 		for _, r := range ranges {
 			if r.First > r.Last {
@@ -384,7 +384,7 @@ func (s *Store) PruneFlows(path string, epoch int64) (int, error) {
 	if epoch == math.MinInt64 {
 		return 0, nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := update(s.db, func(tx *bolt.Tx) error {
 		var err error
 		n, err = deleteFlowData(tx, epochKey(path, math.MinInt64), epochKey(path, epoch-1))
 		return err

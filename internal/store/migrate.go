@@ -30,7 +30,7 @@ var migrateBatch = 20000
 func migrateFlowData(db *bolt.DB) error {
 	for {
 		done := false
-		err := db.Update(func(tx *bolt.Tx) error {
+		err := update(db, func(tx *bolt.Tx) error {
 			n, err := moveLegacyFlows(tx)
 			if err != nil || n > 0 {
 				return err

@@ -23,7 +23,7 @@ func (s *Store) putByEpoch(bucket []byte, what, probe string, epoch int64, m pro
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", what, err)
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return update(s.db, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket)
 		if err := b.Put(epochKey(probe, epoch), v); err != nil {
 			return err

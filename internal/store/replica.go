@@ -30,7 +30,7 @@ func (s *Store) AllReplicaPending() ([]Pending, []error, error) {
 // path's epoch; nil when there is none.
 func (s *Store) TakeReplicaSide(path string, epoch int64, role owlv1.Role) (*Pending, error) {
 	var out *Pending
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := update(s.db, func(tx *bolt.Tx) error {
 		b, k := tx.Bucket(bucketReplicaPending), pendingKey(path, epoch, role)
 		v := b.Get(k)
 		if v == nil {
@@ -51,7 +51,7 @@ func (s *Store) TakeReplicaSide(path string, epoch int64, role owlv1.Role) (*Pen
 
 // DeleteReplicaSide forgets the copy of one side of a path's epoch.
 func (s *Store) DeleteReplicaSide(path string, epoch int64, role owlv1.Role) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return update(s.db, func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketReplicaPending).Delete(pendingKey(path, epoch, role))
 	})
 }
@@ -60,7 +60,7 @@ func (s *Store) DeleteReplicaSide(path string, epoch int64, role owlv1.Role) err
 // before, and returns how many went.
 func (s *Store) PruneReplicaPending(before time.Time) (int, error) {
 	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := update(s.db, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketReplicaPending)
 		var old [][]byte
 		err := b.ForEach(func(k, v []byte) error {

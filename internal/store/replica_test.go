@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -214,5 +215,72 @@ func TestStoredEpochs(t *testing.T) {
 	}
 	if got, err := s.StoredEpochs("p", 5, 10, func(int64) bool { return false }); err != nil || len(got) != 1 || got[0].Result.GetPath() != "p" {
 		t.Errorf("from the last epoch: %v, %v", got, err)
+	}
+}
+
+// TestDigestsAfterAnOlderWriter: results an older collector stored,
+// without moving the digest index, are in the index once a collector
+// that keeps it opens the database again; a database only collectors
+// that keep it wrote is not indexed again (every write is noted).
+func TestDigestsAfterAnOlderWriter(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := int64(1); e <= 3; e++ {
+		if err := s.PutPending(side("p", e, owlv1.Role_ROLE_UPSTREAM, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		w := Write{Results: []*owlv1.PathStats{{Path: "p", Epoch: e, MeanNs: float64(e)}}, Done: []EpochRef{{"p", e}},
+			Boundaries: []Boundary{{EpochRef: EpochRef{"p", e}, Data: []byte{1}}}}
+		if err := s.Apply(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, "owl.db"), 0o644, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := digestsStale(db); err != nil || stale {
+		t.Fatalf("after the store's own writes: stale %t (%v)", stale, err)
+	}
+	// An older collector stores epoch 4 and changes epoch 1.
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, r := range []*owlv1.PathStats{{Path: "p", Epoch: 4, MeanNs: 4}, {Path: "p", Epoch: 1, MeanNs: 10}} {
+			v, err := proto.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketResults).Put(epochKey(r.GetPath(), r.GetEpoch()), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale, err := digestsStale(db); err != nil || !stale {
+		t.Fatalf("after an older writer: stale %t (%v)", stale, err)
+	}
+	db.Close()
+	if s, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := uint64(0)
+	for e := int64(1); e <= 4; e++ {
+		r, err := s.Result("p", e)
+		if err != nil || r == nil {
+			t.Fatalf("epoch %d: %v, %v", e, r, err)
+		}
+		want += ResultDigest(r)
+	}
+	if got, err := s.Digests("p"); err != nil || len(got) != 1 || got[0] != want {
+		t.Errorf("index %v (%v), want block 0 at %x", got, err, want)
 	}
 }

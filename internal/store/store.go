@@ -119,7 +119,7 @@ func (s *Store) PruneBoundaries(keep int64) (int, error) {
 	if err != nil || len(old) == 0 {
 		return 0, err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = update(s.db, func(tx *bolt.Tx) error {
 		br := boundaryRecords(tx)
 		for _, k := range old {
 			if err := br.delete(k); err != nil {
@@ -166,7 +166,12 @@ func Open(dir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("%s is damaged: %w; %s", path, err, damagedAdvice)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	stale, err := digestsStale(db)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	err = update(db, func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundaryIndex, bucketBoundaryData, bucketFlowIndex, bucketFlowData, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT, bucketReorder} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -182,7 +187,7 @@ func Open(dir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("upgrading %s: %w", path, err)
 	}
-	if err := buildDigests(db); err != nil {
+	if err := buildDigests(db, stale); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("indexing the results of %s: %w", path, err)
 	}
@@ -254,7 +259,7 @@ func (s *Store) Close() error {
 	s.dropMu.Unlock()
 	var err error
 	if len(drops) > 0 {
-		err = s.db.Update(func(tx *bolt.Tx) error { return putBoundaries(tx, nil, drops, nil) })
+		err = update(s.db, func(tx *bolt.Tx) error { return putBoundaries(tx, nil, drops, nil) })
 	}
 	return errors.Join(err, s.db.Close())
 }
@@ -357,7 +362,7 @@ func (s *Store) allSides(bucket []byte) ([]Pending, []error, error) {
 		return nil, nil, err
 	}
 	if len(badKeys) > 0 {
-		err = s.db.Update(func(tx *bolt.Tx) error {
+		err = update(s.db, func(tx *bolt.Tx) error {
 			for _, k := range badKeys {
 				if err := tx.Bucket(bucket).Delete(k); err != nil {
 					return err
@@ -377,7 +382,7 @@ func (s *Store) PutResult(r *owlv1.PathStats, final bool) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return update(s.db, func(tx *bolt.Tx) error {
 		k := epochKey(r.GetPath(), r.GetEpoch())
 		if err := putResult(tx, k, tx.Bucket(bucketResults).Get(k), v, r); err != nil {
 			return err
@@ -728,7 +733,7 @@ func (s *Store) PutColate(probe string, v *owlv1.ColateVector, maxBytes int64, m
 	defer s.colateMu.Unlock()
 	total := s.colateBytes
 	pruned := 0
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = update(s.db, func(tx *bolt.Tx) error {
 		data, idx := tx.Bucket(bucketColate), tx.Bucket(bucketColateTime)
 		key, tkey := epochKey(probe, v.GetEpoch()), colateTimeKey(probe, v.GetEpoch())
 		if old := idx.Get(tkey); len(old) == 8 {
