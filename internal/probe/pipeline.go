@@ -222,9 +222,10 @@ type tail struct {
 // the copies of a duplicate come microseconds apart.
 const boundaryWindow = 10 * time.Millisecond
 
-// maxTail bounds the IDs an epoch's tail keeps: its index then takes
-// 1.5 MiB, 3 MiB for the two a pipeline holds (10,000 IDs, 10 ms at a
-// million packets a second, take 384 KiB).
+// maxTail bounds the IDs an epoch's tail keeps, and the copies a path's
+// report names: the tail's index then takes 1.5 MiB, 3 MiB for the two
+// a pipeline holds (10,000 IDs, 10 ms at a million packets a second,
+// take 384 KiB).
 const maxTail = 1 << 16
 
 // newPipeline returns a pipeline (one capture worker's synopses) that hands
@@ -515,7 +516,7 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 			if s := ed.samples[i]; s != nil && s.InsertFlow(p.ID, flowHash, off) && s.Len() > pl.params.Sample.MaxEntries {
 				s.Halve()
 			}
-			if copied {
+			if copied && len(ed.copies[i]) < maxTail {
 				ed.copies[i] = append(ed.copies[i], p.ID)
 			}
 			ed.packets[i]++

@@ -113,18 +113,13 @@ func digestsStale(db *bolt.DB) (stale bool, err error) {
 	return stale, err
 }
 
-// buildDigests makes the digest index of a database from its results:
-// where it has none (a collector before the index wrote it) or, stale,
-// one a collector that did not keep it wrote to since.
-func buildDigests(db *bolt.DB, stale bool) error {
+// buildDigests makes the digest index of a database that has none (a
+// collector before it wrote the database, or Open dropped a stale one)
+// from its results.
+func buildDigests(db *bolt.DB) error {
 	return update(db, func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketDigests) != nil {
-			if !stale {
-				return nil
-			}
-			if err := tx.DeleteBucket(bucketDigests); err != nil {
-				return err
-			}
+			return nil
 		}
 		if _, err := tx.CreateBucket(bucketDigests); err != nil {
 			return err

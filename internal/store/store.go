@@ -177,6 +177,11 @@ func Open(dir string) (*Store, error) {
 				return err
 			}
 		}
+		if stale && tx.Bucket(bucketDigests) != nil {
+			// Dropped in the write that notes this collector: the
+			// index is built again below, or at the next start.
+			return tx.DeleteBucket(bucketDigests)
+		}
 		return nil
 	})
 	if err != nil {
@@ -187,7 +192,7 @@ func Open(dir string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("upgrading %s: %w", path, err)
 	}
-	if err := buildDigests(db, stale); err != nil {
+	if err := buildDigests(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("indexing the results of %s: %w", path, err)
 	}

@@ -37,7 +37,7 @@ type Table[T any] struct {
 	slot  []int32
 	mask  uint64
 	shift uint
-	rnd   *rand.PCG // the admission coin's source, called directly: through rand.Rand's interface it cost 1.5% of a probe
+	rnd   *rand.PCG // the admission coin's source (rand.Rand's interface cost 1.5% of a probe)
 }
 
 // New returns a table of k counters; seed makes admissions repeatable.
