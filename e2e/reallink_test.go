@@ -147,7 +147,14 @@ func TestRealLink(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // tcpdump and the sockets are up
+	// The epoch a capture starts in is partial: traffic starts in a later
+	// one (a CI run under load started capturing 0.3 s after the probes
+	// connected, and the traffic came in that epoch).
+	waitCapturing(t, probeIn, probeOut)
+	time.Sleep(time.Second) // tcpdump is up
+	grid := epoch.DefaultConfig()
+	e, _ := grid.Of(time.Now().UnixNano())
+	time.Sleep(time.Until(time.Unix(0, grid.StartNS(e+1)).Add(50 * time.Millisecond)))
 
 	// Traffic.
 	server, err := env.StartIn(sv, "trafficgen-server", "trafficgen", "-mode", "server")
@@ -219,7 +226,6 @@ func TestRealLink(t *testing.T) {
 		}
 	}
 	t.Logf("relay: %s", lastLine(relay.Log()))
-	grid := epoch.DefaultConfig()
 	server4, client4 := netip.MustParseAddr("10.77.0.2"), netip.MustParseAddr("10.77.0.1")
 	pin, pout := filepath.Join(dir, "probe-rin.pcap"), filepath.Join(dir, "probe-rout.pcap")
 	tin, tout := tsharkPackets(t, pin, server4), tsharkPackets(t, pout, server4)
