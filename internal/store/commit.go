@@ -29,6 +29,10 @@ type groupCommit struct {
 	lastBatch int       // writes in it
 	txs       int       // transactions committed, for tests
 	waits     int       // transactions held back by interval, for tests
+	// loadTxs are the transactions started under load, and loadGap the
+	// least time from the start of the one before to one's, for tests.
+	loadTxs int
+	loadGap time.Duration
 }
 
 // commitCall is one write waiting for its transaction.
@@ -59,7 +63,8 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 	}
 	g.running = true
 	for len(g.queue) > 0 {
-		if g.interval > 0 && (len(g.queue) > 1 || g.lastBatch > 1) {
+		loaded := len(g.queue) > 1 || g.lastBatch > 1
+		if g.interval > 0 && loaded {
 			if d := g.interval - time.Since(g.last); d > 0 {
 				g.waits++
 				g.mu.Unlock()
@@ -69,7 +74,14 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 		}
 		batch := g.queue
 		g.queue = nil
-		g.last, g.lastBatch = time.Now(), len(batch)
+		now := time.Now()
+		if loaded && !g.last.IsZero() {
+			if gap := now.Sub(g.last); g.loadTxs == 0 || gap < g.loadGap {
+				g.loadGap = gap
+			}
+			g.loadTxs++
+		}
+		g.last, g.lastBatch = now, len(batch)
 		g.txs++
 		g.mu.Unlock()
 		s.commit(batch)

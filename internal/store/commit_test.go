@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -96,19 +95,14 @@ func TestCommitInterval(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	var starts []time.Time
-	for _, at := range first {
-		starts = append(starts, at)
+	if len(first) >= 24 || s.commits.waits == 0 {
+		t.Errorf("24 writes under load: %d transactions, %d waits", len(first), s.commits.waits)
 	}
-	slices.SortFunc(starts, time.Time.Compare)
-	if len(starts) >= 24 || s.commits.waits == 0 {
-		t.Errorf("24 writes under load: %d transactions, %d waits", len(starts), s.commits.waits)
-	}
-	// The first transaction of the load may follow the lone ones' at
-	// once; every later one waits.
-	for i := 2; i < len(starts); i++ {
-		if gap := starts[i].Sub(starts[i-1]); gap < interval-5*time.Millisecond {
-			t.Errorf("transactions %d and %d under load %v apart, want at least %v", i-1, i, gap, interval)
-		}
+	// Every transaction started under load started the interval after
+	// the one before, by the commit's own clock (a transaction's first
+	// write can come late on a loaded machine: a CI run under the race
+	// detector saw two 3 ms apart that way).
+	if s.commits.loadTxs == 0 || s.commits.loadGap < interval {
+		t.Errorf("%d transactions under load, the closest %v after the one before, want at least %v", s.commits.loadTxs, s.commits.loadGap, interval)
 	}
 }
