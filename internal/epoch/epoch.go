@@ -49,6 +49,13 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// CopyWindow is how near a boundary the two copies of a packet
+// duplicated in flight must each arrive, one on either side, for a probe
+// to name the later one a copy (EpochReport.boundary_copies): 10 ms, or a
+// quarter of a shorter epoch. The copies of a duplicate come microseconds
+// apart.
+func (c Config) CopyWindow() time.Duration { return min(10*time.Millisecond, c.Length/4) }
+
 // ErrMismatch says two epoch grids differ.
 var ErrMismatch = errors.New("epoch grids differ")
 

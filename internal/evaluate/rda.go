@@ -42,6 +42,33 @@ func BuildPackets(link layers.LinkType, frames []sim.Frame, id capture.IdentityC
 // FlowSeed is the seed of the flow hashes BuildPackets gives packets.
 const FlowSeed = 0xf10
 
+// BoundaryCopies is, per epoch, what a probe that saw packets p would
+// report as its boundary copies: the packets of the epoch's first copy
+// window (epoch.Config.CopyWindow) it also saw in the last of the epoch
+// before.
+func BoundaryCopies(p Packets, ep epoch.Config) map[int64][]uint64 {
+	w, l := int64(ep.CopyWindow()), int64(ep.Length)
+	out := map[int64][]uint64{}
+	for e, pkts := range p {
+		before := p[e-1]
+		if len(before) == 0 || w == 0 {
+			continue
+		}
+		tail := map[uint64]bool{}
+		for _, q := range before {
+			if q.OffsetNS >= l-w {
+				tail[q.ID] = true
+			}
+		}
+		for _, q := range pkts {
+			if q.OffsetNS < w && tail[q.ID] {
+				out[e] = append(out[e], q.ID)
+			}
+		}
+	}
+	return out
+}
+
 // RDAConfig is how the offline evaluator sizes RDAs: the probes' RDA
 // (hashing and first size) and the collector's limits.
 type RDAConfig struct {
@@ -66,8 +93,10 @@ func (r RDARow) StddevRelErr() float64 { return relErr(r.Out.Estimate.StddevNS, 
 
 // CompareRDA reconciles every epoch of the truth that both sides saw with
 // reconcile.Epoch, the collector's policy, answering its repairs from the
-// packets in memory (reconcile.Local) as the probes' caches would.
-func CompareRDA(ctx context.Context, up, down Packets, truths []sim.EpochTruth, cfg RDAConfig) ([]RDARow, error) {
+// packets in memory (reconcile.Local) as the probes' caches would, and
+// given the downstream side's boundary copies on the grid ep.
+func CompareRDA(ctx context.Context, up, down Packets, truths []sim.EpochTruth, ep epoch.Config, cfg RDAConfig) ([]RDARow, error) {
+	copies := BoundaryCopies(down, ep)
 	var rows []RDARow
 	for _, t := range truths {
 		a, b := up[t.Epoch], down[t.Epoch]
@@ -80,7 +109,7 @@ func CompareRDA(ctx context.Context, up, down Packets, truths []sim.EpochTruth, 
 			return nil, err
 		}
 		rd, _ := l.Rebuild(ctx, reconcile.Downstream, cfg.RDA.Buckets)
-		out, err := reconcile.Epoch(ctx, reconcile.Input{Up: ru, Down: rd}, l, cfg.Limits)
+		out, err := reconcile.Epoch(ctx, reconcile.Input{Up: ru, Down: rd, DownCopies: copies[t.Epoch]}, l, cfg.Limits)
 		rows = append(rows, RDARow{Truth: t, Out: out, Err: err})
 	}
 	return rows, nil
@@ -134,7 +163,7 @@ func RunFilesRDA(cfg FilesConfig, rcfg RDAConfig, w io.Writer) (Summary, error) 
 	}
 	truths := sim.EpochTruths(truth, cfg.Epoch, cfg.DownClockOffsetNS)
 	slices.SortFunc(truths, func(a, b sim.EpochTruth) int { return int(a.Epoch - b.Epoch) })
-	rows, err := CompareRDA(context.Background(), up, down, truths, rcfg)
+	rows, err := CompareRDA(context.Background(), up, down, truths, cfg.Epoch, rcfg)
 	if err != nil {
 		return Summary{}, err
 	}

@@ -2,6 +2,7 @@ package evaluate
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestRDAPolicyOnCaptures(t *testing.T) {
 		Duplicate: 0.002, DuplicateGap: 100 * time.Microsecond, Seed: 3})
 	cfg := RDAConfig{RDA: rda.Config{Banks: 2, Buckets: 32, Seed: 9, Check: true},
 		Limits: reconcile.Limits{MinBuckets: 32, MaxBuckets: 1 << 16, MaxRebuilds: 4}}
-	rows, err := CompareRDA(context.Background(), up, down, sim.EpochTruths(tr.Truth, ep, 0), cfg)
+	rows, err := CompareRDA(context.Background(), up, down, sim.EpochTruths(tr.Truth, ep, 0), ep, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,4 +72,24 @@ func impairedPackets(t *testing.T, link layers.LinkType, frames []sim.Frame, id 
 		t.Fatal(err)
 	}
 	return tr, up, down
+}
+
+// TestBoundaryCopies: the offline evaluator names the boundary copies a
+// probe would: a packet in the last 10 ms of an epoch and again in the
+// first 10 ms of the next; not one seen once, nor one whose copies are
+// farther from the boundary.
+func TestBoundaryCopies(t *testing.T) {
+	ep := epoch.DefaultConfig()
+	ms := int64(time.Millisecond)
+	pkt := func(id uint64, off int64) reconcile.Packet {
+		return reconcile.Packet{ID: id, Entry: reconcile.Entry{OffsetNS: off}}
+	}
+	p := Packets{
+		1: {pkt(1, 1000*ms-2*ms), pkt(2, 500*ms), pkt(4, 1000*ms-ms)},
+		2: {pkt(1, ms), pkt(2, 3*ms), pkt(3, 2*ms), pkt(4, 11*ms)},
+	}
+	got := BoundaryCopies(p, ep)
+	if len(got) != 1 || !slices.Equal(got[2], []uint64{1}) {
+		t.Errorf("boundary copies %v, want epoch 2: [1]", got)
+	}
 }

@@ -121,8 +121,8 @@ type epochData struct {
 	samples []*sample.Sample // nil entries when sampling is off
 	packets []uint64
 	// copies are, per path, the packets seen in the epoch's first
-	// boundaryWindow that the pipeline saw in the last of the epoch
-	// before (EpochReport.boundary_copies).
+	// epoch.Config.CopyWindow that the pipeline saw in the last of the
+	// epoch before (EpochReport.boundary_copies).
 	copies  [][]uint64
 	outside uint64 // decoded packets that matched no path
 	// colate is the point's COLATE vector of the epoch, of every decoded
@@ -202,25 +202,20 @@ type pipeline struct {
 	// sampleLens are the entries of each path's sample in its last
 	// closed epoch.
 	sampleLens map[string]int
-	// tails hold the IDs of the packets of the last boundaryWindow of the
-	// two latest epochs (by the epoch's parity); packets at offsets below
-	// headNS or from tailNS on are looked up or kept there.
+	// tails hold the IDs of the packets of the last copy window
+	// (epoch.Config.CopyWindow) of the two latest epochs (by the epoch's
+	// parity); packets at offsets below headNS or from tailNS on are
+	// looked up or kept there.
 	tails          [2]tail
 	headNS, tailNS int64
 }
 
-// tail is the IDs of the packets seen in the last boundaryWindow of an
+// tail is the IDs of the packets seen in the last copy window of an
 // epoch.
 type tail struct {
 	epoch int64
 	ids   *synopsis.Index // nil: none yet
 }
-
-// boundaryWindow is how near a boundary the two copies of a packet
-// duplicated in flight must each arrive, one on each side, to be told
-// apart from a packet seen downstream only (EpochReport.boundary_copies):
-// the copies of a duplicate come microseconds apart.
-const boundaryWindow = 10 * time.Millisecond
 
 // maxTail bounds the IDs an epoch's tail keeps, and the copies a path's
 // report names: the tail's index then takes 1.5 MiB, 3 MiB for the two
@@ -241,7 +236,7 @@ func newPipeline(p params.Params, maxCache, topFlows int, sink func(closedEpoch)
 	if err != nil {
 		return nil, err
 	}
-	w := min(int64(boundaryWindow), int64(p.Epoch.Length)/4)
+	w := int64(p.Epoch.CopyWindow())
 	pl.headNS, pl.tailNS = w, int64(p.Epoch.Length)-w
 	pl.paths.Store(&pathSet{})
 	return pl, nil
@@ -530,9 +525,9 @@ func (pl *pipeline) frame(data []byte, tsNS int64) {
 }
 
 // boundaryCopy says whether a packet seen at tsNS, off ns into its epoch,
-// in the epoch's first boundaryWindow, is a copy of one seen in the last
-// boundaryWindow of the epoch before; one in its epoch's last
-// boundaryWindow is kept for the next epoch's look-ups.
+// in the epoch's first copy window, is a copy of one seen in the last
+// copy window of the epoch before; one in its epoch's last copy window is
+// kept for the next epoch's look-ups.
 func (pl *pipeline) boundaryCopy(id uint64, tsNS, off int64) bool {
 	e, _ := pl.params.Epoch.Of(tsNS)
 	if off < pl.headNS {
