@@ -21,8 +21,11 @@ import (
 // arrive on either side of an epoch boundary, 2 ms apart, is one
 // duplicate of the later epoch, not a packet reordered into it, and no
 // loss in the earlier one (a CI run once failed TestRealLink on such a
-// packet). Captures of four epochs of 2,000 UDP packets each, 200 µs
-// on the way; the duplicate crosses from the second into the third.
+// packet). One duplicated before the upstream point, its copies on
+// either side of a boundary there and both after it downstream, is no
+// duplicate and no loss: its first copy crossed the boundary. Captures
+// of four epochs of 2,000 UDP packets each, 200 µs on the way; the
+// first duplicate at the second boundary, the other at the third.
 func TestBoundaryDuplicate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test")
@@ -39,11 +42,22 @@ func TestBoundaryDuplicate(t *testing.T) {
 		up = append(up, sim.Frame{Data: b, TimeNS: sent})
 		down = append(down, sim.Frame{Data: b, TimeNS: sent + delayNS})
 	}
+	// Duplicated on the link: both copies of one packet at the upstream
+	// point before the boundary, one at the downstream point after it.
 	boundary := cfg.StartNS(first + 2)
 	dup := udpFrame(t, 999, 1<<31)
 	up = insertFrame(up, sim.Frame{Data: dup, TimeNS: boundary - 1_200_000})
 	down = insertFrame(down, sim.Frame{Data: dup, TimeNS: boundary - 1_000_000})
 	down = insertFrame(down, sim.Frame{Data: dup, TimeNS: boundary + 1_000_000})
+	// Duplicated before the upstream point, its copies on either side of
+	// the next boundary there, both after it downstream: the first copy
+	// crossed the boundary.
+	boundary2 := cfg.StartNS(first + 3)
+	dup2 := udpFrame(t, 998, 1<<30)
+	up = insertFrame(up, sim.Frame{Data: dup2, TimeNS: boundary2 - 100_000})
+	up = insertFrame(up, sim.Frame{Data: dup2, TimeNS: boundary2 + 50_000})
+	down = insertFrame(down, sim.Frame{Data: dup2, TimeNS: boundary2 + 100_000})
+	down = insertFrame(down, sim.Frame{Data: dup2, TimeNS: boundary2 + 250_000})
 	out := sim.OutputsFor(filepath.Join(env.Dir, "dup"))
 	for _, c := range []struct {
 		name   string
@@ -83,9 +97,15 @@ func TestBoundaryDuplicate(t *testing.T) {
 		t.Errorf("epoch before the boundary: lost %v, duplicates %d, reordered %d; want none",
 			before.GetLost(), before.GetDuplicates(), before.GetReordered())
 	}
-	if after.GetLost() != 0 || after.GetDuplicates() != 1 || after.GetReordered() != 0 {
-		t.Errorf("epoch after the boundary: lost %v, duplicates %d, reordered %d; want 0, 1, 0",
-			after.GetLost(), after.GetDuplicates(), after.GetReordered())
+	if after.GetLost() != 0 || after.GetDuplicates() != 1 || after.GetReordered() != 0 || after.GetBoundaryMatched() != 1 {
+		t.Errorf("epoch after the boundary: lost %v, duplicates %d, reordered %d, boundary matched %d; want 0, 1, 0, 1",
+			after.GetLost(), after.GetDuplicates(), after.GetReordered(), after.GetBoundaryMatched())
+	}
+	last := byEpoch[first+3]
+	t.Logf("epoch after the second boundary: lost %v, duplicates %d, reordered %d", last.GetLost(), last.GetDuplicates(), last.GetReordered())
+	if last.GetEstimator() != "rda" || last.GetLost() != 0 || last.GetDuplicates() != 0 || last.GetReordered() != 0 {
+		t.Errorf("epoch after the second boundary: %s, lost %v, duplicates %d, reordered %d; want rda, none",
+			last.GetEstimator(), last.GetLost(), last.GetDuplicates(), last.GetReordered())
 	}
 }
 

@@ -434,7 +434,8 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 	path := w.ps.path.Name
 	rep := &sessionRepairs{wk: wk, ps: w.ps, epoch: w.epoch, lists: w.lists}
 	in := reconcile.Input{Up: up, Down: down, StartNS: wk.cfg.Params.Epoch.StartNS(w.epoch),
-		DownCopies: w.pr.down.Report.GetBoundaryCopies(), Log: wk.log.With("path", path, "epoch", w.epoch)}
+		DownCopies: w.pr.down.Report.GetBoundaryCopies(), UpCopies: w.pr.up.Report.GetBoundaryCopies(),
+		Log: wk.log.With("path", path, "epoch", w.epoch)}
 	out, err := reconcile.Epoch(ctx, in, rep, wk.cfg.limits())
 	res := w.res
 	res.Rebuilds = uint32(out.Rebuilds)

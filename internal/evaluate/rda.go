@@ -94,9 +94,9 @@ func (r RDARow) StddevRelErr() float64 { return relErr(r.Out.Estimate.StddevNS, 
 // CompareRDA reconciles every epoch of the truth that both sides saw with
 // reconcile.Epoch, the collector's policy, answering its repairs from the
 // packets in memory (reconcile.Local) as the probes' caches would, and
-// given the downstream side's boundary copies on the grid ep.
+// given both sides' boundary copies on the grid ep.
 func CompareRDA(ctx context.Context, up, down Packets, truths []sim.EpochTruth, ep epoch.Config, cfg RDAConfig) ([]RDARow, error) {
-	copies := BoundaryCopies(down, ep)
+	upCopies, downCopies := BoundaryCopies(up, ep), BoundaryCopies(down, ep)
 	var rows []RDARow
 	for _, t := range truths {
 		a, b := up[t.Epoch], down[t.Epoch]
@@ -109,7 +109,7 @@ func CompareRDA(ctx context.Context, up, down Packets, truths []sim.EpochTruth, 
 			return nil, err
 		}
 		rd, _ := l.Rebuild(ctx, reconcile.Downstream, cfg.RDA.Buckets)
-		out, err := reconcile.Epoch(ctx, reconcile.Input{Up: ru, Down: rd, DownCopies: copies[t.Epoch]}, l, cfg.Limits)
+		out, err := reconcile.Epoch(ctx, reconcile.Input{Up: ru, Down: rd, DownCopies: downCopies[t.Epoch], UpCopies: upCopies[t.Epoch]}, l, cfg.Limits)
 		rows = append(rows, RDARow{Truth: t, Out: out, Err: err})
 	}
 	return rows, nil

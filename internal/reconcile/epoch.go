@@ -76,6 +76,12 @@ type Input struct {
 	// report's boundary_copies): one of them the downstream side alone
 	// saw in the epoch is the later copy of a duplicate, not reordered.
 	DownCopies []uint64
+	// UpCopies are the upstream probe's boundary copies: a packet it saw
+	// just before the epoch and again in it (duplicated before the
+	// upstream point) whose copies the downstream side both saw in the
+	// epoch had its first copy cross the boundary: the extra downstream
+	// copy is kept for matching with the epoch before's loss.
+	UpCopies []uint64
 	// Log takes the policy's warnings and debug lines (nil: none).
 	Log *slog.Logger
 }
@@ -442,11 +448,20 @@ func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff m
 		}
 	}
 	downOff = make(map[uint64]int64, extra)
-	copies := make(map[uint64]bool, len(st.in.DownCopies))
-	for _, id := range st.in.DownCopies {
-		copies[id] = true
-	}
+	copies, upCopies := idSet(st.in.DownCopies), idSet(st.in.UpCopies)
 	out.BoundaryCopies = map[uint64]bool{}
+	// A copy counted as a duplicate of a packet the upstream side also
+	// sent just before the epoch may be that earlier copy, arrived late:
+	// it waits among the boundary records for the epoch before's loss.
+	crossed := func(p Packet) {
+		if upCopies[p.ID] {
+			out.BoundaryExtra[p.ID] = start + p.OffsetNS
+			out.BoundaryCopies[p.ID] = true
+		}
+	}
+	for _, p := range st.pre {
+		crossed(p)
+	}
 	for _, id := range st.diff.Extra {
 		ts := slices.Clone(downTS[id])
 		switch {
@@ -465,12 +480,22 @@ func (st *epochState) resolve(upTS, downTS map[uint64][]Entry) (upOff, downOff m
 			downOff[id] = last.OffsetNS
 			out.Remove[Downstream] = append(out.Remove[Downstream], Packet{id, last})
 			out.Duplicates++
+			crossed(Packet{id, last})
 		}
 	}
 	return upOff, downOff
 }
 
 func byOffset(a, b Entry) int { return cmp.Compare(a.OffsetNS, b.OffsetNS) }
+
+// idSet is a set of ids.
+func idSet(ids []uint64) map[uint64]bool {
+	m := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
 
 // extraCopies finds the packets the downstream side saw more often in the
 // epoch than the upstream one (at least once), and returns the extra

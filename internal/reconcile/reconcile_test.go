@@ -671,3 +671,42 @@ func TestEpochCountsBoundaryCopies(t *testing.T) {
 		}
 	}
 }
+
+// TestEpochKeepsUpstreamCopies: a packet the downstream side saw twice in
+// the epoch and the upstream side once, whose other upstream copy came
+// just before the epoch (the upstream probe's boundary copies), is a
+// duplicate whose later downstream copy waits among the boundary records,
+// marked, for the epoch before's loss of the first.
+func TestEpochKeepsUpstreamCopies(t *testing.T) {
+	cfg := rda.Config{Banks: 2, Buckets: 256, Seed: 3}
+	r := rand.New(rand.NewPCG(9, 10))
+	var l Local
+	l.RDA = cfg
+	for range 2000 {
+		id, ts := r.Uint64(), r.Int64N(900_000_000)
+		l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
+		l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + weibullNS(r), Weight: 1}})
+	}
+	x, y := r.Uint64(), r.Uint64() // x's other copy crossed; y was duplicated on the way
+	for _, id := range []uint64{x, y} {
+		l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: 50_000, Weight: 1}})
+		l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: 100_000, Weight: 1}},
+			Packet{id, Entry{OffsetNS: 250_000, Weight: 1}})
+	}
+	build := func(s Side) *rda.RDA {
+		b, err := l.Rebuild(context.Background(), s, 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	out, err := Epoch(context.Background(), Input{Up: build(Upstream), Down: build(Downstream), StartNS: 1e9, UpCopies: []uint64{x}}, &l,
+		Limits{MinBuckets: 64, MaxBuckets: 1 << 16, MaxRebuilds: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Duplicates != 2 || out.Reordered != 0 || len(out.BoundaryCopies) != 1 || !out.BoundaryCopies[x] || out.BoundaryExtra[x] != 1e9+250_000 {
+		t.Errorf("%d duplicates, %d reordered, copies %v, boundary extras %v; want 2, 0, x marked at 1e9+250000 (x %x)",
+			out.Duplicates, out.Reordered, out.BoundaryCopies, out.BoundaryExtra, x)
+	}
+}

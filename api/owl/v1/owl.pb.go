@@ -2624,7 +2624,9 @@ type EpochReport struct {
 	// the first 10 ms of the epoch and, byte for byte, in the last 10 ms of
 	// the epoch before: a packet duplicated in flight whose two copies
 	// arrived on either side of the boundary. The collector counts such a
-	// packet, extra downstream, as a duplicate rather than as reordered.
+	// packet, extra downstream, as a duplicate rather than as reordered;
+	// from the upstream probe, it matches the later downstream copy of
+	// such a packet with the epoch before's loss of the first.
 	BoundaryCopies []uint64 `protobuf:"fixed64,17,rep,packed,name=boundary_copies,json=boundaryCopies,proto3" json:"boundary_copies,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
