@@ -622,15 +622,7 @@ func peelFailures(t *testing.T, rng *rand.Rand, cfg rda.Config, d, trials int) i
 // copy in the epoch before) are duplicates, the others reordered; every
 // one stays among the boundary records for matching, the copies marked.
 func TestEpochCountsBoundaryCopies(t *testing.T) {
-	cfg := rda.Config{Banks: 2, Buckets: 256, Seed: 3}
-	r := rand.New(rand.NewPCG(7, 8))
-	var l Local
-	l.RDA = cfg
-	for range 2000 {
-		id, ts := r.Uint64(), r.Int64N(900_000_000)
-		l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
-		l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + weibullNS(r), Weight: 1}})
-	}
+	l, r, build := deliveredEpoch(t, 7, 8)
 	var copies, late []uint64
 	for i := range 12 {
 		id := r.Uint64()
@@ -641,17 +633,10 @@ func TestEpochCountsBoundaryCopies(t *testing.T) {
 			late = append(late, id)
 		}
 	}
-	build := func(s Side) *rda.RDA {
-		x, err := l.Rebuild(context.Background(), s, 256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
 	// A reported copy the epoch did not see downstream alone changes
 	// nothing.
 	reported := append(slices.Clone(copies), l.Packets[Downstream][0].ID)
-	out, err := Epoch(context.Background(), Input{Up: build(Upstream), Down: build(Downstream), DownCopies: reported}, &l,
+	out, err := Epoch(context.Background(), Input{Up: build(Upstream), Down: build(Downstream), DownCopies: reported}, l,
 		Limits{MinBuckets: 64, MaxBuckets: 1 << 16, MaxRebuilds: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -678,29 +663,14 @@ func TestEpochCountsBoundaryCopies(t *testing.T) {
 // duplicate whose later downstream copy waits among the boundary records,
 // marked, for the epoch before's loss of the first.
 func TestEpochKeepsUpstreamCopies(t *testing.T) {
-	cfg := rda.Config{Banks: 2, Buckets: 256, Seed: 3}
-	r := rand.New(rand.NewPCG(9, 10))
-	var l Local
-	l.RDA = cfg
-	for range 2000 {
-		id, ts := r.Uint64(), r.Int64N(900_000_000)
-		l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
-		l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + weibullNS(r), Weight: 1}})
-	}
+	l, r, build := deliveredEpoch(t, 9, 10)
 	x, y := r.Uint64(), r.Uint64() // x's other copy crossed; y was duplicated on the way
 	for _, id := range []uint64{x, y} {
 		l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: 50_000, Weight: 1}})
 		l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: 100_000, Weight: 1}},
 			Packet{id, Entry{OffsetNS: 250_000, Weight: 1}})
 	}
-	build := func(s Side) *rda.RDA {
-		b, err := l.Rebuild(context.Background(), s, 256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	out, err := Epoch(context.Background(), Input{Up: build(Upstream), Down: build(Downstream), StartNS: 1e9, UpCopies: []uint64{x}}, &l,
+	out, err := Epoch(context.Background(), Input{Up: build(Upstream), Down: build(Downstream), StartNS: 1e9, UpCopies: []uint64{x}}, l,
 		Limits{MinBuckets: 64, MaxBuckets: 1 << 16, MaxRebuilds: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -709,4 +679,27 @@ func TestEpochKeepsUpstreamCopies(t *testing.T) {
 		t.Errorf("%d duplicates, %d reordered, copies %v, boundary extras %v; want 2, 0, x marked at 1e9+250000 (x %x)",
 			out.Duplicates, out.Reordered, out.BoundaryCopies, out.BoundaryExtra, x)
 	}
+}
+
+// deliveredEpoch is an epoch of 2,000 packets both sides saw (Weibull
+// delays) drawn from a PCG of seeds s1 and s2, which it returns for more,
+// and a function that builds a side's RDA of 256 buckets from the
+// epoch's packets as they are then.
+func deliveredEpoch(t *testing.T, s1, s2 uint64) (*Local, *rand.Rand, func(Side) *rda.RDA) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(s1, s2))
+	l := &Local{RDA: rda.Config{Banks: 2, Buckets: 256, Seed: 3}}
+	for range 2000 {
+		id, ts := r.Uint64(), r.Int64N(900_000_000)
+		l.Packets[Upstream] = append(l.Packets[Upstream], Packet{id, Entry{OffsetNS: ts, Weight: 1}})
+		l.Packets[Downstream] = append(l.Packets[Downstream], Packet{id, Entry{OffsetNS: ts + weibullNS(r), Weight: 1}})
+	}
+	build := func(s Side) *rda.RDA {
+		b, err := l.Rebuild(context.Background(), s, 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return l, r, build
 }
