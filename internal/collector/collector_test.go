@@ -654,6 +654,59 @@ func TestDuplicateCopiesOnOneSide(t *testing.T) {
 	}
 }
 
+// TestCountersSettle: the path's counters of lost, reordered and
+// duplicate packets add up to the stored results' once boundary matching
+// is over, also when the later epoch is reconciled first: epoch 2 alone
+// counts a packet sent at the end of epoch 1 as reordered, until epoch
+// 1's loss takes it.
+func TestCountersSettle(t *testing.T) {
+	tw := newEpochs(t, 3)
+	const delay = 40_000
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 600 {
+		at := int64(i) * 5_000_000 // 5 ms apart, epochs 1 to 3
+		tw.send(rng.Uint64(), at, at+delay)
+	}
+	tw.send(rng.Uint64(), 500_000_000)                                 // lost in epoch 1
+	tw.send(rng.Uint64(), 1e9-10_000, 1e9+30_000)                      // sent in epoch 1, seen in epoch 2
+	tw.send(rng.Uint64(), 1_500_000_000, 1_500_040_000, 1_500_045_000) // duplicated in epoch 2
+	a, d := tw.connect(t)
+	tw.sendReports(t, a, d, 2)
+	got := watchUntil(t, tw.watch, "epoch 2 alone", func(got map[int64]*owlv1.PathStats) bool { return got[2] != nil })
+	if r := got[2]; r.GetEstimator() != "rda" || r.GetReordered() != 1 || r.GetDuplicates() != 1 {
+		t.Fatalf("epoch 2 alone: %s, %d reordered, %d duplicates; want rda, 1, 1", r.GetEstimator(), r.GetReordered(), r.GetDuplicates())
+	}
+	// Epoch 3 before epoch 1: epoch 2's neighbours come out of order.
+	tw.sendReports(t, a, d, 3)
+	e3 := watchUntil(t, tw.watch, "epoch 3", func(got map[int64]*owlv1.PathStats) bool { return got[3] != nil })[3]
+	if e3.GetEstimator() != "rda" || e3.GetLost() != 0 || e3.GetReordered() != 0 || e3.GetDuplicates() != 0 {
+		t.Fatalf("epoch 3: %v", e3)
+	}
+	tw.sendReports(t, a, d, 1)
+	got = watchUntil(t, tw.watch, "epoch 1, and epoch 2 matched", func(got map[int64]*owlv1.PathStats) bool {
+		return got[1] != nil && got[2] != nil && got[2].GetReordered() == 0
+	})
+	if got[1].GetLost() != 1 || got[1].GetBoundaryMatched() != 1 || got[2].GetDuplicates() != 1 {
+		t.Fatalf("results: epoch 1 lost %v, matched %d; epoch 2 duplicates %d; want 1, 1, 1",
+			got[1].GetLost(), got[1].GetBoundaryMatched(), got[2].GetDuplicates())
+	}
+	// Epoch 2 settles once both its neighbours are in; epochs 1 and 3, at
+	// the edges, by the sweep a pair_timeout (1 s here) after theirs.
+	m := tw.c.m
+	counters := func() [4]float64 {
+		return [4]float64{testutil.ToFloat64(m.lost.WithLabelValues("p")), testutil.ToFloat64(m.reordered.WithLabelValues("p")),
+			testutil.ToFloat64(m.dupPackets.WithLabelValues("p")), testutil.ToFloat64(m.boundary.WithLabelValues("p"))}
+	}
+	want := [4]float64{1, 0, 1, 1}
+	for deadline := time.Now().Add(5 * time.Second); counters() != want && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		tw.c.sweep() // the test runs no sweep loop
+	}
+	if c := counters(); c != want {
+		t.Errorf("counters lost, reordered, duplicates, boundary matched: %v, want %v", c, want)
+	}
+}
+
 // twoEpochs is path p's traffic in epochs 1 and 2 (or 1 to n:
 // newEpochs) as both sides' RDAs and caches hold it, and a collector
 // (RDAs of 256 buckets, rebuilt up to 4,096) whose results for p are
@@ -713,15 +766,29 @@ func (tw *twoEpochs) send(id uint64, upNS int64, downNS ...int64) {
 // 1 and 2), in that order: an empty LDA and the RDAs.
 func (tw *twoEpochs) report(t *testing.T, epochs ...int64) {
 	t.Helper()
-	// The reports and answerCaches' replies share a stream: one Send at a
-	// time (gRPC's rule; two at once hung a test under the race detector).
-	a := &sendOneAtATime{ProbeService_ConnectClient: probeStream(t, tw.conn, "a", tw.cfg.Params)}
-	d := &sendOneAtATime{ProbeService_ConnectClient: probeStream(t, tw.conn, "b", tw.cfg.Params)}
-	go answerCaches(a, tw.up, make(chan *owlv1.Ack, 64))
-	go answerCaches(d, tw.down, make(chan *owlv1.Ack, 64))
+	a, d := tw.connect(t)
 	if len(epochs) == 0 {
 		epochs = []int64{1, 2}
 	}
+	tw.sendReports(t, a, d, epochs...)
+}
+
+// connect connects probes a (upstream) and b (downstream), which answer
+// fetches from their caches.
+func (tw *twoEpochs) connect(t *testing.T) (a, d *sendOneAtATime) {
+	t.Helper()
+	// The reports and answerCaches' replies share a stream: one Send at a
+	// time (gRPC's rule; two at once hung a test under the race detector).
+	a = &sendOneAtATime{ProbeService_ConnectClient: probeStream(t, tw.conn, "a", tw.cfg.Params)}
+	d = &sendOneAtATime{ProbeService_ConnectClient: probeStream(t, tw.conn, "b", tw.cfg.Params)}
+	go answerCaches(a, tw.up, make(chan *owlv1.Ack, 64))
+	go answerCaches(d, tw.down, make(chan *owlv1.Ack, 64))
+	return a, d
+}
+
+// sendReports sends a's and d's reports of the epochs, in that order.
+func (tw *twoEpochs) sendReports(t *testing.T, a, d *sendOneAtATime, epochs ...int64) {
+	t.Helper()
 	for _, e := range epochs {
 		for i, st := range []owlv1.ProbeService_ConnectClient{a, d} {
 			role := []owlv1.Role{owlv1.Role_ROLE_UPSTREAM, owlv1.Role_ROLE_DOWNSTREAM}[i]

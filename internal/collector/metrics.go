@@ -168,9 +168,11 @@ func (m *metrics) addColate() {
 	m.reg.MustRegister(m.colateVectors, m.colatePackets, m.colateBytesIn, m.colateOverflow, m.colateFullTables, m.colatePruned, m.colateStored)
 }
 
-// observe records a new result. The loss of a reconciled RDA epoch is
-// counted later, by settled, once boundary matching with the next epoch is
-// over.
+// observe records a new result. The loss, reordered packets and
+// duplicates of a reconciled RDA epoch are counted later, by settled, once
+// boundary matching with its neighbours is over: the matching moves
+// packets between them (a loss delivered, an extra taken off, a
+// duplicate taken back).
 func (m *metrics) observe(r *owlv1.PathStats, sketch *ddsketch.DDSketch) {
 	p := r.GetPath()
 	m.results.WithLabelValues(p, statusName(r.GetStatus())).Inc()
@@ -182,11 +184,25 @@ func (m *metrics) observe(r *owlv1.PathStats, sketch *ddsketch.DDSketch) {
 	}
 	m.observeDelays(r, sketch)
 	m.latest(r)
-	if r.GetEstimator() != "rda" && r.GetEstimator() != "rda-partial" && r.GetLost() > 0 {
-		m.lost.WithLabelValues(p).Add(r.GetLost())
-	}
 	m.packets.WithLabelValues(p, "upstream").Add(float64(r.GetUpstreamPackets()))
 	m.packets.WithLabelValues(p, "downstream").Add(float64(r.GetDownstreamPackets()))
+	if !settlesLater(r) {
+		m.countMoved(r)
+	}
+}
+
+// settlesLater says whether a result's loss, reordered packets and
+// duplicates wait for its boundary matching (a reconciled RDA epoch's do).
+func settlesLater(r *owlv1.PathStats) bool {
+	return r.GetEstimator() == "rda" || r.GetEstimator() == "rda-partial"
+}
+
+// countMoved counts a result's loss, reordered packets and duplicates.
+func (m *metrics) countMoved(r *owlv1.PathStats) {
+	p := r.GetPath()
+	if r.GetLost() > 0 {
+		m.lost.WithLabelValues(p).Add(r.GetLost())
+	}
 	m.reordered.WithLabelValues(p).Add(float64(r.GetReordered()))
 	m.dupPackets.WithLabelValues(p).Add(float64(r.GetDuplicates()))
 }
@@ -249,11 +265,10 @@ func (m *metrics) forgetProbe(probe string) {
 	}
 }
 
-// settled counts the final loss of an RDA epoch.
+// settled counts the final loss, reordered packets and duplicates of an
+// RDA epoch.
 func (m *metrics) settled(r *owlv1.PathStats) {
-	if r.GetLost() > 0 {
-		m.lost.WithLabelValues(r.GetPath()).Add(r.GetLost())
-	}
+	m.countMoved(r)
 	m.boundary.WithLabelValues(r.GetPath()).Add(float64(r.GetBoundaryMatched()))
 }
 

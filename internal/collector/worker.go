@@ -322,18 +322,18 @@ func (wk *worker) boundaryOf(ps *pathState, epoch int64) *boundary {
 	return b
 }
 
-// settle counts into the metrics the loss of epochs whose boundary matching
-// is over: the epoch before one just reconciled, and the epoch itself once
-// its successor is reconciled too. sweep settles the rest after a timeout.
+// settle counts into the metrics the loss, reordered packets and
+// duplicates of the epochs whose boundary matching is over: of epoch, just
+// reconciled, and its two neighbours, those whose neighbours on both sides
+// have records (two neighbours were matched when the later of them was
+// reconciled; epochs can come out of order). sweep settles the rest after
+// a timeout.
 func (wk *worker) settle(ps *pathState, epoch int64) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	for _, e := range []int64{epoch - 1, epoch} {
+	for e := epoch - 1; e <= epoch+1; e++ {
 		b := ps.boundaries[e]
-		if b == nil || b.settled {
-			continue
-		}
-		if e == epoch && ps.boundaries[epoch+1] == nil {
+		if b == nil || b.settled || ps.boundaries[e-1] == nil || ps.boundaries[e+1] == nil {
 			continue
 		}
 		b.settled = true
