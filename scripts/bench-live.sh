@@ -12,6 +12,7 @@
 #   usage: scripts/bench-live.sh [seconds per run]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 secs=${1:-3}
 if ! command -v trafgen >/dev/null; then
   DEBIAN_FRONTEND=noninteractive scripts/retry.sh 600 2 apt-get install -y -q --no-install-recommends netsniff-ng >/dev/null
@@ -28,16 +29,7 @@ for d in $a $b; do
   echo 1 > /proc/sys/net/ipv6/conf/$d/disable_ipv6
 done
 go build -o "$dir/" ./cmd/collector ./cmd/probe
-cat > "$dir/c.yaml" <<YAML
-grpc_listen: 127.0.0.1:0
-insecure: true
-http_listen: ""
-data_dir: $dir/data
-paths: [{name: bench, upstream: other, downstream: bench-probe}]
-YAML
-"$dir/collector" -config "$dir/c.yaml" -ready-file "$dir/ready" -log-level error &
-for _ in $(seq 100); do [ -s "$dir/ready" ] && break; sleep 0.1; done
-grpc=$(sed 's/.*"grpc":"\([^"]*\)".*/\1/' "$dir/ready")
+start_collector "$dir/collector" "$dir" other bench-probe
 loops=$(( secs * 20 ))   # the trace is 25,768 frames
 # trafgen's packets: UDP from 1,000 source ports, a random IP ID and 64
 # random bytes each, so that every packet has an identity of its own.

@@ -11,6 +11,7 @@
 #   usage: scripts/bench-replay.sh [bin dir: prebuilt collector, probe, tracegen]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 dir=$(mktemp -d)
 cleanup() { kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
@@ -31,18 +32,7 @@ tcpu() { awk '{printf "%.2f", $1+$2}' "$1"; }
 
 printf "%-6s %10s %8s %10s %8s %10s %12s %10s %10s\n" capture packets epochs "probe-a s" "Mpkt/s" "probe-b s" "collector s" "ms/epoch" "peak MiB"
 for name in small dense; do
-  rm -rf "$dir/data" "$dir/ready"
-  cat > "$dir/c.yaml" <<YAML
-grpc_listen: 127.0.0.1:0
-insecure: true
-http_listen: ""
-data_dir: $dir/data
-paths: [{name: bench, upstream: a, downstream: b}]
-YAML
-  "$bin/collector" -config "$dir/c.yaml" -ready-file "$dir/ready" -log-level error &
-  coll=$!
-  for _ in $(seq 100); do [ -s "$dir/ready" ] && break; sleep 0.1; done
-  grpc=$(sed 's/.*"grpc":"\([^"]*\)".*/\1/' "$dir/ready")
+  start_collector "$bin/collector" "$dir" a b
   /usr/bin/time -f "%U %S" -o "$dir/ta" "$bin/probe" -id a -collector "$grpc" -insecure -file "$dir/$name-up.pcap" -replay-speed 0 -log-level error &
   pa=$!
   /usr/bin/time -f "%U %S" -o "$dir/tb" "$bin/probe" -id b -collector "$grpc" -insecure -file "$dir/$name-down.pcap" -replay-speed 0 -log-level error

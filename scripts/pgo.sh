@@ -14,6 +14,7 @@
 #   usage: scripts/pgo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 dir=$(mktemp -d)
 cleanup() { kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
@@ -21,19 +22,8 @@ trap cleanup EXIT
 # one it replaces.
 go build -pgo=off -o "$dir/bin/" ./cmd/collector ./cmd/probe ./cmd/tracegen ./cmd/owl-load
 "$dir/bin/tracegen" -synth-flows 600000 -synth-span 4s -loss 0.01 -out "$dir/dense" >/dev/null
-cat > "$dir/c.yaml" <<YAML
-grpc_listen: 127.0.0.1:0
-insecure: true
-http_listen: ""
-data_dir: $dir/data
-paths: [{name: bench, upstream: a, downstream: b}]
-YAML
 for run in 1 2 3; do
-  rm -rf "$dir/data" "$dir/ready"
-  "$dir/bin/collector" -config "$dir/c.yaml" -ready-file "$dir/ready" -log-level error &
-  coll=$!
-  for _ in $(seq 100); do [ -s "$dir/ready" ] && break; sleep 0.1; done
-  grpc=$(sed 's/.*"grpc":"\([^"]*\)".*/\1/' "$dir/ready")
+  start_collector "$dir/bin/collector" "$dir" a b
   "$dir/bin/probe" -id a -collector "$grpc" -insecure -file "$dir/dense-up.pcap" -replay-speed 0 \
     -log-level error -cpuprofile "$dir/a$run.prof" &
   pa=$!
