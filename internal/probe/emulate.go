@@ -498,6 +498,7 @@ type Emulated struct {
 	buckets map[string]int // RDA buckets per bank the collector set, by path
 	ldsCols sync.Map       // path name → LDS cells per row the collector set (scheduled)
 	ldsRows sync.Map       // path name → mask of the LDS rows the collector set (scheduled with ldsCols)
+	ldsOff  sync.Map       // path name → 1 while the collector asked for no LDS (scheduled)
 	ldaRows sync.Map       // path name → LDA rows per bank the collector set (scheduled)
 	shifts  sync.Map       // path name → sampling shift the collector set (scheduled)
 	// ldsWire is the LDS wire form the collector reads (version 1 until
@@ -611,9 +612,11 @@ func (e *Emulated) report(a emulatedPath, epoch int64) (*owlv1.EpochReport, erro
 	if w := e.ldsWire.Load(); w != nil {
 		wire = *w
 	}
-	lb, err := s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch), setting(&e.ldsRows, a.name, epoch), wire)
-	if err != nil {
-		return nil, err
+	var lb []byte
+	if setting(&e.ldsOff, a.name, epoch) == 0 {
+		if lb, err = s.ldsAt(e.traffic, setting(&e.ldsCols, a.name, epoch), setting(&e.ldsRows, a.name, epoch), wire); err != nil {
+			return nil, err
+		}
 	}
 	la, err := s.ldaAt(e.traffic.params.LDA, setting(&e.ldaRows, a.name, epoch))
 	if err != nil {
@@ -729,6 +732,7 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 				scheduleAt(&e.ldsRows, name, r, 0, 0)
 			}
 		}
+		scheduleAt(&e.ldsOff, name, boolSetting(a.GetLdsOff()), 0, 0)
 		if sh := a.GetSampleShift(); sh <= sample.MaxShift {
 			scheduleAt(&e.shifts, name, int(sh), 0, 0)
 		}
@@ -778,6 +782,7 @@ func (e *Emulated) setLDSSize(m *owlv1.LDSSize) error {
 	}
 	scheduleAt(&e.ldsCols, m.GetPath(), int(m.GetCols()), m.GetFromEpoch(), e.reported.Load())
 	scheduleAt(&e.ldsRows, m.GetPath(), int(m.GetRows()), m.GetFromEpoch(), e.reported.Load())
+	scheduleAt(&e.ldsOff, m.GetPath(), boolSetting(m.GetOff()), m.GetFromEpoch(), e.reported.Load())
 	return nil
 }
 

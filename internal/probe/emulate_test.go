@@ -154,6 +154,54 @@ func TestEmulatedLDSSize(t *testing.T) {
 	}
 }
 
+// TestEmulatedLDSOff checks that an emulated probe sends no LDS while its
+// collector asks for none, from its path configuration or from an LDS
+// size message, as a real probe does: the collector turns the LDS off on
+// paths whose sample gives the large flows their delays.
+func TestEmulatedLDSOff(t *testing.T) {
+	tr, err := NewTraffic(params.Default(), TrafficConfig{Packets: 500, Flows: 5, Variants: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEmulated("a", "127.0.0.1:1", tr, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	path := emulatedPath{name: "p", role: owlv1.Role_ROLE_UPSTREAM}
+	pc := &owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: (&netpath.Path{Name: "p", Upstream: "a", Downstream: "b"}).ToProto(), Role: path.role, LdsCols: 512, LdsOff: true}}}
+	if err := e.setPaths(pc); err != nil {
+		t.Fatal(err)
+	}
+	// Each change holds from its epoch on and keeps the setting before
+	// it for the epochs until then, as a probe reports them: in order.
+	check := func(from, to int64, on bool) {
+		t.Helper()
+		for epoch := from; epoch <= to; epoch++ {
+			e.Report(epoch)
+			r, err := e.report(path, epoch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(r.GetLds()) > 0; got != on {
+				t.Errorf("epoch %d: LDS sent %v, want %v", epoch, got, on)
+			}
+			if on {
+				if l, err := lds.Decode(r.GetLds()); err != nil || l.Config().Cols != 256 {
+					t.Errorf("epoch %d: LDS (%v) not of 256 cells per row", epoch, err)
+				}
+			}
+		}
+	}
+	check(9, 10, false)
+	if err := e.setLDSSize(&owlv1.LDSSize{Path: "p", Cols: 256, FromEpoch: 12}); err != nil {
+		t.Fatal(err)
+	}
+	check(11, 11, false)
+	check(12, 13, true)
+	if err := e.setLDSSize(&owlv1.LDSSize{Path: "p", Cols: 256, FromEpoch: 15, Off: true}); err != nil {
+		t.Fatal(err)
+	}
+	check(14, 14, true)
+	check(15, 16, false)
+}
+
 // TestEmulatedAgainstCollector runs a real collector and two emulated
 // probes on one path with 1% loss: every epoch comes out exact, the RDA
 // decoded and repaired, its loss and mean those of the generated truth.

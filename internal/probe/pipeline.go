@@ -331,11 +331,15 @@ func (pl *pipeline) setLDSShape(path string, cols, rows int, from int64) error {
 // setLDSOff makes a path's epochs from epoch from on (or, where that is
 // past, the next it opens) send no LDS (off) or one again: LDSSize.off.
 func (pl *pipeline) setLDSOff(path string, off bool, from int64) {
-	v := 0
-	if off {
-		v = 1
+	pl.schedule(&pl.ldsOff, path, boolSetting(off), from)
+}
+
+// boolSetting is a yes/no setting as setting holds it: 1 for yes.
+func boolSetting(b bool) int {
+	if b {
+		return 1
 	}
-	pl.schedule(&pl.ldsOff, path, v, from)
+	return 0
 }
 
 // checkLDSSize reports an LDS size from a collector that the parameters p
