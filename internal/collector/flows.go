@@ -21,12 +21,23 @@ import (
 
 // estimateFlow estimates one flow from an epoch's two sketches.
 func (wk *worker) estimateFlow(path string, epoch int64, up, down *lds.LDS, f capture.FlowKey) *owlv1.FlowStats {
-	est, err := lds.EstimateFlow(up, down, f.Hash(wk.cfg.Params.LDS.Seed), wk.weightOf(f), lds.DefaultOptions())
-	fs := &owlv1.FlowStats{
-		Path: path, Epoch: epoch, Flow: netpath.FlowToProto(f),
-		Start:   timestamppb.New(time.Unix(0, wk.cfg.Params.Epoch.StartNS(epoch))),
-		Packets: est.UpPackets, Lost: est.Lost, Epochs: 1,
+	return wk.estimateFlowAt(wk.flowStats(path, epoch, netpath.FlowToProto(f), nil), up, down, f)
+}
+
+// flowStats is a flow's result before its estimates: key is its API key,
+// start its epoch's start (nil: made here); results of one epoch share
+// them, as results do once stored.
+func (wk *worker) flowStats(path string, epoch int64, key *owlv1.FlowKey, start *timestamppb.Timestamp) *owlv1.FlowStats {
+	if start == nil {
+		start = timestamppb.New(time.Unix(0, wk.cfg.Params.Epoch.StartNS(epoch)))
 	}
+	return &owlv1.FlowStats{Path: path, Epoch: epoch, Flow: key, Start: start, Epochs: 1}
+}
+
+// estimateFlowAt fills in fs, of flow f, from an epoch's sketches.
+func (wk *worker) estimateFlowAt(fs *owlv1.FlowStats, up, down *lds.LDS, f capture.FlowKey) *owlv1.FlowStats {
+	est, err := lds.EstimateFlow(up, down, f.Hash(wk.cfg.Params.LDS.Seed), wk.weightOf(f), lds.DefaultOptions())
+	fs.Packets, fs.Lost = est.UpPackets, est.Lost
 	if err == nil {
 		fs.Estimated = true
 		fs.MeanNs, fs.StddevNs, fs.Samples, fs.Observed = est.MeanNS, est.StddevNS, est.Samples, est.Observed
@@ -98,6 +109,7 @@ func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owl
 	}
 	seen := map[uint64]bool{}
 	var out []*owlv1.FlowStats
+	start := timestamppb.New(time.Unix(0, wk.cfg.Params.Epoch.StartNS(epoch)))
 	for _, s := range []*side{up, down} {
 		for _, tf := range s.Report.GetTopFlows() {
 			f, err := netpath.TopFlowKey(tf)
@@ -109,7 +121,10 @@ func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owl
 				continue
 			}
 			seen[h] = true
-			fs := wk.flowResult(path, epoch, f, upL, downL)
+			fs := wk.flowStats(path, epoch, ew.ps.flowKey(f), start)
+			if upL != nil {
+				wk.estimateFlowAt(fs, upL, downL, f)
+			}
 			fs.Top = true
 			if lost != nil {
 				fs.Lost = lost[h]
@@ -135,15 +150,22 @@ func (wk *worker) topFlows(ew *epochWork, ldss [2][]byte, w *store.Write) []*owl
 	return out
 }
 
-// flowResult is a flow's result from the epoch's sketches, or, with none
-// (nil), the result the flow's sampled delays fill in.
-func (wk *worker) flowResult(path string, epoch int64, f capture.FlowKey, upL, downL *lds.LDS) *owlv1.FlowStats {
-	if upL != nil {
-		return wk.estimateFlow(path, epoch, upL, downL, f)
+// flowKey is f as the API gives it, kept for the path's next epochs (at
+// most flowKeysKept flows). Only the path's worker goroutine calls it.
+func (ps *pathState) flowKey(f capture.FlowKey) *owlv1.FlowKey {
+	if k, ok := ps.flowKeys[f]; ok {
+		return k
 	}
-	return &owlv1.FlowStats{Path: path, Epoch: epoch, Flow: netpath.FlowToProto(f), Epochs: 1,
-		Start: timestamppb.New(time.Unix(0, wk.cfg.Params.Epoch.StartNS(epoch)))}
+	if ps.flowKeys == nil || len(ps.flowKeys) >= flowKeysKept {
+		ps.flowKeys = make(map[capture.FlowKey]*owlv1.FlowKey)
+	}
+	k := netpath.FlowToProto(f)
+	ps.flowKeys[f] = k
+	return k
 }
+
+// flowKeysKept bounds a path's kept flow keys: a few epochs' top flows.
+const flowKeysKept = 256
 
 // decodeLDSPair decodes a stored pair of sketches, of either form.
 func decodeLDSPair(p store.LDSPair) (up, down *lds.LDS, err error) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/capture"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/params"
 	"github.com/owl-latency/owl/internal/store"
@@ -29,6 +30,12 @@ type pathState struct {
 	// side's removal, so that a copy of a side cannot slip between them.
 	// It is taken before mu, never across a stream send.
 	ingestMu sync.Mutex
+
+	// flowKeys are the API keys of the path's recent top flows: the same
+	// flows come back epoch after epoch, and their addresses' text was
+	// a twentieth of the objects a collector allocated. Only the path's
+	// worker goroutine uses it (flowKey).
+	flowKeys map[capture.FlowKey]*owlv1.FlowKey
 
 	mu         sync.Mutex // guards every field below
 	pending    map[int64]*pairing

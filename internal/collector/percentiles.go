@@ -284,14 +284,20 @@ func (sj *sampleJoin) apply(res *owlv1.PathStats) {
 		res.SampleNote = strings.Join(append(notes, err.Error()), "; ")
 		return
 	}
-	for _, q := range qs {
-		res.Quantiles = append(res.Quantiles, quantileProto(q))
-	}
+	res.Quantiles = append(res.Quantiles, quantileProtos(qs)...)
 }
 
-// quantileProto is a sampled quantile as the API gives it.
-func quantileProto(q sample.Quantile) *owlv1.DelayQuantile {
-	return &owlv1.DelayQuantile{Q: q.Q, ValueNs: float64(q.Value), LoNs: float64(q.Lo), HiNs: float64(q.Hi), Exact: q.Exact, Confidence: q.Confidence}
+// quantileProtos are sampled quantiles as the API gives them, in one
+// allocation (a path-epoch makes a few for each of its top flows).
+func quantileProtos(qs []sample.Quantile) []*owlv1.DelayQuantile {
+	ms := make([]owlv1.DelayQuantile, len(qs))
+	out := make([]*owlv1.DelayQuantile, len(qs))
+	for i, q := range qs {
+		m := &ms[i]
+		m.Q, m.ValueNs, m.LoNs, m.HiNs, m.Exact, m.Confidence = q.Q, float64(q.Value), float64(q.Lo), float64(q.Hi), q.Exact, q.Confidence
+		out[i] = m
+	}
+	return out
 }
 
 // sampleRecord is the version byte of a boundary record's sample part;

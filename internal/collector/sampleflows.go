@@ -141,7 +141,5 @@ func applyFlowSample(fs *owlv1.FlowStats, delays []int64, s flowSamples, minDela
 	if err != nil { // the quantiles and confidence are constants in range
 		return
 	}
-	for _, q := range qs {
-		fs.Quantiles = append(fs.Quantiles, quantileProto(q))
-	}
+	fs.Quantiles = append(fs.Quantiles, quantileProtos(qs)...)
 }
