@@ -59,9 +59,9 @@ type metrics struct {
 	watchersRefused prometheus.Counter
 	flowMean        *prometheus.GaugeVec
 	flowPackets     *prometheus.GaugeVec
-	// flowSeries are each path's top-flow series now, by flow label.
+	// flowSeries are each path's top-flow series now.
 	flowSeriesMu sync.Mutex
-	flowSeries   map[string]map[string]flowGauges
+	flowSeries   map[string]*pathFlowSeries
 
 	clockUnc      *prometheus.GaugeVec
 	clockFlagged  *prometheus.GaugeVec
@@ -126,7 +126,7 @@ func newMetrics() *metrics {
 	m.rebuilds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_rebuilds_total", Help: "Late-binding rebuilds of RDAs at a larger size."}, []string{"path"})
 	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
 	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
-	m.flowSeries = map[string]map[string]flowGauges{}
+	m.flowSeries = map[string]*pathFlowSeries{}
 	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_shed_total",
 		Help: "Reports turned away, unacknowledged (the probe sends them again), by probe and reason: the backlog was over max_pending_bytes (pending_bytes), or the probe's reports held over its share of it (probe_share)."}, []string{"probe", "reason"})
 	m.pauses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_probe_pauses_total",
@@ -310,10 +310,14 @@ func (m *metrics) flows(path string, top []*owlv1.FlowStats, n int) {
 	// series, on every path-epoch).
 	m.flowSeriesMu.Lock()
 	defer m.flowSeriesMu.Unlock()
-	old, now := m.flowSeries[path], make(map[string]flowGauges, min(n, len(top)))
+	ps := m.flowSeries[path]
+	if ps == nil {
+		ps = &pathFlowSeries{now: map[string]flowGauges{}, spare: map[string]flowGauges{}, labels: map[*owlv1.FlowKey]string{}}
+		m.flowSeries[path] = ps
+	}
+	old, now := ps.now, ps.spare
 	for _, f := range top[:min(n, len(top))] {
-		k := f.GetFlow()
-		label := fmt.Sprintf("%d %s:%d>%s:%d", k.GetProtocol(), k.GetSrc(), k.GetSrcPort(), k.GetDst(), k.GetDstPort())
+		label := ps.label(f.GetFlow())
 		g, ok := old[label]
 		if !ok {
 			g.packets = m.flowPackets.WithLabelValues(path, label)
@@ -338,7 +342,30 @@ func (m *metrics) flows(path string, top []*owlv1.FlowStats, n int) {
 			m.flowMean.DeleteLabelValues(path, label)
 		}
 	}
-	m.flowSeries[path] = now
+	clear(old)
+	ps.now, ps.spare = now, old
+}
+
+// pathFlowSeries are a path's top-flow series: now by flow label, and
+// spare an empty map for the next epoch's (the two swap each epoch).
+// labels are the labels of the flow keys of recent epochs (a path's
+// worker keeps its top flows' keys from one epoch to the next).
+type pathFlowSeries struct {
+	now, spare map[string]flowGauges
+	labels     map[*owlv1.FlowKey]string
+}
+
+// label is the series label of a flow key.
+func (ps *pathFlowSeries) label(k *owlv1.FlowKey) string {
+	if l, ok := ps.labels[k]; ok {
+		return l
+	}
+	if len(ps.labels) >= flowKeysKept {
+		clear(ps.labels)
+	}
+	l := fmt.Sprintf("%d %s:%d>%s:%d", k.GetProtocol(), k.GetSrc(), k.GetSrcPort(), k.GetDst(), k.GetDstPort())
+	ps.labels[k] = l
+	return l
 }
 
 // flowGauges are one top flow's series: mean is nil while it has no
