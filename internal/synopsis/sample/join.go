@@ -68,6 +68,14 @@ func Join(up, down *Sample, downShiftNS int64) (Joined, error) {
 			n := run(d)
 			j.DownLeft = append(j.DownLeft, d[:n]...)
 			d = d[n:]
+		case (len(u) == 1 || u[1].Key != u[0].Key) && (len(d) == 1 || d[1].Key != d[0].Key):
+			// One copy each side, nearly every key: pair's first case.
+			if at := d[0].OffsetNS + downShiftNS; at >= u[0].OffsetNS {
+				j.add(at-u[0].OffsetNS, u[0], d[0])
+			} else {
+				j.Ambiguous += 2
+			}
+			u, d = u[1:], d[1:]
 		default:
 			nu, nd := run(u), run(d)
 			j.pair(u[:nu], d[:nd], downShiftNS)

@@ -269,13 +269,17 @@ func TestJoinExact(t *testing.T) {
 	up.Insert(either, 50_000)
 	up.Insert(either, 60_000)
 	down.Insert(either, 65_000)
+	// Sent once and seen once, before its sending: no delay to give.
+	early := kept()
+	up.Insert(early, 70_000)
+	down.Insert(early, 69_000)
 
 	j, err := Join(up, down, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Ambiguous != 4+4+3 || j.Duplicates != 1 {
-		t.Errorf("ambiguous %d, duplicates %d; want 4 late and 4 tangled copies, 3 of the packet that may have lost either copy, one duplicate", j.Ambiguous, j.Duplicates)
+	if j.Ambiguous != 4+4+3+2 || j.Duplicates != 1 {
+		t.Errorf("ambiguous %d, duplicates %d; want 4 late and 4 tangled copies, 3 of the packet that may have lost either copy, 2 of the one seen before it was sent, one duplicate", j.Ambiguous, j.Duplicates)
 	}
 	if len(j.UpLeft) != crossed+lost+1 {
 		t.Errorf("%d upstream left over, want %d crossed + %d lost + the lost copy", len(j.UpLeft), crossed, lost)
