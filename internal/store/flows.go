@@ -149,7 +149,9 @@ type flowRecord struct {
 	sketch    []byte
 	hasSketch bool
 	flows     []FlowResult
-	val       []byte // the record, when r has both parts (encoded before the transaction)
+	// val is the record, encoded before the transaction: whole when r
+	// has both parts, else as if none were stored (merged when one is).
+	val []byte
 }
 
 // flowData groups a Write's sketches and per-flow results by epoch, and
@@ -175,11 +177,9 @@ func flowData(ps []LDSPair, fs []FlowResult) ([]*flowRecord, error) {
 		r.flows = append(r.flows, f)
 	}
 	for _, r := range out {
-		if r.hasSketch && len(r.flows) > 0 {
-			var err error
-			if r.val, err = r.encode(nil); err != nil {
-				return nil, err
-			}
+		var err error
+		if r.val, err = r.encode(nil); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -189,14 +189,16 @@ func flowData(ps []LDSPair, fs []FlowResult) ([]*flowRecord, error) {
 // none, is a stored per-flow part to keep.
 func (r *flowRecord) encode(flows []byte) ([]byte, error) {
 	n := binary.MaxVarintLen64 + len(r.sketch) + len(flows)
-	for _, f := range r.flows {
-		n += 8 + binary.MaxVarintLen64 + proto.Size(f.Stats)
+	sizes := make([]int, len(r.flows))
+	for i, f := range r.flows {
+		sizes[i] = proto.Size(f.Stats) // cached for MarshalAppend below
+		n += 8 + binary.MaxVarintLen64 + sizes[i]
 	}
 	v := binary.AppendUvarint(make([]byte, 0, n), uint64(len(r.sketch)))
 	v = append(append(v, r.sketch...), flows...)
-	for _, f := range r.flows {
+	for i, f := range r.flows {
 		v = binary.BigEndian.AppendUint64(v, f.Hash)
-		v = binary.AppendUvarint(v, uint64(proto.Size(f.Stats)))
+		v = binary.AppendUvarint(v, uint64(sizes[i]))
 		var err error
 		if v, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(v, f.Stats); err != nil {
 			return nil, err
@@ -216,8 +218,10 @@ func putFlowData(tx *bolt.Tx, recs []*flowRecord) error {
 	fr := flowRecords(tx)
 	for _, r := range recs {
 		v, err := r.val, error(nil)
-		if v == nil {
-			v, err = r.merged(fr.get(r.key))
+		if !r.hasSketch || len(r.flows) == 0 {
+			if stored := fr.get(r.key); stored != nil {
+				v, err = r.merged(stored)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("per-flow data %x: %w", r.key, err)
