@@ -121,16 +121,7 @@ func TestEmulatedAnswersRepairs(t *testing.T) {
 // TestEmulatedLDSSize: an emulated probe's reports carry the LDS at the
 // size its collector set, from the epoch it named, with the side's packets.
 func TestEmulatedLDSSize(t *testing.T) {
-	tr, err := NewTraffic(params.Default(), TrafficConfig{Packets: 500, Flows: 5, Variants: 2, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := NewEmulated("a", "127.0.0.1:1", tr, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	path := emulatedPath{name: "p", role: owlv1.Role_ROLE_UPSTREAM}
-	pc := &owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: (&netpath.Path{Name: "p", Upstream: "a", Downstream: "b"}).ToProto(), Role: path.role, LdsCols: 512}}}
-	if err := e.setPaths(pc); err != nil {
-		t.Fatal(err)
-	}
+	tr, e, path := emulatedUpstream(t, false)
 	e.Report(10)
 	if err := e.setLDSSize(&owlv1.LDSSize{Path: "p", Cols: 128, FromEpoch: 12}); err != nil {
 		t.Fatal(err)
@@ -159,16 +150,7 @@ func TestEmulatedLDSSize(t *testing.T) {
 // size message, as a real probe does: the collector turns the LDS off on
 // paths whose sample gives the large flows their delays.
 func TestEmulatedLDSOff(t *testing.T) {
-	tr, err := NewTraffic(params.Default(), TrafficConfig{Packets: 500, Flows: 5, Variants: 2, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := NewEmulated("a", "127.0.0.1:1", tr, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	path := emulatedPath{name: "p", role: owlv1.Role_ROLE_UPSTREAM}
-	pc := &owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: (&netpath.Path{Name: "p", Upstream: "a", Downstream: "b"}).ToProto(), Role: path.role, LdsCols: 512, LdsOff: true}}}
-	if err := e.setPaths(pc); err != nil {
-		t.Fatal(err)
-	}
+	_, e, path := emulatedUpstream(t, true)
 	// Each change holds from its epoch on and keeps the setting before
 	// it for the epochs until then, as a probe reports them: in order.
 	check := func(from, to int64, on bool) {
@@ -200,6 +182,23 @@ func TestEmulatedLDSOff(t *testing.T) {
 	}
 	check(14, 14, true)
 	check(15, 16, false)
+}
+
+// emulatedUpstream is an emulated probe upstream on path p, its LDS at
+// 512 cells per row and off or on as the path configuration says.
+func emulatedUpstream(t *testing.T, ldsOff bool) (*Traffic, *Emulated, emulatedPath) {
+	t.Helper()
+	tr, err := NewTraffic(params.Default(), TrafficConfig{Packets: 500, Flows: 5, Variants: 2, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEmulated("a", "127.0.0.1:1", tr, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	path := emulatedPath{name: "p", role: owlv1.Role_ROLE_UPSTREAM}
+	pc := &owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: (&netpath.Path{Name: "p", Upstream: "a", Downstream: "b"}).ToProto(), Role: path.role, LdsCols: 512, LdsOff: ldsOff}}}
+	if err := e.setPaths(pc); err != nil {
+		t.Fatal(err)
+	}
+	return tr, e, path
 }
 
 // TestEmulatedAgainstCollector runs a real collector and two emulated
