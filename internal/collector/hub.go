@@ -70,16 +70,20 @@ func (h *hub) unwatch(ch chan *owlv1.PathStats) {
 }
 
 // notify sends a result to the watchers of its path: a copy, which they
-// read while the worker may change the result (boundary matching).
+// read while the worker may change the result (boundary matching), made
+// only when someone watches.
 func (h *hub) notify(res *owlv1.PathStats) {
-	res = proto.CloneOf(res)
 	h.watchersMu.Lock()
 	defer h.watchersMu.Unlock()
+	var c *owlv1.PathStats
 	for ch, path := range h.watchers {
 		if path != "" && path != res.GetPath() {
 			continue
 		}
-		h.send(ch, res)
+		if c == nil {
+			c = proto.CloneOf(res)
+		}
+		h.send(ch, c)
 	}
 }
 
