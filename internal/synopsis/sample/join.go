@@ -118,13 +118,13 @@ func SortDelays(delays []int64, ids, flows []uint64) {
 		top = max(top, uint64(d)-uint64(lo)) // d - lo, without overflow
 	}
 	ib := bits.Len(uint(n - 1)) // bits of an index
-	scratch := sortScratch.Get().(*[]uint64)
+	scratch := sortScratch.Get().(*sortWork)
 	defer sortScratch.Put(scratch)
-	if cap(*scratch) < 4*n {
-		*scratch = make([]uint64, 4*n)
+	if cap(scratch.words) < 4*n {
+		scratch.words = make([]uint64, 4*n)
 	}
-	ps, tmp := (*scratch)[:n], (*scratch)[n:2*n]
-	keys, fl := (*scratch)[2*n:3*n], (*scratch)[3*n:4*n]
+	ps, tmp := scratch.words[:n], scratch.words[n:2*n]
+	keys, fl := scratch.words[2*n:3*n], scratch.words[3*n:4*n]
 	copy(keys, ids)
 	if flows != nil {
 		copy(fl, flows)
@@ -152,7 +152,8 @@ func SortDelays(delays []int64, ids, flows []uint64) {
 		ps[i] |= (uint64(d) - uint64(lo)) << ib
 	}
 	for shift := ib; shift < ib+bits.Len64(top); shift += 11 {
-		var at [2049]int
+		at := &scratch.at
+		clear(at[:])
 		for _, p := range ps {
 			at[(p>>shift)&0x7ff+1]++
 		}
@@ -189,7 +190,16 @@ func SortDelays(delays []int64, ids, flows []uint64) {
 
 // sortScratch holds SortDelays' working arrays between calls: they were
 // a seventh of the bytes a collector under load allocated.
-var sortScratch = sync.Pool{New: func() any { return new([]uint64) }}
+var sortScratch = sync.Pool{New: func() any { return new(sortWork) }}
+
+// sortWork is SortDelays' working memory: the words it sorts, and a
+// pass's digit counts, kept off the stack (16 KiB there made the stack of
+// each collector worker that sorted grow, by copying, after the garbage
+// collector had shrunk it while the worker waited).
+type sortWork struct {
+	words []uint64
+	at    [2049]int
+}
 
 // run is the number of leading entries with the first one's key.
 func run(es []Entry) int {
