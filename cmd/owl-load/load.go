@@ -230,16 +230,18 @@ func (l *loadRun) drive(ctx context.Context) (*summary, error) {
 }
 
 // snapshot is the CPU time used so far, by owl-load and each spawned
-// collector.
+// collector, and the results in by then.
 type snapshot struct {
-	at    time.Time
-	self  time.Duration
-	procs []procStats
+	at      time.Time
+	self    time.Duration
+	procs   []procStats
+	results int
 }
 
 // snapshot reads the CPU times now.
 func (l *loadRun) snapshot() snapshot {
 	s := snapshot{at: time.Now()}
+	s.results, _ = l.res.count()
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
 		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -264,6 +266,8 @@ func (l *loadRun) measure(ctx context.Context) (*summary, error) {
 	pctx, stopProgress := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { l.progress(pctx, before.at) })
+	var half snapshot
+	wg.Go(func() { half = l.halfway(pctx) })
 	for _, p := range l.procs {
 		wg.Go(func() { p.sampleAnon(pctx) })
 	}
@@ -279,7 +283,7 @@ func (l *loadRun) measure(ctx context.Context) (*summary, error) {
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	fillErr := l.res.fill(fctx, l.q)
-	sum := l.summarize(before, after, sendEnd)
+	sum := l.summarize(before, half, after, sendEnd)
 	err := errors.Join(sendErr, waitErr, fillErr)
 	if err == nil && sum.NoResult > 0 {
 		err = fmt.Errorf("%d of %d path-epochs have no result", sum.NoResult, sum.PathEpochsSent)
@@ -388,6 +392,27 @@ func (l *loadRun) waitFor(ctx context.Context, done func() bool, what string) er
 		}
 	}
 	return nil
+}
+
+// halfway takes a snapshot once half of the path-epochs have their
+// result (a zero one if ctx ends first): the CPU from there to the end is
+// the collectors' cost once each path's synopses have settled to their
+// traffic (the first epochs carry the default RDA size, and an LDS until
+// the collector turns it off).
+func (l *loadRun) halfway(ctx context.Context) snapshot {
+	half := (l.cfg.epochs*len(l.paths) + 1) / 2
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return snapshot{}
+		case <-tick.C:
+			if n, _ := l.res.count(); n >= half {
+				return l.snapshot()
+			}
+		}
+	}
 }
 
 // progress prints a line every 5 seconds until ctx ends.

@@ -88,14 +88,18 @@ type collectorCost struct {
 	Name              string  `json:"name"`
 	CPUSeconds        float64 `json:"cpu_seconds"`
 	CPUMsPerPathEpoch float64 `json:"cpu_ms_per_path_epoch"`
-	PeakBytes         int64   `json:"peak_rss_bytes"`
+	// SecondHalfMsPerPathEpoch is the CPU per path-epoch from the
+	// moment half of the results were in to the end (0: not measured).
+	SecondHalfMsPerPathEpoch float64 `json:"second_half_ms_per_path_epoch,omitempty"`
+	PeakBytes                int64   `json:"peak_rss_bytes"`
 	// PeakAnonBytes leaves out the store's mapped file, which the
 	// kernel can drop (sampled every 200 ms).
 	PeakAnonBytes int64 `json:"peak_anon_bytes"`
 }
 
-// summarize sums up the run between two snapshots.
-func (l *loadRun) summarize(before, after snapshot, sendEnd time.Time) *summary {
+// summarize sums up the run between two snapshots, and its second half
+// from half (zero: not taken) on.
+func (l *loadRun) summarize(before, half, after snapshot, sendEnd time.Time) *summary {
 	c := l.cfg
 	s := &summary{Probes: c.probes, Paths: c.paths, Packets: c.traffic.Packets, Loss: c.traffic.Loss, Reorder: c.traffic.Reorder,
 		Collectors: l.seed, Rate: c.rate, FirstEpoch: l.res.first, EpochsSent: int(l.sent.Load()),
@@ -132,6 +136,7 @@ func (l *loadRun) summarize(before, after snapshot, sendEnd time.Time) *summary 
 		if s.OK > 0 {
 			cc.CPUMsPerPathEpoch = cpu.Seconds() * 1000 / float64(s.OK)
 		}
+		cc.SecondHalfMsPerPathEpoch = secondHalf(half, after, i)
 		s.CollectorCosts = append(s.CollectorCosts, cc)
 	}
 	s.LoadCPUSeconds = (after.self - before.self).Seconds()
@@ -143,6 +148,15 @@ func (l *loadRun) summarize(before, after snapshot, sendEnd time.Time) *summary 
 		s.KeptUp = &kept
 	}
 	return s
+}
+
+// secondHalf is collector i's CPU per path-epoch between two snapshots
+// (0 when the first was not taken or either could not read it).
+func secondHalf(half, after snapshot, i int) float64 {
+	if i >= len(half.procs) || !half.procs[i].ok || !after.procs[i].ok || after.results <= half.results {
+		return 0
+	}
+	return (after.procs[i].cpu - half.procs[i].cpu).Seconds() * 1000 / float64(after.results-half.results)
 }
 
 // tallyResults counts statuses, estimators and exactness against the
@@ -301,15 +315,15 @@ func (s *summary) print(w io.Writer, format string) error {
 	line("reports", "%d sent, %d acknowledged, %d dropped; %s to the collectors (%s per report); answered %d fetches, %d rebuilds (%d errors)",
 		s.Reports, s.Acked, s.Dropped, bytesText(float64(s.ReportBytes)), bytesText(float64(s.ReportBytes)/float64(max(1, s.Reports))), s.Fetches, s.Rebuilds, s.RepairErrors)
 	for _, c := range s.CollectorCosts {
-		line("collector "+c.Name, "CPU %.2f s (%.3f ms per path-epoch), peak RSS %s (anonymous %s, the rest the store's mapped file)",
-			c.CPUSeconds, c.CPUMsPerPathEpoch, bytesText(float64(c.PeakBytes)), bytesText(float64(c.PeakAnonBytes)))
+		line("collector "+c.Name, "CPU %.2f s (%.3f ms per path-epoch; second half %.3f), peak RSS %s (anonymous %s, the rest the store's mapped file)",
+			c.CPUSeconds, c.CPUMsPerPathEpoch, c.SecondHalfMsPerPathEpoch, bytesText(float64(c.PeakBytes)), bytesText(float64(c.PeakAnonBytes)))
 	}
 	if n := len(s.CollectorCosts); n > 1 {
-		var cpu, perPE float64
+		var cpu, perPE, half float64
 		for _, c := range s.CollectorCosts {
-			cpu, perPE = cpu+c.CPUSeconds, perPE+c.CPUMsPerPathEpoch
+			cpu, perPE, half = cpu+c.CPUSeconds, perPE+c.CPUMsPerPathEpoch, half+c.SecondHalfMsPerPathEpoch
 		}
-		line("collectors", "CPU %.2f s together (%.3f ms per path-epoch)", cpu, perPE)
+		line("collectors", "CPU %.2f s together (%.3f ms per path-epoch; second half %.3f)", cpu, perPE, half)
 	}
 	if len(s.CollectorCosts) == 0 {
 		line("collectors", "CPU and memory not measured (not started by owl-load, or exited)")

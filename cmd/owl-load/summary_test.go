@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"testing"
+	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/internal/probe"
@@ -26,5 +27,22 @@ func TestTallyQuantiles(t *testing.T) {
 	s.tallyQuantiles(res, probe.Truth{})
 	if s.Quantiles != 2 {
 		t.Error("a truth without delays counted quantiles")
+	}
+}
+
+// TestSecondHalf: the second half's cost is the CPU between the two
+// snapshots over the results between them, and 0 where the halfway
+// snapshot was not taken or a collector could not be read.
+func TestSecondHalf(t *testing.T) {
+	half := snapshot{results: 500, procs: []procStats{{cpu: 2 * time.Second, ok: true}, {ok: false}}}
+	after := snapshot{results: 1000, procs: []procStats{{cpu: 3 * time.Second, ok: true}, {cpu: time.Second, ok: true}}}
+	if got := secondHalf(half, after, 0); math.Abs(got-2) > 1e-9 {
+		t.Errorf("second half %v ms per path-epoch, want 2 (1 s over 500)", got)
+	}
+	if got := secondHalf(half, after, 1); got != 0 {
+		t.Errorf("collector not read at half way: %v, want 0", got)
+	}
+	if got := secondHalf(snapshot{}, after, 0); got != 0 {
+		t.Errorf("no halfway snapshot: %v, want 0", got)
 	}
 }
