@@ -372,10 +372,13 @@ func (l *loadRun) waitResults(ctx context.Context) error {
 }
 
 // waitFor waits until done says so, giving up when no new result came
-// for -wait.
+// for -wait. Results published while the watch was cut off never come
+// through it: once none came for fetchAfter since a cut, they are
+// fetched.
 func (l *loadRun) waitFor(ctx context.Context, done func() bool, what string) error {
 	since := time.Now()
-	tick := time.NewTicker(time.Second)
+	fetched := 0 // the watch's cuts when results were last fetched
+	tick := time.NewTicker(min(time.Second, fetchAfter))
 	defer tick.Stop()
 	for !done() {
 		select {
@@ -387,12 +390,23 @@ func (l *loadRun) waitFor(ctx context.Context, done func() bool, what string) er
 		if _, last := l.res.count(); last.After(since) {
 			since = last
 		}
+		if cuts := l.res.cuts(); cuts > fetched && time.Since(since) > fetchAfter {
+			fetched = cuts
+			if err := l.res.fill(ctx, l.q); err != nil {
+				l.log.Warn("fetching the results the watch missed", "err", err)
+			}
+			continue
+		}
 		if time.Since(since) > l.cfg.wait {
 			return fmt.Errorf("%s: no new result for %v (see the collectors' logs)", what, l.cfg.wait)
 		}
 	}
 	return nil
 }
+
+// fetchAfter is how long waitFor waits for a result, after the watch was
+// cut, before it fetches those it missed.
+var fetchAfter = 3 * time.Second
 
 // halfway takes a snapshot once half of the path-epochs have their
 // result (a zero one if ctx ends first): the CPU from there to the end is

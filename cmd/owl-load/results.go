@@ -172,7 +172,7 @@ func (r *results) watch(ctx context.Context, q owlv1.QueryServiceClient, log *sl
 		if backoff > minBackoff {
 			level = slog.LevelDebug // said once already
 		}
-		log.Log(ctx, level, "result watch ended; watching again (results missed meanwhile are fetched at the end)", "err", err)
+		log.Log(ctx, level, "result watch ended; watching again (results missed meanwhile are fetched once none come for a while)", "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
@@ -194,6 +194,13 @@ func (r *results) watchOnce(ctx context.Context, q owlv1.QueryServiceClient) err
 		}
 		r.take(res, time.Now())
 	}
+}
+
+// cuts is how many times the watch has ended early so far.
+func (r *results) cuts() int {
+	r.outcomesMu.Lock()
+	defer r.outcomesMu.Unlock()
+	return r.watchCuts
 }
 
 // fill asks for the results the watch did not see (it was cut off, or
