@@ -71,20 +71,33 @@ func (h *hub) unwatch(ch chan *owlv1.PathStats) {
 
 // notify sends a result to the watchers of its path: a copy, which they
 // read while the worker may change the result (boundary matching), made
-// only when someone watches.
+// only when someone watches, and outside the lock that every worker's
+// results take.
 func (h *hub) notify(res *owlv1.PathStats) {
+	if !h.watched(res.GetPath()) {
+		return
+	}
+	res = proto.CloneOf(res)
 	h.watchersMu.Lock()
 	defer h.watchersMu.Unlock()
-	var c *owlv1.PathStats
 	for ch, path := range h.watchers {
 		if path != "" && path != res.GetPath() {
 			continue
 		}
-		if c == nil {
-			c = proto.CloneOf(res)
-		}
-		h.send(ch, c)
+		h.send(ch, res)
 	}
+}
+
+// watched says whether anyone watches path's results.
+func (h *hub) watched(path string) bool {
+	h.watchersMu.Lock()
+	defer h.watchersMu.Unlock()
+	for _, p := range h.watchers {
+		if p == "" || p == path {
+			return true
+		}
+	}
+	return false
 }
 
 // notifyOne hands one watcher a result another collector computed.
