@@ -92,23 +92,29 @@ func TestLiveProbes(t *testing.T) {
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
 
 	dump := filepath.Join(dir, "b.pcap")
-	// The ground truth must not drop: a 64 MiB buffer, as the real-link
-	// test's. With the default 2 MiB, on a slow machine, tcpdump once saw
-	// 3% fewer frames than both probes counted (25,007 against 25,766 of
-	// the trace's 25,768 frames).
-	td := exec.Command("tcpdump", "-i", b, "-s", "0", "-B", "65536", "-U", "-w", dump, "-q")
-	var tdOut strings.Builder
-	td.Stderr = &tdOut
-	if err := td.Start(); err != nil {
+	// The ground truth must see every frame. With its default 2 MiB
+	// buffer, and started 500 ms before the replay without waiting for it
+	// to listen, tcpdump on a slow machine once saw 25,007 and once 24,582
+	// frames where both probes counted 25,766 (of the trace's 25,768), the
+	// second time saying it dropped none: it was not yet listening when
+	// the replay began. It now gets 64 MiB, as the real-link test's
+	// tcpdump, and the replay waits until it says it listens.
+	td, err := env.Start("tcpdump-b", "tcpdump", "-i", b, "-s", "0", "-B", "65536", "-U", "-w", dump, "-q")
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(td.Log(), "listening on"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) || td.Exited() {
+			t.Fatalf("tcpdump is not listening:\n%s", td.Log())
+		}
+	}
 	sh(t, "tcpreplay", "-q", "-i", a, "--pps", "10000", "../testdata/trace.pcap")
 	time.Sleep(2500 * time.Millisecond) // the last epoch closes after 1 s + grace
-	td.Process.Signal(os.Interrupt)
-	td.Wait()
-	if m := regexp.MustCompile(`(\d+) packets? dropped by kernel`).FindStringSubmatch(tdOut.String()); m == nil || m[1] != "0" {
-		t.Fatalf("tcpdump, the test's ground truth, dropped frames or did not say:\n%s", tdOut.String())
+	if err := td.Signal(os.Interrupt, 10*time.Second); err != nil {
+		t.Fatalf("tcpdump did not stop: %v\n%s", err, td.Log())
+	}
+	if m := regexp.MustCompile(`(\d+) packets? dropped by kernel`).FindStringSubmatch(td.Log()); m == nil || m[1] != "0" {
+		t.Fatalf("tcpdump, the test's ground truth, dropped frames or did not say:\n%s", td.Log())
 	}
 
 	// Wait for the epochs the packets fell in, as the receiving end
