@@ -96,9 +96,10 @@ func TestLiveProbes(t *testing.T) {
 	// buffer, and started 500 ms before the replay without waiting for it
 	// to listen, tcpdump on a slow machine once saw 25,007 and once 24,582
 	// frames where both probes counted 25,766 (of the trace's 25,768), the
-	// second time saying it dropped none: it was not yet listening when
-	// the replay began. It now gets 64 MiB, as the real-link test's
-	// tcpdump, and the replay waits until it says it listens.
+	// second time saying it dropped none: most likely it was not yet
+	// listening when the replay began. It now gets 64 MiB, as the
+	// real-link test's tcpdump, and the replay waits until it says it
+	// listens.
 	td, err := env.Start("tcpdump-b", "tcpdump", "-i", b, "-s", "0", "-B", "65536", "-U", "-w", dump, "-q")
 	if err != nil {
 		t.Fatal(err)
