@@ -129,6 +129,7 @@ type Cluster struct {
 // Start creates the member and joins the cluster. grpcAddr is the address
 // the others should use for this collector's gRPC services.
 func Start(cfg Config, grpcAddr string, logger *slog.Logger) (*Cluster, error) {
+	began := time.Now()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -200,7 +201,8 @@ func Start(cfg Config, grpcAddr string, logger *slog.Logger) (*Cluster, error) {
 		}
 	}
 	c.refresh()
-	logger.Info("cluster member up", "name", mc.Name, "gossip", c.ml.LocalNode().Address(), "grpc", grpcAddr, "members", len(c.Members()))
+	logger.Info("cluster member up", "name", mc.Name, "gossip", c.ml.LocalNode().Address(), "grpc", grpcAddr, "members", len(c.Members()),
+		"took", time.Since(began).Round(time.Millisecond))
 	return c, nil
 }
 

@@ -64,10 +64,13 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	began := time.Now()
 	st, err := store.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
+	// A slow disk shows here first: opening checks every page.
+	log.Info("store open", "dir", cfg.DataDir, "took", time.Since(began).Round(time.Millisecond))
 	st.SetCommitInterval(cfg.CommitInterval)
 	if n, err := st.PruneBoundaries(boundaryKeep); err != nil {
 		st.Close()
@@ -113,6 +116,14 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 	for _, p := range cfg.Paths {
 		c.paths[p.Name] = newPathState(p, cfg.Params.RDA.Buckets, cfg.Params.LDA.Rows, cfg.Params.LDS.Cols)
 		c.pathList = append(c.pathList, p)
+	}
+	if c.worker.sizesSetting, err = sizesSetting(cfg); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := c.restoreSizes(); err != nil {
+		st.Close()
+		return nil, err
 	}
 	if err := c.restore(); err != nil {
 		st.Close()

@@ -326,18 +326,15 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 		if role == owlv1.Role_ROLE_UNSPECIFIED {
 			continue
 		}
-		a := &owlv1.PathAssignment{Path: p.ToProto(), Role: role}
+		a := &owlv1.PathAssignment{}
 		owner, self := c.owner(p.Name)
-		a.Collector = owner.GRPC
 		if self {
 			st := c.paths[p.Name]
 			st.mu.Lock()
-			a.RdaBuckets = uint32(st.rdaBuckets)
-			a.SampleShift = uint32(st.sampleShift)
-			a.LdsCols, a.LdsRows, a.LdsOff = uint32(st.ldsCols), st.ldsRows, st.ldsOff
-			a.LdaRows = uint32(st.ldaRows)
+			a = st.sizes()
 			st.mu.Unlock()
 		}
+		a.Path, a.Role, a.Collector = p.ToProto(), role, owner.GRPC
 		pc.Paths = append(pc.Paths, a)
 	}
 	return pc

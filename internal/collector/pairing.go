@@ -59,6 +59,9 @@ type pathState struct {
 	ldsRows   uint32
 	// ldsOff says the probes were told to send no LDS (Config.SamplingFor).
 	ldsOff bool
+	// sizesVersion counts the changes of the sizes above (resized),
+	// sizesStored is the version stored (sizes.go).
+	sizesVersion, sizesStored int
 	// newest is the newest epoch a side came for: a size change names an
 	// epoch ahead of it.
 	newest int64

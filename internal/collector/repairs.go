@@ -162,6 +162,9 @@ func (wk *worker) noteSampleRate(ps *pathState, packets uint64, sampled flowSamp
 	named := sampled == samplingNamed || sampled == samplingUnknown && wasOff
 	want, off := wk.cfg.SamplingFor(peak, sample.ShiftFor(peak, target), ps.sampleCost, wasOff, named, wk.cfg.Params.Sample.MaxEntries)
 	ps.sampleShift, ps.ldsOff = want, off
+	if want != cur || off != wasOff {
+		ps.resized()
+	}
 	cols, rows := ps.ldsCols, ps.ldsRows
 	ps.mu.Unlock()
 	if want != cur {
@@ -286,6 +289,7 @@ func (wk *worker) noteLDSLoad(ps *pathState, load ldsLoad) {
 		want = cur
 	}
 	ps.ldsCols, ps.ldsRows = want, rows
+	ps.resized()
 	off := ps.ldsOff
 	ps.mu.Unlock()
 	wk.log.Info("resizing LDS", "path", ps.path.Name, "cols", want, "was", cur, "rows", fmt.Sprintf("%0*b", sketch.Rows, rows),
@@ -324,6 +328,9 @@ func (wk *worker) noteSetDifference(ps *pathState, d reconcile.Difference) {
 	resizeLDA := rows > curRows || (rows <= curRows/4 && full)
 	if resizeLDA {
 		ps.ldaRows = rows
+	}
+	if change || resizeLDA {
+		ps.resized()
 	}
 	ps.mu.Unlock()
 	if resizeLDA {

@@ -48,6 +48,9 @@ type worker struct {
 	probes   *registry
 	watchers *hub
 	repl     *replicator // copies what is stored to the paths' replicas
+	// sizesSetting fingerprints the configuration sizes are chosen
+	// under (sizes.go).
+	sizesSetting uint64
 }
 
 // work runs a path's reconciliations one after the other until ctx ends.
@@ -157,9 +160,14 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 	for _, r := range sw.Results {
 		judgeClocks(r, wk.cfg.ClockUncertaintyShare)
 	}
+	var sizes int
+	sw.Sizes, sizes = wk.sizesToStore(ps)
 	shown, err := wk.storeEpoch(w, &sw)
 	if err != nil {
 		return err
+	}
+	if sw.Sizes != nil {
+		ps.sizesStoredAt(sizes)
 	}
 	sent := wk.repl.enqueueWrite(sw)
 	for _, s := range []*side{pr.up, pr.down} {

@@ -172,7 +172,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	err = update(db, func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundaryIndex, bucketBoundaryData, bucketFlowIndex, bucketFlowData, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT, bucketReorder} {
+		for _, b := range [][]byte{bucketResults, bucketPending, bucketBoundaryIndex, bucketBoundaryData, bucketFlowIndex, bucketFlowData, bucketReplicaPending, bucketColate, bucketColateTime, bucketRTT, bucketReorder, bucketSizes} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -442,6 +442,8 @@ type Write struct {
 	// ReplicaPending are copies of lone sides another member (the path's
 	// owner) holds, kept in case it is gone for good.
 	ReplicaPending []Pending
+	// Sizes replace the stored sizes of their paths.
+	Sizes []PathSizes
 }
 
 // Apply makes all changes of w or none.
@@ -466,6 +468,10 @@ func (s *Store) Apply(w Write) error {
 		}
 		replicas[i] = v
 	}
+	sizes, err := encodeSizes(w.Sizes)
+	if err != nil {
+		return err
+	}
 	drops := s.takeDrops(w.DropBoundaries)
 	err = s.update(func(tx *bolt.Tx) error {
 		var kept map[EpochRef]bool
@@ -477,6 +483,7 @@ func (s *Store) Apply(w Write) error {
 			func() error { return deleteSides(tx.Bucket(bucketPending), w.Done) },
 			func() error { return deleteSides(tx.Bucket(bucketReplicaPending), w.ReplicaDone) },
 			func() error { return putSides(tx.Bucket(bucketReplicaPending), w.ReplicaPending, replicas) },
+			func() error { return putSizes(tx, w.Sizes, sizes) },
 		}
 		for _, step := range steps {
 			if err := step(); err != nil {
