@@ -187,14 +187,19 @@ func (s clusterService) Export(req *owlv1.ExportRequest, stream owlv1.ClusterSer
 		_, send := mine[store.BlockOf(epoch, store.DigestBlock)]
 		return !send || epoch >= fineFrom && same[epoch]
 	}
-	from := int64(math.MinInt64)
+	from, first := int64(math.MinInt64), true
 	for {
 		eps, err := s.c.store.StoredEpochs(req.GetPath(), from, exportBatch, skip)
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
 		for _, se := range eps {
-			if err := stream.Send(storedCopy(req.GetPath(), se)); err != nil {
+			ec := storedCopy(req.GetPath(), se)
+			if first {
+				ec.Sizes, ec.SizesSetting = s.c.ownSizes(req.GetPath())
+				first = false
+			}
+			if err := stream.Send(ec); err != nil {
 				return err
 			}
 		}

@@ -52,6 +52,9 @@ func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
 			continue
 		}
 		addCopy(&w, ec)
+		if ec.GetSizes() != nil && ec.GetSizesSetting() == c.worker.sizesSetting {
+			w.Sizes = append(w.Sizes, store.PathSizes{Path: ec.GetPath(), Setting: ec.GetSizesSetting(), Sizes: ec.GetSizes()})
+		}
 		if len(ec.GetFlows()) > 0 || len(ec.GetLdsPair())+len(ec.GetLdsUp())+len(ec.GetLdsDown()) > 0 {
 			flows = append(flows, store.EpochRef{Path: ec.GetPath(), Epoch: ec.GetEpoch()})
 		}
@@ -65,6 +68,12 @@ func (c *Collector) storeCopies(copies []*owlv1.EpochCopy) (int, error) {
 		ps.mu.Lock()
 		ps.flowAges.note(f.Epoch, now)
 		ps.mu.Unlock()
+	}
+	for _, s := range w.Sizes {
+		// Kept for a takeover: the owner's own sizes are its to change.
+		if _, self := c.owner(s.Path); !self {
+			c.paths[s.Path].setSizes(s.Sizes)
+		}
 	}
 	return len(w.Results) - kept, nil
 }
@@ -98,6 +107,11 @@ func (c *Collector) checkCopy(ec *owlv1.EpochCopy) error {
 		}
 		if _, err := lds.Check(down); err != nil {
 			return fmt.Errorf("its downstream sketch: %w", err)
+		}
+	}
+	if a := ec.GetSizes(); a != nil && ec.GetSizesSetting() == c.worker.sizesSetting {
+		if err := c.cfg.checkSizes(a); err != nil {
+			return fmt.Errorf("its synopsis sizes: %w", err)
 		}
 	}
 	for _, l := range ec.GetLone() {

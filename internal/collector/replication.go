@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,6 +204,12 @@ func writeCopies(w store.Write) []*owlv1.EpochCopy {
 	}
 	for _, b := range w.Boundaries {
 		get(b.EpochRef).Boundary = b.Data
+	}
+	for _, s := range w.Sizes {
+		// With the copy of the epoch that changed them.
+		if i := slices.IndexFunc(out, func(ec *owlv1.EpochCopy) bool { return ec.GetPath() == s.Path }); i >= 0 {
+			out[i].Sizes, out[i].SizesSetting = s.Sizes, s.Setting
+		}
 	}
 	return out
 }

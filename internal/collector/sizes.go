@@ -44,6 +44,15 @@ func (ps *pathState) sizes() *owlv1.PathAssignment {
 		LdsCols: uint32(ps.ldsCols), LdsRows: ps.ldsRows, LdsOff: ps.ldsOff, LdaRows: uint32(ps.ldaRows)}
 }
 
+// setSizes makes a's sizes (checked) the path's, as if told to its
+// probes: they are stored already.
+func (ps *pathState) setSizes(a *owlv1.PathAssignment) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.rdaBuckets, ps.ldaRows, ps.sampleShift = int(a.GetRdaBuckets()), int(a.GetLdaRows()), int(a.GetSampleShift())
+	ps.ldsCols, ps.ldsRows, ps.ldsOff = int(a.GetLdsCols()), a.GetLdsRows(), a.GetLdsOff()
+}
+
 // resized notes that the path's sizes changed. The caller holds ps.mu.
 func (ps *pathState) resized() { ps.sizesVersion++ }
 
@@ -107,15 +116,23 @@ func (c *Collector) restoreSizes() error {
 			c.log.Warn("not using the stored synopsis sizes of a path", "path", s.Path, "err", err)
 			continue
 		}
-		a := s.Sizes
-		ps.mu.Lock()
-		ps.rdaBuckets, ps.ldaRows, ps.sampleShift = int(a.GetRdaBuckets()), int(a.GetLdaRows()), int(a.GetSampleShift())
-		ps.ldsCols, ps.ldsRows, ps.ldsOff = int(a.GetLdsCols()), a.GetLdsRows(), a.GetLdsOff()
-		ps.mu.Unlock()
+		ps.setSizes(s.Sizes)
 		n++
 	}
 	if n > 0 || other > 0 {
 		c.log.Info("synopsis sizes from the last run", "paths", n, "under_other_settings", other)
 	}
 	return nil
+}
+
+// ownSizes are the path's sizes and their setting where this member owns
+// the path (nil where it does not: another's are not its to give).
+func (c *Collector) ownSizes(path string) (*owlv1.PathAssignment, uint64) {
+	if _, self := c.owner(path); !self {
+		return nil, 0
+	}
+	ps := c.paths[path]
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.sizes(), c.worker.sizesSetting
 }

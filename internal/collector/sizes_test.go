@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"os"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -93,5 +94,114 @@ func TestCheckSizes(t *testing.T) {
 		if err := cfg.checkSizes(a); err == nil {
 			t.Errorf("%s: %v taken", name, a)
 		}
+	}
+}
+
+// sizesOf is the path's sizes as c holds them.
+func sizesOf(c *Collector, path string) *owlv1.PathAssignment {
+	ps := c.paths[path]
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.sizes()
+}
+
+// storedSizes is the path's sizes in c's store (nil: none).
+func storedSizes(t *testing.T, c *Collector, path string) *owlv1.PathAssignment {
+	t.Helper()
+	all, _, err := c.store.AllPathSizes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if s.Path == path {
+			return s.Sizes
+		}
+	}
+	return nil
+}
+
+// A path's sizes go to its replica with the copy of the epoch that
+// changed them; the replica, once the owner is gone for good, tells the
+// probes those sizes, and a member that then becomes the path's replica
+// gets them with what it catches up.
+func TestReplicaTakesOverSizes(t *testing.T) {
+	path := heldBy(t, []string{"c0", "c1", "c2"}, "c0", "c1")
+	cfg := replicaConfig(t, path)
+	cfg.Params.RDA.Buckets = 256
+	dir0 := cfg.DataDir
+	c0, a0, stop0 := startMember(t, cfg, "c0", "")
+	cfg.DataDir = t.TempDir()
+	c1, a1 := runMember(t, cfg, "c1", a0.Gossip)
+	waitMembers(t, 2, c0, c1)
+	defaults := sizesOf(c1, path)
+	c0.worker.noteSetDifference(c0.paths[path], reconcile.Difference{Lost: make([]uint64, 400)})
+	want := pairEpochs(t, c0, path, 1)
+	owners := sizesOf(c0, path)
+	if proto.Equal(owners, defaults) {
+		t.Fatalf("the owner's sizes did not change: %v", owners)
+	}
+	waitFor(t, "the replica's result", func() bool { return sameResults(c1.store, want) })
+	if got := storedSizes(t, c1, path); !proto.Equal(got, owners) {
+		t.Errorf("the replica stored sizes %v, want the owner's %v", got, owners)
+	}
+	if got := sizesOf(c1, path); !proto.Equal(got, owners) {
+		t.Errorf("the replica holds sizes %v, want the owner's %v", got, owners)
+	}
+
+	stop0()
+	if err := os.RemoveAll(dir0); err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, 1, c1)
+	for _, a := range c1.pathConfig("a").GetPaths() {
+		if a.GetPath().GetName() == path && a.GetRdaBuckets() != owners.GetRdaBuckets() {
+			t.Errorf("the new owner tells probe a %d RDA buckets, want the old owner's %d", a.GetRdaBuckets(), owners.GetRdaBuckets())
+		}
+	}
+
+	cfg.DataDir = t.TempDir()
+	c2, _ := runMember(t, cfg, "c2", a1.Gossip)
+	waitMembers(t, 2, c1, c2)
+	waitFor(t, "c2, the new replica, to catch up", func() bool { return sameResults(c2.store, want) })
+	if got := sizesOf(c2, path); !proto.Equal(got, owners) {
+		t.Errorf("the new replica holds sizes %v, want %v", got, owners)
+	}
+}
+
+// A copy's sizes are stored where they were chosen under this member's
+// setting and fit its configuration; sizes under another setting are
+// left out, and a copy whose sizes do not fit is left out whole. The
+// owner's own sizes are not changed by a copy.
+func TestStoreCopiesSizes(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	defer c.Close()
+	result := func(e int64) *owlv1.PathStats {
+		return &owlv1.PathStats{Path: "p", Epoch: e, Status: owlv1.ResultStatus_RESULT_STATUS_OK, MeanNs: 7}
+	}
+	good := &owlv1.PathAssignment{RdaBuckets: 64, LdaRows: 32, LdsCols: 16, SampleShift: 2}
+	bad := &owlv1.PathAssignment{RdaBuckets: 0, LdaRows: 32, LdsCols: 16}
+	mine, other := c.worker.sizesSetting, c.worker.sizesSetting+1
+	held := sizesOf(c, "p")
+	n, err := c.storeCopies([]*owlv1.EpochCopy{
+		{Path: "p", Epoch: 1, Result: result(1), Done: true, Sizes: bad, SizesSetting: mine},
+		{Path: "p", Epoch: 2, Result: result(2), Done: true, Sizes: good, SizesSetting: other},
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("stored %d results (%v), want the second's only", n, err)
+	}
+	if r, _ := c.store.Result("p", 1); r != nil {
+		t.Errorf("the copy with sizes out of range was stored: %v", r)
+	}
+	if got := storedSizes(t, c, "p"); got != nil {
+		t.Errorf("sizes stored from a copy under another setting: %v", got)
+	}
+	if _, err := c.storeCopies([]*owlv1.EpochCopy{{Path: "p", Epoch: 3, Result: result(3), Done: true, Sizes: good, SizesSetting: mine}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedSizes(t, c, "p"); !proto.Equal(got, good) {
+		t.Errorf("stored sizes %v, want %v", got, good)
+	}
+	if got := sizesOf(c, "p"); !proto.Equal(got, held) {
+		t.Errorf("the owner's sizes became %v, want its own %v", got, held)
 	}
 }

@@ -389,7 +389,13 @@ type EpochCopy struct {
 	Lone []*LoneSide `protobuf:"bytes,8,rep,name=lone,proto3" json:"lone,omitempty"`
 	// done says the epoch's sides are used up: the replica forgets its
 	// copies of them.
-	Done          bool `protobuf:"varint,9,opt,name=done,proto3" json:"done,omitempty"`
+	Done bool `protobuf:"varint,9,opt,name=done,proto3" json:"done,omitempty"`
+	// sizes, when set, are the synopsis sizes the path's probes were told,
+	// changed with this epoch (its path and role unset), chosen under the
+	// configuration fingerprinted by sizes_setting: a replica that takes
+	// the path over tells its probes the same.
+	Sizes         *PathAssignment `protobuf:"bytes,11,opt,name=sizes,proto3" json:"sizes,omitempty"`
+	SizesSetting  uint64          `protobuf:"fixed64,12,opt,name=sizes_setting,json=sizesSetting,proto3" json:"sizes_setting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -492,6 +498,20 @@ func (x *EpochCopy) GetDone() bool {
 		return x.Done
 	}
 	return false
+}
+
+func (x *EpochCopy) GetSizes() *PathAssignment {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *EpochCopy) GetSizesSetting() uint64 {
+	if x != nil {
+		return x.SizesSetting
+	}
+	return 0
 }
 
 type StoredFlow struct {
@@ -7817,7 +7837,7 @@ var File_owl_v1_owl_proto protoreflect.FileDescriptor
 
 const file_owl_v1_owl_proto_rawDesc = "" +
 	"\n" +
-	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x02\n" +
+	"\x10owl/v1/owl.proto\x12\x06owl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x03\n" +
 	"\tEpochCopy\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x03R\x05epoch\x12)\n" +
@@ -7829,7 +7849,9 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\blds_down\x18\x06 \x01(\fR\aldsDown\x12\x1a\n" +
 	"\bboundary\x18\a \x01(\fR\bboundary\x12$\n" +
 	"\x04lone\x18\b \x03(\v2\x10.owl.v1.LoneSideR\x04lone\x12\x12\n" +
-	"\x04done\x18\t \x01(\bR\x04done\"I\n" +
+	"\x04done\x18\t \x01(\bR\x04done\x12,\n" +
+	"\x05sizes\x18\v \x01(\v2\x16.owl.v1.PathAssignmentR\x05sizes\x12#\n" +
+	"\rsizes_setting\x18\f \x01(\x06R\fsizesSetting\"I\n" +
 	"\n" +
 	"StoredFlow\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x04R\x04hash\x12'\n" +
@@ -8601,165 +8623,166 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	77,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
 	7,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
 	8,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	80,  // 3: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	92,  // 4: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
-	34,  // 5: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
-	6,   // 6: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
-	12,  // 7: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
-	12,  // 8: owl.v1.ExportRequest.epochs:type_name -> owl.v1.EpochBlock
-	0,   // 9: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	34,  // 10: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	23,  // 11: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	34,  // 12: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	44,  // 13: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	46,  // 14: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	38,  // 15: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	27,  // 16: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	20,  // 17: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
-	17,  // 18: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
-	16,  // 19: owl.v1.ProbeMessage.sources_done:type_name -> owl.v1.SourcesDone
-	38,  // 20: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
-	18,  // 21: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
-	18,  // 22: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
-	19,  // 23: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
-	38,  // 24: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
-	21,  // 25: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
-	21,  // 26: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
-	21,  // 27: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
-	22,  // 28: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
-	24,  // 29: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	38,  // 30: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	42,  // 31: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
-	30,  // 32: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	31,  // 33: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	32,  // 34: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	33,  // 35: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	28,  // 36: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	29,  // 37: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	26,  // 38: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	25,  // 39: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
-	38,  // 40: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	56,  // 41: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,   // 42: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	37,  // 43: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	38,  // 44: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	36,  // 45: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	35,  // 46: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	91,  // 47: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,   // 48: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	51,  // 49: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	53,  // 50: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	54,  // 51: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	43,  // 52: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	45,  // 53: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	47,  // 54: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	41,  // 55: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	48,  // 56: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	49,  // 57: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
-	40,  // 58: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
-	50,  // 59: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
-	42,  // 60: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	52,  // 61: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	24,  // 62: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	3,   // 63: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
-	55,  // 64: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 65: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 66: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	56,  // 67: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	59,  // 68: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	92,  // 69: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	38,  // 70: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	55,  // 71: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	92,  // 72: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 73: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	92,  // 74: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 75: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	76,  // 76: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	73,  // 77: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	92,  // 78: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 79: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	76,  // 80: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	73,  // 81: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	92,  // 82: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 83: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 84: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	72,  // 85: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	92,  // 86: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 87: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	71,  // 88: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	71,  // 89: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	71,  // 90: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	19,  // 91: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	77,  // 92: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	92,  // 93: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	93,  // 94: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 95: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	38,  // 96: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	38,  // 97: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 98: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	37,  // 99: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	92,  // 100: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	76,  // 101: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	35,  // 102: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	92,  // 103: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 104: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	80,  // 105: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	92,  // 106: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	35,  // 107: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	76,  // 108: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
-	92,  // 109: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 110: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 111: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	80,  // 112: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	35,  // 113: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	92,  // 114: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 115: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	92,  // 116: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	92,  // 117: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	92,  // 118: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 119: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	87,  // 120: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	92,  // 121: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	90,  // 122: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 123: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	57,  // 124: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	60,  // 125: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	62,  // 126: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	63,  // 127: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	65,  // 128: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	67,  // 129: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	69,  // 130: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	75,  // 131: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	78,  // 132: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	81,  // 133: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	83,  // 134: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	85,  // 135: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	88,  // 136: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 137: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 138: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 139: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	39,  // 140: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	58,  // 141: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	61,  // 142: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	74,  // 143: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	64,  // 144: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	66,  // 145: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	68,  // 146: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	70,  // 147: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	77,  // 148: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	79,  // 149: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	82,  // 150: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	84,  // 151: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	86,  // 152: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	89,  // 153: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 154: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 155: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 156: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	140, // [140:157] is the sub-list for method output_type
-	123, // [123:140] is the sub-list for method input_type
-	123, // [123:123] is the sub-list for extension type_name
-	123, // [123:123] is the sub-list for extension extendee
-	0,   // [0:123] is the sub-list for field type_name
+	52,  // 3: owl.v1.EpochCopy.sizes:type_name -> owl.v1.PathAssignment
+	80,  // 4: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	92,  // 5: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	34,  // 6: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
+	6,   // 7: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
+	12,  // 8: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
+	12,  // 9: owl.v1.ExportRequest.epochs:type_name -> owl.v1.EpochBlock
+	0,   // 10: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
+	34,  // 11: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	23,  // 12: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	34,  // 13: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	44,  // 14: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	46,  // 15: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	38,  // 16: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	27,  // 17: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	20,  // 18: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
+	17,  // 19: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
+	16,  // 20: owl.v1.ProbeMessage.sources_done:type_name -> owl.v1.SourcesDone
+	38,  // 21: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
+	18,  // 22: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
+	18,  // 23: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
+	19,  // 24: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
+	38,  // 25: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
+	21,  // 26: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
+	21,  // 27: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
+	21,  // 28: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
+	22,  // 29: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
+	24,  // 30: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	38,  // 31: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	42,  // 32: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
+	30,  // 33: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	31,  // 34: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	32,  // 35: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	33,  // 36: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	28,  // 37: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	29,  // 38: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	26,  // 39: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	25,  // 40: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	38,  // 41: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	56,  // 42: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,   // 43: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	37,  // 44: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	38,  // 45: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	36,  // 46: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	35,  // 47: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	91,  // 48: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,   // 49: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	51,  // 50: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	53,  // 51: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	54,  // 52: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	43,  // 53: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	45,  // 54: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	47,  // 55: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	41,  // 56: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	48,  // 57: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	49,  // 58: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
+	40,  // 59: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
+	50,  // 60: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
+	42,  // 61: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	52,  // 62: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	24,  // 63: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	3,   // 64: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	55,  // 65: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 66: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 67: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	56,  // 68: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	59,  // 69: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	92,  // 70: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	38,  // 71: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	55,  // 72: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	92,  // 73: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 74: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	92,  // 75: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 76: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	76,  // 77: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	73,  // 78: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	92,  // 79: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 80: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	76,  // 81: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	73,  // 82: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	92,  // 83: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 84: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 85: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	72,  // 86: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	92,  // 87: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 88: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	71,  // 89: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	71,  // 90: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	71,  // 91: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	19,  // 92: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	77,  // 93: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	92,  // 94: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	93,  // 95: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 96: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	38,  // 97: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	38,  // 98: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	37,  // 99: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	37,  // 100: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	92,  // 101: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	76,  // 102: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	35,  // 103: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	92,  // 104: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 105: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	80,  // 106: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	92,  // 107: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	35,  // 108: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	76,  // 109: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
+	92,  // 110: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 111: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 112: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	80,  // 113: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	35,  // 114: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	92,  // 115: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 116: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	92,  // 117: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	92,  // 118: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	92,  // 119: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	92,  // 120: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	87,  // 121: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	92,  // 122: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	90,  // 123: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	15,  // 124: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	57,  // 125: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	60,  // 126: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	62,  // 127: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	63,  // 128: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	65,  // 129: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	67,  // 130: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	69,  // 131: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	75,  // 132: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	78,  // 133: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	81,  // 134: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	83,  // 135: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	85,  // 136: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	88,  // 137: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	13,  // 138: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 139: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 140: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	39,  // 141: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	58,  // 142: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	61,  // 143: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	74,  // 144: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	64,  // 145: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	66,  // 146: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	68,  // 147: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	70,  // 148: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	77,  // 149: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	79,  // 150: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	82,  // 151: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	84,  // 152: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	86,  // 153: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	89,  // 154: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	14,  // 155: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 156: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 157: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	141, // [141:158] is the sub-list for method output_type
+	124, // [124:141] is the sub-list for method input_type
+	124, // [124:124] is the sub-list for extension type_name
+	124, // [124:124] is the sub-list for extension extendee
+	0,   // [0:124] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
