@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -77,31 +76,5 @@ func encodeSizes(sizes []PathSizes) ([][]byte, error) {
 // AllPathSizes returns the stored sizes of every path. Unreadable records
 // are returned as errors alongside the readable ones and removed.
 func (s *Store) AllPathSizes() ([]PathSizes, []error, error) {
-	var out []PathSizes
-	var bad []error
-	var badKeys [][]byte
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSizes).ForEach(func(k, v []byte) error {
-			p, err := decodePathSizes(string(k), v)
-			if err != nil {
-				bad = append(bad, fmt.Errorf("sizes of path %q: %w", k, err))
-				badKeys = append(badKeys, bytes.Clone(k))
-				return nil
-			}
-			out = append(out, p)
-			return nil
-		})
-	})
-	if err != nil || len(badKeys) == 0 {
-		return out, bad, err
-	}
-	err = update(s.db, func(tx *bolt.Tx) error {
-		for _, k := range badKeys {
-			if err := tx.Bucket(bucketSizes).Delete(k); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return out, bad, err
+	return readAll(s, bucketSizes, func(k, v []byte) (PathSizes, error) { return decodePathSizes(string(k), v) })
 }

@@ -348,18 +348,24 @@ func (s *Store) AllPending() ([]Pending, []error, error) {
 // allSides returns every side stored in a bucket of sides; unreadable
 // records are returned as errors and removed.
 func (s *Store) allSides(bucket []byte) ([]Pending, []error, error) {
-	var out []Pending
+	return readAll(s, bucket, func(_, v []byte) (Pending, error) { return decodePending(v) })
+}
+
+// readAll decodes every record of a bucket; unreadable records are
+// returned as errors alongside the readable ones and removed.
+func readAll[T any](s *Store, bucket []byte, decode func(k, v []byte) (T, error)) ([]T, []error, error) {
+	var out []T
 	var bad []error
 	var badKeys [][]byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
-			p, err := decodePending(v)
+			r, err := decode(k, v)
 			if err != nil {
 				bad = append(bad, fmt.Errorf("%s record %x: %w", bucket, k, err))
 				badKeys = append(badKeys, bytes.Clone(k))
 				return nil
 			}
-			out = append(out, p)
+			out = append(out, r)
 			return nil
 		})
 	})
