@@ -50,9 +50,6 @@ func decodePathSizes(path string, b []byte) (PathSizes, error) {
 func putSizes(tx *bolt.Tx, sizes []PathSizes, vals [][]byte) error {
 	b := tx.Bucket(bucketSizes)
 	for i, p := range sizes {
-		if p.Path == "" {
-			return errors.New("sizes record without a path")
-		}
 		if err := b.Put([]byte(p.Path), vals[i]); err != nil {
 			return err
 		}
@@ -64,6 +61,9 @@ func putSizes(tx *bolt.Tx, sizes []PathSizes, vals [][]byte) error {
 func encodeSizes(sizes []PathSizes) ([][]byte, error) {
 	vals := make([][]byte, len(sizes))
 	for i, p := range sizes {
+		if p.Path == "" {
+			return nil, errors.New("sizes record without a path")
+		}
 		v, err := p.encode()
 		if err != nil {
 			return nil, fmt.Errorf("encoding the sizes of path %q: %w", p.Path, err)
