@@ -51,9 +51,19 @@ func TestChaos(t *testing.T) {
 	out, truths := chaosTrace(t, env, span)
 	names, paths := clusterPaths(4)
 	ch := &chaos{t: t, env: env, paths: paths}
-	ch.start(0, "127.0.0.1:0", "")
-	ch.start(1, "127.0.0.1:0", ch.addrs[0].Gossip)
-	ch.start(2, "127.0.0.1:0", ch.addrs[0].Gossip)
+	// Members are restarted on their gossip address: ports from below
+	// the ephemeral range (harness.FreePort).
+	for i := range 3 {
+		bind, err := harness.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		join := ""
+		if i > 0 {
+			join = ch.addrs[0].Gossip
+		}
+		ch.start(i, bind, join)
+	}
 	q0 := query(t, ch.addrs[0].GRPC)
 	waitCluster(t, []owlv1.QueryServiceClient{q0}, 3, ch.logs)
 

@@ -279,7 +279,11 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1, a1, err := env.StartCollector("c1", config(1, "127.0.0.1:0", a0.Gossip))
+	gossip1, err := harness.FreePort() // c1 comes back on it
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, a1, err := env.StartCollector("c1", config(1, gossip1, a0.Gossip))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -280,14 +280,44 @@ func (e *Env) StartCollector(name, config string, extra ...string) (*Proc, Addrs
 	return p, Addrs{}, fmt.Errorf("collector not listening after 15s\n%s", p.Log())
 }
 
-// FreePort returns a loopback address with a port that was free a moment ago.
+// FreePort returns a loopback address whose port, TCP and UDP, was free
+// a moment ago, for a process a test restarts on the same address. The
+// port is below the kernel's ephemeral range: a port a killed process
+// held, taken from that range, can go meanwhile to any outgoing
+// connection as its local port (a chaos run's restarted member found its
+// gossip port so taken, as the probes reconnected), and then stays taken.
 func FreePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	lo := ephemeralLow()
+	first := lo / 2
+	start := first + int(time.Now().UnixNano()%int64(lo-first))
+	for i := range 512 {
+		port := first + (start-first+i)%(lo-first)
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		return addr, nil
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("no free port in [%d, %d) after 512 tries", first, lo)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), 32768 where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+		if lo, err := strconv.Atoi(f[0]); err == nil && lo >= 2048 {
+			return lo
+		}
+	}
+	return 32768
 }
 
 // WaitEpochs polls GetPathStats until the path has a result (of any
