@@ -390,10 +390,11 @@ type EpochCopy struct {
 	// done says the epoch's sides are used up: the replica forgets its
 	// copies of them.
 	Done bool `protobuf:"varint,9,opt,name=done,proto3" json:"done,omitempty"`
-	// sizes, when set, are the synopsis sizes the path's probes were told,
-	// changed with this epoch (its path and role unset), chosen under the
-	// configuration fingerprinted by sizes_setting: a replica that takes
-	// the path over tells its probes the same.
+	// sizes, when set, are the synopsis sizes the path's owner told its
+	// probes (their path and role unset), chosen under the configuration
+	// fingerprinted by sizes_setting: sent with the copy of the epoch that
+	// changed them and with the first copy of a catch-up, so that a
+	// replica that takes the path over tells its probes the same.
 	Sizes         *PathAssignment `protobuf:"bytes,11,opt,name=sizes,proto3" json:"sizes,omitempty"`
 	SizesSetting  uint64          `protobuf:"fixed64,12,opt,name=sizes_setting,json=sizesSetting,proto3" json:"sizes_setting,omitempty"`
 	unknownFields protoimpl.UnknownFields
