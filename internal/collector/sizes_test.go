@@ -162,10 +162,10 @@ func TestReplicaTakesOverSizes(t *testing.T) {
 	cfg.DataDir = t.TempDir()
 	c2, _ := runMember(t, cfg, "c2", a1.Gossip)
 	waitMembers(t, 2, c1, c2)
+	// The sizes come with the results it catches up, and are taken once
+	// they are stored.
 	waitFor(t, "c2, the new replica, to catch up", func() bool { return sameResults(c2.store, want) })
-	if got := sizesOf(c2, path); !proto.Equal(got, owners) {
-		t.Errorf("the new replica holds sizes %v, want %v", got, owners)
-	}
+	waitFor(t, "c2 to hold the owner's sizes", func() bool { return proto.Equal(sizesOf(c2, path), owners) })
 }
 
 // A copy's sizes are stored where they were chosen under this member's
