@@ -51,11 +51,15 @@ func TestSizesSurviveRestart(t *testing.T) {
 	if resized.GetRdaBuckets() != 1000 || resized.GetSampleShift() == 0 {
 		t.Fatalf("sizes after the changes: %v (want 1000 buckets and a sampling shift)", resized)
 	}
-	ps.mu.Lock()
-	stored := ps.sizesStored == ps.sizesVersion
-	ps.mu.Unlock()
-	if !stored {
-		t.Fatal("the changed sizes were not stored with the epoch")
+	// Noted as stored once the store's write returns, just after the
+	// result can be read.
+	waitFor(t, "the changed sizes to be noted stored with the epoch", func() bool {
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		return ps.sizesStored == ps.sizesVersion
+	})
+	if got := storedSizes(t, c, "p"); !proto.Equal(got, resized) {
+		t.Fatalf("stored sizes %v, want %v", got, resized)
 	}
 	c.Close()
 
@@ -144,9 +148,8 @@ func TestReplicaTakesOverSizes(t *testing.T) {
 	if got := storedSizes(t, c1, path); !proto.Equal(got, owners) {
 		t.Errorf("the replica stored sizes %v, want the owner's %v", got, owners)
 	}
-	if got := sizesOf(c1, path); !proto.Equal(got, owners) {
-		t.Errorf("the replica holds sizes %v, want the owner's %v", got, owners)
-	}
+	// Taken right after the copy is stored.
+	waitFor(t, "the replica to hold the owner's sizes", func() bool { return proto.Equal(sizesOf(c1, path), owners) })
 
 	stop0()
 	if err := os.RemoveAll(dir0); err != nil {
