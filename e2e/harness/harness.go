@@ -284,8 +284,10 @@ func (e *Env) StartCollector(name, config string, extra ...string) (*Proc, Addrs
 // a moment ago, for a process a test restarts on the same address. The
 // port is below the kernel's ephemeral range: a port a killed process
 // held, taken from that range, can go meanwhile to any outgoing
-// connection as its local port (a chaos run's restarted member found its
-// gossip port so taken, as the probes reconnected), and then stays taken.
+// connection as its local port, and then stays taken (a chaos run's
+// restarted member found its gossip port in use as the probes
+// reconnected; most likely so). Ports are picked at random, not by the
+// kernel: two tests may pick one port at once, rarely.
 func FreePort() (string, error) {
 	lo := ephemeralLow()
 	first := lo / 2
