@@ -286,34 +286,6 @@ func TestBacklogGauges(t *testing.T) {
 	})
 }
 
-// TestFlowSeriesReplaced: a path's top-flow series are those of its
-// latest epoch, with its values; another path's stay. A flow without an
-// estimate has no mean series.
-func TestFlowSeriesReplaced(t *testing.T) {
-	m := newMetrics()
-	flow := func(port uint32) *owlv1.FlowStats {
-		return &owlv1.FlowStats{Flow: &owlv1.FlowKey{Src: "10.0.0.1", Dst: "10.0.0.2", SrcPort: port, DstPort: 80, Protocol: 6}, Packets: 10, Estimated: true}
-	}
-	m.flows("p", []*owlv1.FlowStats{flow(1), flow(2)}, 10)
-	m.flows("q", []*owlv1.FlowStats{flow(3)}, 10)
-	m.flows("p", []*owlv1.FlowStats{flow(4)}, 10)
-	if n := testutil.CollectAndCount(m.flowPackets); n != 2 {
-		t.Errorf("%d packet series, want 2 (p's latest flow and q's)", n)
-	}
-	if got := testutil.ToFloat64(m.flowPackets.WithLabelValues("p", "6 10.0.0.1:4>10.0.0.2:80")); got != 10 {
-		t.Errorf("p's latest flow: %v packets", got)
-	}
-	stays := flow(4)
-	stays.Packets, stays.Estimated = 20, false
-	m.flows("p", []*owlv1.FlowStats{stays, flow(5)}, 10)
-	if n, means := testutil.CollectAndCount(m.flowPackets), testutil.CollectAndCount(m.flowMean); n != 3 || means != 2 {
-		t.Errorf("%d packet series and %d mean series, want 3 and 2 (q's flow, p's two; no mean for the flow without an estimate)", n, means)
-	}
-	if got := testutil.ToFloat64(m.flowPackets.WithLabelValues("p", "6 10.0.0.1:4>10.0.0.2:80")); got != 20 {
-		t.Errorf("the flow that stayed: %v packets, want 20", got)
-	}
-}
-
 // TestBacklogBound: past max_pending_bytes a report is turned away
 // unacknowledged (the probe sends it again) and counted; below it, taken.
 func TestBacklogBound(t *testing.T) {

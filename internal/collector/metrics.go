@@ -1,9 +1,6 @@
 package collector
 
 import (
-	"fmt"
-	"sync"
-
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -57,11 +54,8 @@ type metrics struct {
 	// WatchPathStats streams past the limit.
 	probesRefused   *prometheus.CounterVec
 	watchersRefused prometheus.Counter
-	flowMean        *prometheus.GaugeVec
-	flowPackets     *prometheus.GaugeVec
-	// flowSeries are each path's top-flow series now.
-	flowSeriesMu sync.Mutex
-	flowSeries   map[string]*pathFlowSeries
+	// flowSeries are each path's top-flow series (flowmetrics.go).
+	flowSeries *flowSeries
 
 	clockUnc      *prometheus.GaugeVec
 	clockFlagged  *prometheus.GaugeVec
@@ -126,7 +120,7 @@ func newMetrics() *metrics {
 	m.rebuilds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_rebuilds_total", Help: "Late-binding rebuilds of RDAs at a larger size."}, []string{"path"})
 	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
 	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
-	m.flowSeries = map[string]*pathFlowSeries{}
+	m.flowSeries = newFlowSeries()
 	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_shed_total",
 		Help: "Reports turned away, unacknowledged (the probe sends them again), by probe and reason: the backlog was over max_pending_bytes (pending_bytes), or the probe's reports held over its share of it (probe_share)."}, []string{"probe", "reason"})
 	m.pauses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_probe_pauses_total",
@@ -138,7 +132,6 @@ func newMetrics() *metrics {
 	for _, x := range []prometheus.Collector{m.shed, m.pauses, m.conflicting, m.rateWait, m.probesRefused, m.watchersRefused} {
 		f(x)
 	}
-	m.flowMean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_delay_mean_seconds", Help: "Mean one-way delay of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
 	m.clockUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_uncertainty_seconds", Help: "± on the mean delay of the path's latest epoch from the two probes' clocks."}, []string{"path"})
 	m.clockFlagged = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_flagged", Help: "1 when the path's latest epoch is flagged: clock uncertainty above the configured share of the mean, or a clock not synchronized."}, []string{"path"})
 	m.flaggedEpochs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_clock_flagged_epochs_total", Help: "Epoch results flagged for their clocks."}, []string{"path"})
@@ -147,9 +140,8 @@ func newMetrics() *metrics {
 	m.probeUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_uncertainty_seconds", Help: "Last reported bound on the error of each probe's timestamps."}, []string{"probe"})
 	m.probeSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_synchronized", Help: "1 when the probe's clock is synchronized or in holdover."}, []string{"probe"})
 	m.probeState = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_state", Help: "1 for each probe's current clock state and source."}, []string{"probe", "source", "state"})
-	m.flowPackets = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_flow_packets", Help: "Packets of the heaviest flows of the path's latest epoch (top N only)."}, []string{"path", "flow"})
 	for _, c := range []prometheus.Collector{m.clockUnc, m.clockFlagged, m.flaggedEpochs, m.probeOffset, m.probeDelay, m.probeUnc, m.probeSync, m.probeState,
-		m.flowMean, m.flowPackets, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
+		m.flowSeries, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
 		m.probesConnected, m.watchersDropped, m.clusterChanges, m.handedOver, m.resultDelay, m.delay, m.rtt, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
 		f(c)
 	}
@@ -299,75 +291,3 @@ func statusName(s owlv1.ResultStatus) string {
 	}
 	return "unknown"
 }
-
-// flows replaces a path's per-flow series with its newest top flows.
-func (m *metrics) flows(path string, top []*owlv1.FlowStats, n int) {
-	if len(top) == 0 {
-		return
-	}
-	// A flow still among the top keeps its series; those of the flows
-	// that left go by name (a partial match would scan every path's
-	// series, on every path-epoch).
-	m.flowSeriesMu.Lock()
-	defer m.flowSeriesMu.Unlock()
-	ps := m.flowSeries[path]
-	if ps == nil {
-		ps = &pathFlowSeries{now: map[string]flowGauges{}, spare: map[string]flowGauges{}, labels: map[*owlv1.FlowKey]string{}}
-		m.flowSeries[path] = ps
-	}
-	old, now := ps.now, ps.spare
-	for _, f := range top[:min(n, len(top))] {
-		label := ps.label(f.GetFlow())
-		g, ok := old[label]
-		if !ok {
-			g.packets = m.flowPackets.WithLabelValues(path, label)
-		}
-		delete(old, label)
-		g.packets.Set(f.GetPackets())
-		switch {
-		case f.GetEstimated() && g.mean == nil:
-			g.mean = m.flowMean.WithLabelValues(path, label)
-			fallthrough
-		case f.GetEstimated():
-			g.mean.Set(f.GetMeanNs() / 1e9)
-		case g.mean != nil:
-			m.flowMean.DeleteLabelValues(path, label)
-			g.mean = nil
-		}
-		now[label] = g
-	}
-	for label, g := range old {
-		m.flowPackets.DeleteLabelValues(path, label)
-		if g.mean != nil {
-			m.flowMean.DeleteLabelValues(path, label)
-		}
-	}
-	clear(old)
-	ps.now, ps.spare = now, old
-}
-
-// pathFlowSeries are a path's top-flow series: now by flow label, and
-// spare an empty map for the next epoch's (the two swap each epoch).
-// labels are the labels of the flow keys of recent epochs (a path's
-// worker keeps its top flows' keys from one epoch to the next).
-type pathFlowSeries struct {
-	now, spare map[string]flowGauges
-	labels     map[*owlv1.FlowKey]string
-}
-
-// label is the series label of a flow key.
-func (ps *pathFlowSeries) label(k *owlv1.FlowKey) string {
-	if l, ok := ps.labels[k]; ok {
-		return l
-	}
-	if len(ps.labels) >= flowKeysKept {
-		clear(ps.labels)
-	}
-	l := fmt.Sprintf("%d %s:%d>%s:%d", k.GetProtocol(), k.GetSrc(), k.GetSrcPort(), k.GetDst(), k.GetDstPort())
-	ps.labels[k] = l
-	return l
-}
-
-// flowGauges are one top flow's series: mean is nil while it has no
-// estimate.
-type flowGauges struct{ packets, mean prometheus.Gauge }

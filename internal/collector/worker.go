@@ -183,7 +183,7 @@ func (wk *worker) reconcileEpoch(ctx context.Context, ps *pathState, epoch int64
 		sketch = w.bd.sample.sketch
 	}
 	wk.publish(shown, pr, sketch)
-	wk.m.flows(ps.path.Name, flows, wk.cfg.Flows.MetricsTop)
+	wk.m.flowSeries.set(ps.path.Name, flows, wk.cfg.Flows.MetricsTop)
 	for _, u := range w.updated {
 		wk.publishUpdate(u)
 	}
