@@ -439,7 +439,7 @@ func TestMetricsExposition(t *testing.T) {
 	c.probes.clockUpdate("a", ru.Clock)
 	c.probes.clockUpdate("b", rd.Clock)
 	// Metrics are updated right after the result is stored.
-	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(c.m.results.WithLabelValues("p", "ok")) < 1; {
+	for deadline := time.Now().Add(5 * time.Second); c.m.pathSeries.get("p", pmResultsOK) < 1; {
 		if time.Now().After(deadline) {
 			t.Fatal("no result counted")
 		}
@@ -694,8 +694,8 @@ func TestCountersSettle(t *testing.T) {
 	// the edges, by the sweep a pair_timeout (1 s here) after theirs.
 	m := tw.c.m
 	counters := func() [4]float64 {
-		return [4]float64{testutil.ToFloat64(m.lost.WithLabelValues("p")), testutil.ToFloat64(m.reordered.WithLabelValues("p")),
-			testutil.ToFloat64(m.dupPackets.WithLabelValues("p")), testutil.ToFloat64(m.boundary.WithLabelValues("p"))}
+		ps := m.pathSeries
+		return [4]float64{ps.get("p", pmLost), ps.get("p", pmReordered), ps.get("p", pmDuplicates), ps.get("p", pmBoundary)}
 	}
 	want := [4]float64{1, 0, 1, 1}
 	for deadline := time.Now().Add(5 * time.Second); counters() != want && time.Now().Before(deadline); {

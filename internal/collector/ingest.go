@@ -408,7 +408,7 @@ func (c *Collector) takeReport(probe string, r *owlv1.EpochReport, unsaved, paus
 	// Counted now, so that a burst of reports meets the bound before
 	// measureBacklog counts the tables again.
 	c.pendingBytes.Add(int64(s.bytes()))
-	c.m.reportBytes.WithLabelValues(r.GetPath()).Add(float64(len(r.GetLda()) + len(r.GetRda()) + len(r.GetLds()) + len(r.GetList())))
+	c.m.pathSeries.add(r.GetPath(), pmReportBytes, float64(len(r.GetLda())+len(r.GetRda())+len(r.GetLds())+len(r.GetList())))
 	return c.pairSide(ps, s, unsaved)
 }
 

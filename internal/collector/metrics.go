@@ -14,11 +14,9 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	reports         *prometheus.CounterVec
-	reportBytes     *prometheus.CounterVec
 	rejected        *prometheus.CounterVec
 	mismatch        *prometheus.CounterVec
 	dupReports      prometheus.Counter
-	results         *prometheus.CounterVec
 	probesConnected *prometheus.GaugeVec
 	watchersDropped prometheus.Counter
 	clusterChanges  prometheus.Counter
@@ -30,21 +28,8 @@ type metrics struct {
 	caughtUp       prometheus.Counter
 	promoted       prometheus.Counter
 
-	delay     *weightedHistogramVec
-	rtt       *weightedHistogramVec
-	mean      *prometheus.GaugeVec
-	stddev    *prometheus.GaugeVec
-	samples   *prometheus.GaugeVec
-	lost      *prometheus.CounterVec
-	packets   *prometheus.CounterVec
-	lastEpoch *prometheus.GaugeVec
-
-	reordered  *prometheus.CounterVec
-	dupPackets *prometheus.CounterVec
-	boundary   *prometheus.CounterVec
-	rebuilds   *prometheus.CounterVec
-	peels      *prometheus.CounterVec
-	exchanged  *prometheus.CounterVec
+	delay *weightedHistogramVec
+	rtt   *weightedHistogramVec
 
 	shed        *prometheus.CounterVec
 	pauses      *prometheus.CounterVec
@@ -54,17 +39,16 @@ type metrics struct {
 	// WatchPathStats streams past the limit.
 	probesRefused   *prometheus.CounterVec
 	watchersRefused prometheus.Counter
-	// flowSeries are each path's top-flow series (flowmetrics.go).
+	// flowSeries are each path's top-flow series (flowmetrics.go),
+	// pathSeries its counters and gauges (pathmetrics.go).
 	flowSeries *flowSeries
+	pathSeries *pathSeries
 
-	clockUnc      *prometheus.GaugeVec
-	clockFlagged  *prometheus.GaugeVec
-	flaggedEpochs *prometheus.CounterVec
-	probeOffset   *prometheus.GaugeVec
-	probeDelay    *prometheus.GaugeVec
-	probeUnc      *prometheus.GaugeVec
-	probeSync     *prometheus.GaugeVec
-	probeState    *prometheus.GaugeVec
+	probeOffset *prometheus.GaugeVec
+	probeDelay  *prometheus.GaugeVec
+	probeUnc    *prometheus.GaugeVec
+	probeSync   *prometheus.GaugeVec
+	probeState  *prometheus.GaugeVec
 
 	colateVectors    *prometheus.CounterVec
 	colatePackets    *prometheus.CounterVec
@@ -83,11 +67,9 @@ func newMetrics() *metrics {
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.addColate()
 	m.reports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_total", Help: "Epoch reports received, by probe."}, []string{"probe"})
-	m.reportBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_report_synopsis_bytes_total", Help: "Synopsis bytes received, by path."}, []string{"path"})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_rejected_total", Help: "Epoch reports that cannot be used, by reason."}, []string{"reason"})
 	m.mismatch = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_parameter_mismatches_total", Help: "Probes or reports rejected because their parameters differ from the deployment's, by probe."}, []string{"probe"})
 	m.dupReports = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_duplicate_reports_total", Help: "Reports received again for an epoch already combined."})
-	m.results = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_results_total", Help: "Epoch results computed, by path and status."}, []string{"path", "status"})
 	m.probesConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_streams", Help: "Open streams per probe."}, []string{"probe"})
 	m.watchersDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_watchers_dropped_total", Help: "WatchPathStats streams cut off because they did not keep up."})
 	m.clusterChanges = prometheus.NewCounter(prometheus.CounterOpts{Name: "owl_collector_cluster_changes_total", Help: "Changes of the cluster's members seen (each sends the probes their paths' owners again)."})
@@ -108,19 +90,7 @@ func newMetrics() *metrics {
 		prometheus.ExponentialBuckets(1e-6, 2, 24), 7, "path")
 	m.rtt = newWeightedHistogramVec("owl_probe_rtt_seconds", "Round-trip times of request/response pairs at each probe, by kind (tcp-data, tcp-handshake, dns), each pair as many times as it stands for (native histogram; classic buckets from 1 µs).",
 		prometheus.ExponentialBuckets(1e-6, 2, 24), 7, "probe", "kind")
-	m.mean = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_delay_mean_seconds", Help: "Mean one-way delay of the path's latest epoch."}, []string{"path"})
-	m.stddev = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_delay_stddev_seconds", Help: "Standard deviation of the one-way delay of the path's latest epoch."}, []string{"path"})
-	m.samples = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_samples", Help: "Effective sample size of the path's latest epoch."}, []string{"path"})
-	m.lost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_lost_packets_total", Help: "Packets estimated lost between the path's points."}, []string{"path"})
-	m.packets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_packets_total", Help: "Packets the path's synopses counted, by side."}, []string{"path", "side"})
-	m.lastEpoch = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_last_epoch", Help: "Number of the path's latest epoch with a result."}, []string{"path"})
-	m.reordered = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_reordered_packets_total", Help: "Packets only the downstream point saw (not duplicates, not sent in the previous epoch)."}, []string{"path"})
-	m.dupPackets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_duplicate_packets_total", Help: "Extra copies of packets the downstream point saw."}, []string{"path"})
-	m.boundary = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_boundary_matched_packets_total", Help: "Packets sent in one epoch and seen downstream in the next, counted as delivered."}, []string{"path"})
-	m.rebuilds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_rebuilds_total", Help: "Late-binding rebuilds of RDAs at a larger size."}, []string{"path"})
-	m.peels = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_rda_reconciliations_total", Help: "RDA reconciliations, by whether peeling decoded the whole set difference."}, []string{"path", "decoded"})
-	m.exchanged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_repair_bytes_total", Help: "Bytes of rebuilt RDAs and timestamp fetches exchanged with probes."}, []string{"path"})
-	m.flowSeries = newFlowSeries()
+	m.flowSeries, m.pathSeries = newFlowSeries(), newPathSeries()
 	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_reports_shed_total",
 		Help: "Reports turned away, unacknowledged (the probe sends them again), by probe and reason: the backlog was over max_pending_bytes (pending_bytes), or the probe's reports held over its share of it (probe_share)."}, []string{"probe", "reason"})
 	m.pauses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_collector_probe_pauses_total",
@@ -132,17 +102,14 @@ func newMetrics() *metrics {
 	for _, x := range []prometheus.Collector{m.shed, m.pauses, m.conflicting, m.rateWait, m.probesRefused, m.watchersRefused} {
 		f(x)
 	}
-	m.clockUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_uncertainty_seconds", Help: "± on the mean delay of the path's latest epoch from the two probes' clocks."}, []string{"path"})
-	m.clockFlagged = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_path_clock_flagged", Help: "1 when the path's latest epoch is flagged: clock uncertainty above the configured share of the mean, or a clock not synchronized."}, []string{"path"})
-	m.flaggedEpochs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "owl_path_clock_flagged_epochs_total", Help: "Epoch results flagged for their clocks."}, []string{"path"})
 	m.probeOffset = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_offset_seconds", Help: "Last reported offset of each probe's clock from its reference (local − reference)."}, []string{"probe"})
 	m.probeDelay = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_delay_seconds", Help: "Last reported path delay to each probe's grandmaster (or PHC read time)."}, []string{"probe"})
 	m.probeUnc = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_uncertainty_seconds", Help: "Last reported bound on the error of each probe's timestamps."}, []string{"probe"})
 	m.probeSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_synchronized", Help: "1 when the probe's clock is synchronized or in holdover."}, []string{"probe"})
 	m.probeState = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owl_collector_probe_clock_state", Help: "1 for each probe's current clock state and source."}, []string{"probe", "source", "state"})
-	for _, c := range []prometheus.Collector{m.clockUnc, m.clockFlagged, m.flaggedEpochs, m.probeOffset, m.probeDelay, m.probeUnc, m.probeSync, m.probeState,
-		m.flowSeries, m.reordered, m.dupPackets, m.boundary, m.rebuilds, m.peels, m.exchanged, m.reports, m.reportBytes, m.rejected, m.mismatch, m.dupReports, m.results,
-		m.probesConnected, m.watchersDropped, m.clusterChanges, m.handedOver, m.resultDelay, m.delay, m.rtt, m.mean, m.stddev, m.samples, m.lost, m.packets, m.lastEpoch} {
+	for _, c := range []prometheus.Collector{m.probeOffset, m.probeDelay, m.probeUnc, m.probeSync, m.probeState,
+		m.flowSeries, m.pathSeries, m.reports, m.rejected, m.mismatch, m.dupReports,
+		m.probesConnected, m.watchersDropped, m.clusterChanges, m.handedOver, m.resultDelay, m.delay, m.rtt} {
 		f(c)
 	}
 	return m
@@ -167,17 +134,17 @@ func (m *metrics) addColate() {
 // duplicate taken back).
 func (m *metrics) observe(r *owlv1.PathStats, sketch *ddsketch.DDSketch) {
 	p := r.GetPath()
-	m.results.WithLabelValues(p, statusName(r.GetStatus())).Inc()
+	m.pathSeries.add(p, resultsOf(r.GetStatus()), 1)
 	if r.GetClockFlagged() {
-		m.flaggedEpochs.WithLabelValues(p).Inc()
+		m.pathSeries.add(p, pmFlaggedEpochs, 1)
 	}
 	if r.GetStatus() != owlv1.ResultStatus_RESULT_STATUS_OK {
 		return
 	}
 	m.observeDelays(r, sketch)
-	m.latest(r)
-	m.packets.WithLabelValues(p, "upstream").Add(float64(r.GetUpstreamPackets()))
-	m.packets.WithLabelValues(p, "downstream").Add(float64(r.GetDownstreamPackets()))
+	m.pathSeries.latest(r)
+	m.pathSeries.add(p, pmPacketsUp, float64(r.GetUpstreamPackets()))
+	m.pathSeries.add(p, pmPacketsDown, float64(r.GetDownstreamPackets()))
 	if !settlesLater(r) {
 		m.countMoved(r)
 	}
@@ -193,10 +160,10 @@ func settlesLater(r *owlv1.PathStats) bool {
 func (m *metrics) countMoved(r *owlv1.PathStats) {
 	p := r.GetPath()
 	if r.GetLost() > 0 {
-		m.lost.WithLabelValues(p).Add(r.GetLost())
+		m.pathSeries.add(p, pmLost, r.GetLost())
 	}
-	m.reordered.WithLabelValues(p).Add(float64(r.GetReordered()))
-	m.dupPackets.WithLabelValues(p).Add(float64(r.GetDuplicates()))
+	m.pathSeries.add(p, pmReordered, float64(r.GetReordered()))
+	m.pathSeries.add(p, pmDuplicates, float64(r.GetDuplicates()))
 }
 
 // observeDelays puts the epoch's sampled delays into the path's delay
@@ -214,21 +181,6 @@ func (m *metrics) observeDelays(r *owlv1.PathStats, s *ddsketch.DDSketch) {
 		}
 	}
 	m.delay.ObserveSketch(s, 1e9, rate, r.GetPath())
-}
-
-// latest sets the per-path gauges from a path's newest result.
-func (m *metrics) latest(r *owlv1.PathStats) {
-	p := r.GetPath()
-	m.mean.WithLabelValues(p).Set(r.GetMeanNs() / 1e9)
-	m.stddev.WithLabelValues(p).Set(r.GetStddevNs() / 1e9)
-	m.samples.WithLabelValues(p).Set(float64(r.GetSamples()))
-	m.lastEpoch.WithLabelValues(p).Set(float64(r.GetEpoch()))
-	m.clockUnc.WithLabelValues(p).Set(r.GetClockUncertaintyNs() / 1e9)
-	flagged := 0.0
-	if r.GetClockFlagged() {
-		flagged = 1
-	}
-	m.clockFlagged.WithLabelValues(p).Set(flagged)
 }
 
 // probeClock sets a probe's clock gauges from its latest status.
@@ -261,33 +213,14 @@ func (m *metrics) forgetProbe(probe string) {
 // RDA epoch.
 func (m *metrics) settled(r *owlv1.PathStats) {
 	m.countMoved(r)
-	m.boundary.WithLabelValues(r.GetPath()).Add(float64(r.GetBoundaryMatched()))
+	m.pathSeries.add(r.GetPath(), pmBoundary, float64(r.GetBoundaryMatched()))
 }
 
 // rdaOutcome counts a reconciliation.
 func (m *metrics) rdaOutcome(path string, decoded bool, _ int) {
-	d := "false"
+	k := pmPeelsUndecoded
 	if decoded {
-		d = "true"
+		k = pmPeelsDecoded
 	}
-	m.peels.WithLabelValues(path, d).Inc()
-}
-
-// statusName is a result status as a metric label.
-func statusName(s owlv1.ResultStatus) string {
-	switch s {
-	case owlv1.ResultStatus_RESULT_STATUS_OK:
-		return "ok"
-	case owlv1.ResultStatus_RESULT_STATUS_PARTIAL:
-		return "partial"
-	case owlv1.ResultStatus_RESULT_STATUS_NO_SAMPLES:
-		return "no_samples"
-	case owlv1.ResultStatus_RESULT_STATUS_MISSING_UPSTREAM:
-		return "missing_upstream"
-	case owlv1.ResultStatus_RESULT_STATUS_MISSING_DOWNSTREAM:
-		return "missing_downstream"
-	case owlv1.ResultStatus_RESULT_STATUS_MISMATCH:
-		return "mismatch"
-	}
-	return "unknown"
+	m.pathSeries.add(path, k, 1)
 }

@@ -69,7 +69,7 @@ func (r *sessionRepairs) ask(ctx context.Context, s reconcile.Side, call func(*s
 
 func (r *sessionRepairs) count(n int) {
 	r.exchanged.Add(uint64(n))
-	r.wk.m.exchanged.WithLabelValues(r.ps.path.Name).Add(float64(n))
+	r.wk.m.pathSeries.add(r.ps.path.Name, pmExchanged, float64(n))
 }
 
 // Rebuild asks the side's probe for the epoch's RDA at buckets.

@@ -482,7 +482,7 @@ func TestTimeOutKeepsCopiedResult(t *testing.T) {
 	if r, _ := c.store.Result("p", 3); !proto.Equal(r, ok) {
 		t.Errorf("after the timeout: %v, want the copied result", r)
 	}
-	if n := testutil.ToFloat64(c.m.results.WithLabelValues("p", "missing_downstream")); n != 0 {
+	if n := c.m.pathSeries.get("p", pmResultsMissingDown); n != 0 {
 		t.Errorf("%v missing-side results counted", n)
 	}
 }

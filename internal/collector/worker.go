@@ -448,7 +448,7 @@ func (wk *worker) estimateRDA(ctx context.Context, w *epochWork, up, down *rda.R
 	res := w.res
 	res.Rebuilds = uint32(out.Rebuilds)
 	res.ExchangedBytes += rep.exchanged.Load()
-	wk.m.rebuilds.WithLabelValues(path).Add(float64(out.Rebuilds))
+	wk.m.pathSeries.add(path, pmRebuilds, float64(out.Rebuilds))
 	if out.Peeled {
 		res.RdaBuckets, res.Decoded = uint32(out.Buckets), out.Diff.Complete()
 		wk.m.rdaOutcome(path, out.Diff.Complete(), out.Rebuilds)
@@ -512,6 +512,6 @@ func (wk *worker) publish(res *owlv1.PathStats, pr *pairing, sketch *ddsketch.DD
 // publishUpdate hands watchers a result that changed after it was first
 // published (boundary matching with a neighbouring epoch).
 func (wk *worker) publishUpdate(res *owlv1.PathStats) {
-	wk.m.latest(res)
+	wk.m.pathSeries.latest(res)
 	wk.watchers.notify(res)
 }
