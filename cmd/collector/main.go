@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -67,6 +68,10 @@ func main() {
 		debug.SetMemoryLimit(limit)
 		log.Info("soft memory limit", "bytes", limit)
 	}
+	if n := minProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)); n > runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+		log.Info("GOMAXPROCS raised to 2: with one, the store's syncs idle the core (set GOMAXPROCS to choose)")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := collector.New(cfg, log)
@@ -78,4 +83,20 @@ func main() {
 		log.Error("collector failed", "err", err)
 		os.Exit(1)
 	}
+}
+
+// minProcs is the GOMAXPROCS the collector runs with, given the
+// environment's GOMAXPROCS and the runtime's: at least 2 unless the
+// environment sets it. A goroutine in a system call keeps its P until
+// the runtime's monitor takes it away, which it checks for less often
+// the longer nothing needed taking (up to every 10 ms): with one P the
+// core idled through most of each of the store's fdatasync calls (10 ms
+// each, 20 a second, on the machine of docs/benchmarks.md), and a
+// collector on one core fell behind at 1,200 paths while using three
+// quarters of it. With a second P the other goroutines run meanwhile.
+func minProcs(env string, procs int) int {
+	if env != "" {
+		return procs
+	}
+	return max(procs, 2)
 }
