@@ -347,7 +347,7 @@ func (c *Collector) takeColate(probe string, v *owlv1.ColateVector) error {
 		c.m.rejected.WithLabelValues("not_owner").Inc()
 		return &notOwner{key: colateKey, owner: owner}
 	}
-	if err := c.checkEpoch(probe, "COLATE vector of", v.GetEpoch()); err != nil {
+	if err := c.checkEpoch(probe, epochOf{kind: "COLATE vector of"}, v.GetEpoch()); err != nil {
 		return err
 	}
 	return c.colates.put(probe, v)
@@ -435,7 +435,7 @@ func (c *Collector) checkReport(probe string, r *owlv1.EpochReport) (*pathState,
 		c.m.rejected.WithLabelValues("bad_role").Inc()
 		return nil, &rejection{fmt.Sprintf("path %q: %s is not its %s", r.GetPath(), probe, roleName(r.GetRole()))}
 	}
-	if err := c.checkEpoch(probe, fmt.Sprintf("path %q", r.GetPath()), r.GetEpoch()); err != nil {
+	if err := c.checkEpoch(probe, epochOf{path: r.GetPath()}, r.GetEpoch()); err != nil {
 		return nil, err
 	}
 	if err := c.checkShapes(probe, r); err != nil {

@@ -183,7 +183,7 @@ func epochBounds(ep epoch.Config) (first, last int64) {
 // that ended more than max_epoch_age before it. what names the report
 // ("path "p"") or vector for the reason. A probe the registry does not
 // know (no Hello: tests) is held to the first two only.
-func (c *Collector) checkEpoch(probe, what string, e int64) error {
+func (c *Collector) checkEpoch(probe string, what epochOf, e int64) error {
 	first, last := epochBounds(c.cfg.Params.Epoch)
 	if e < first || e > last {
 		c.m.rejected.WithLabelValues("epoch_invalid").Inc()
@@ -202,6 +202,18 @@ func (c *Collector) checkEpoch(probe, what string, e int64) error {
 			what, e, stamp(end), lim.MaxEpochAge, stamp(now))}
 	}
 	return nil
+}
+
+// epochOf names what an epoch belongs to in checkEpoch's rejections: a
+// kind of report, or a path. The path is quoted only when a rejection
+// is written, not for every report that passes.
+type epochOf struct{ kind, path string }
+
+func (w epochOf) String() string {
+	if w.path != "" {
+		return fmt.Sprintf("path %q", w.path)
+	}
+	return w.kind
 }
 
 // stamp is a time as the reasons of rejections give it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"strings"
@@ -103,7 +104,9 @@ func TestFarFutureEpochKeepsFlows(t *testing.T) {
 	waitDone(t, c, "p", e)
 	far := e + 100*365*24*3600
 	fu, _ := flowReports(t, cfg, "p", far)
-	wantRejection(t, c.report("a", fu), "limits.max_epoch_ahead")
+	err := c.report("a", fu)
+	wantRejection(t, err, "limits.max_epoch_ahead")
+	wantRejection(t, err, fmt.Sprintf(`path "p" epoch %d starts at`, far))
 	if n := testutil.ToFloat64(c.m.rejected.WithLabelValues("epoch_ahead")); n != 1 {
 		t.Errorf("%v rejections for epochs ahead counted, want 1", n)
 	}

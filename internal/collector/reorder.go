@@ -68,7 +68,7 @@ func (c *Collector) takeReorder(probe string, r *owlv1.ReorderReport) error {
 		c.m.rejected.WithLabelValues("not_owner").Inc()
 		return &notOwner{key: colateKey, owner: owner}
 	}
-	if err := c.checkEpoch(probe, "reordering report of", r.GetEpoch()); err != nil {
+	if err := c.checkEpoch(probe, epochOf{kind: "reordering report of"}, r.GetEpoch()); err != nil {
 		return err
 	}
 	rep, err := reorder.FromProto(r)

@@ -39,7 +39,7 @@ func (c *Collector) takeRTT(probe string, r *owlv1.RTTReport) error {
 		c.m.rejected.WithLabelValues("not_owner").Inc()
 		return &notOwner{key: colateKey, owner: owner}
 	}
-	if err := c.checkEpoch(probe, "RTT report of", r.GetEpoch()); err != nil {
+	if err := c.checkEpoch(probe, epochOf{kind: "RTT report of"}, r.GetEpoch()); err != nil {
 		return err
 	}
 	kinds, err := checkRTT(r)
