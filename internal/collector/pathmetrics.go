@@ -130,16 +130,6 @@ func (ps *pathSeries) add(path string, k pathMetric, v float64) {
 	ps.mu.Unlock()
 }
 
-// get is a series' value (0 when it does not exist).
-func (ps *pathSeries) get(path string, k pathMetric) float64 {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if pv := ps.paths[path]; pv != nil {
-		return pv.v[k]
-	}
-	return 0
-}
-
 // latest sets the per-path gauges from a path's newest result.
 func (ps *pathSeries) latest(r *owlv1.PathStats) {
 	flagged := 0.0

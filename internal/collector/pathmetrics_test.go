@@ -10,6 +10,16 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 )
 
+// get is a series' value, for tests (0 when it does not exist).
+func (ps *pathSeries) get(path string, k pathMetric) float64 {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if pv := ps.paths[path]; pv != nil {
+		return pv.v[k]
+	}
+	return 0
+}
+
 // TestPathSeries: a path's series appear once set or added to (a counter
 // even by 0), counters add up, gauges take the latest result, and the
 // scrape passes a pedantic registry's checks (every series described,
