@@ -37,6 +37,10 @@ type loadRun struct {
 	probes  []*probe.Emulated
 	res     *results
 	sent    atomic.Int64 // epochs sent
+	// kill is -kill; killed is set, by send, once it happened.
+	kill    killPlan
+	killMid probeCounts // the probes' counters halfway to the kill
+	killed  *killed
 }
 
 // run generates the traffic, starts or reaches the collectors, drives the
@@ -45,6 +49,9 @@ type loadRun struct {
 func run(ctx context.Context, cfg config, log *slog.Logger) (sum *summary, err error) {
 	p := params.Default()
 	l := &loadRun{cfg: cfg, log: log, paths: loadPaths(cfg.probes, cfg.paths), grid: p.Epoch, seed: cfg.collector}
+	if l.kill, err = parseKill(cfg.kill, cfg.spawn, cfg.epochs); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	if l.traffic, err = probe.NewTraffic(p, cfg.traffic); err != nil {
 		return nil, err
@@ -84,6 +91,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) (sum *summary, err e
 func (l *loadRun) exited() error {
 	var errs []error
 	for _, p := range l.procs {
+		if l.killed != nil && l.killed.proc == p {
+			continue
+		}
 		select {
 		case <-p.exited:
 			errs = append(errs, fmt.Errorf("collector %s exited during the run (%v): see %s", p.name, p.waitErr, p.logPath))
@@ -248,7 +258,7 @@ func (l *loadRun) snapshot() snapshot {
 	}
 	for _, p := range l.procs {
 		ps, err := p.stats()
-		if err != nil {
+		if err != nil && (l.killed == nil || l.killed.proc != p) {
 			l.log.Warn("reading a collector's CPU time", "err", err)
 		}
 		s.procs = append(s.procs, ps)
@@ -345,6 +355,14 @@ func (l *loadRun) send(ctx context.Context) error {
 			p.Report(e)
 		}
 		l.sent.Add(1)
+		if l.kill.name != "" && k+1 == l.kill.after/2 {
+			l.killMid = l.probeCounts()
+		}
+		if l.kill.name != "" && k+1 == l.kill.after {
+			if err := l.killMember(l.kill.name, e); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ type config struct {
 	collectorBin string
 	writeConfig  string
 	keep         bool
+	kill         string
 	gzip         bool
 	probes       int
 	paths        int
@@ -59,6 +60,7 @@ func bind(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.collectorBin, "collector-bin", c.collectorBin, "collector binary for -spawn (default: the collector next to owl-load, else on PATH)")
 	fs.StringVar(&c.writeConfig, "write-config", c.writeConfig, "write a collector configuration (YAML) with the generated paths to this file and exit")
 	fs.BoolVar(&c.keep, "keep", c.keep, "with -spawn: keep the collectors' data directories and logs (their directory is printed)")
+	fs.StringVar(&c.kill, "kill", c.kill, "with -spawn 2 or more: kill member NAME (c1, c2, …) with SIGKILL once K epochs are sent (NAME@K, as c1@20); the others take its paths over, and the summary tells how the results after it fared")
 	fs.IntVar(&c.probes, "probes", c.probes, "emulated probes (at least 2)")
 	fs.BoolVar(&c.gzip, "gzip", c.gzip, "the emulated probes gzip their streams (probe -gzip)")
 	fs.IntVar(&c.paths, "paths", c.paths, "paths: path i goes from probe 2i mod N to probe 2i+1 mod N")
@@ -107,7 +109,8 @@ func (c config) validate() error {
 	if err := c.traffic.Validate(); err != nil {
 		return fmt.Errorf("traffic: %w", err)
 	}
-	return nil
+	_, err := parseKill(c.kill, c.spawn, c.epochs)
+	return err
 }
 
 func main() {

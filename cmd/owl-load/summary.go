@@ -73,6 +73,7 @@ type summary struct {
 	RepairErrors uint64 `json:"repair_errors"`
 
 	CollectorCosts []collectorCost `json:"collector_costs,omitempty"`
+	Kill           *killSummary    `json:"kill,omitempty"`
 	LoadCPUSeconds float64         `json:"load_cpu_seconds"`
 	LoadCores      float64         `json:"load_cores"`
 
@@ -139,6 +140,7 @@ func (l *loadRun) summarize(before, half, after snapshot, sendEnd time.Time) *su
 		cc.SecondHalfMsPerPathEpoch = secondHalf(half, after, i)
 		s.CollectorCosts = append(s.CollectorCosts, cc)
 	}
+	s.Kill = l.summarizeKill(s, after)
 	s.LoadCPUSeconds = (after.self - before.self).Seconds()
 	if d := after.at.Sub(before.at).Seconds(); d > 0 {
 		s.LoadCores = s.LoadCPUSeconds / d
@@ -324,6 +326,12 @@ func (s *summary) print(w io.Writer, format string) error {
 			cpu, perPE, half = cpu+c.CPUSeconds, perPE+c.CPUMsPerPathEpoch, half+c.SecondHalfMsPerPathEpoch
 		}
 		line("collectors", "CPU %.2f s together (%.3f ms per path-epoch; second half %.3f)", cpu, perPE, half)
+	}
+	if k := s.Kill; k != nil {
+		line("kill", "%s killed after epoch %d: %d path-epochs in flight then, answered within %s; the epochs after: latency p50 %s, p99 %s, max %s",
+			k.Member, k.AfterEpoch, k.InFlight, secs(k.InFlightMax), secs(k.LatencyP50), secs(k.LatencyP99), secs(k.LatencyMax))
+		line("", "reports %s each before, %s after; rebuilds per report %.3f before, %.3f after; the others' CPU after it %.3f ms per path-epoch",
+			bytesText(k.BytesPerReportBefore), bytesText(k.BytesPerReportAfter), k.RebuildsPerReportBefore, k.RebuildsPerReportAfter, k.SurvivorsMsPerPathEpoch)
 	}
 	if len(s.CollectorCosts) == 0 {
 		line("collectors", "CPU and memory not measured (not started by owl-load, or exited)")
