@@ -326,7 +326,7 @@ func (c *Collector) pathConfig(id string) *owlv1.PathConfig {
 		if role == owlv1.Role_ROLE_UNSPECIFIED {
 			continue
 		}
-		a := &owlv1.PathAssignment{}
+		a := &owlv1.PathAssignment{NotOwner: true} // the owner's sizes are its to give
 		owner, self := c.owner(p.Name)
 		if self {
 			st := c.paths[p.Name]

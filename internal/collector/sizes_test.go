@@ -137,6 +137,13 @@ func TestReplicaTakesOverSizes(t *testing.T) {
 	cfg.DataDir = t.TempDir()
 	c1, a1 := runMember(t, cfg, "c1", a0.Gossip)
 	waitMembers(t, 2, c0, c1)
+	// Probe a connects to both: only the owner's assignment gives sizes.
+	if a := assignmentOf(t, c1, "a", path); !a.GetNotOwner() {
+		t.Errorf("c1, not the owner, gives probe a sizes: %v", a)
+	}
+	if a := assignmentOf(t, c0, "a", path); a.GetNotOwner() {
+		t.Errorf("c0, the owner, says it is not: %v", a)
+	}
 	defaults := sizesOf(c1, path)
 	c0.worker.noteSetDifference(c0.paths[path], reconcile.Difference{Lost: make([]uint64, 400)})
 	want := pairEpochs(t, c0, path, 1)
@@ -156,10 +163,8 @@ func TestReplicaTakesOverSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMembers(t, 1, c1)
-	for _, a := range c1.pathConfig("a").GetPaths() {
-		if a.GetPath().GetName() == path && a.GetRdaBuckets() != owners.GetRdaBuckets() {
-			t.Errorf("the new owner tells probe a %d RDA buckets, want the old owner's %d", a.GetRdaBuckets(), owners.GetRdaBuckets())
-		}
+	if a := assignmentOf(t, c1, "a", path); a.GetNotOwner() || a.GetRdaBuckets() != owners.GetRdaBuckets() {
+		t.Errorf("the new owner tells probe a %d RDA buckets (not_owner %t), want the old owner's %d", a.GetRdaBuckets(), a.GetNotOwner(), owners.GetRdaBuckets())
 	}
 
 	cfg.DataDir = t.TempDir()
@@ -207,4 +212,17 @@ func TestStoreCopiesSizes(t *testing.T) {
 	if got := sizesOf(c, "p"); !proto.Equal(got, held) {
 		t.Errorf("the owner's sizes became %v, want its own %v", got, held)
 	}
+}
+
+// assignmentOf is the assignment of path in the configuration c sends
+// probe.
+func assignmentOf(t *testing.T, c *Collector, probe, path string) *owlv1.PathAssignment {
+	t.Helper()
+	for _, a := range c.pathConfig(probe).GetPaths() {
+		if a.GetPath().GetName() == path {
+			return a
+		}
+	}
+	t.Fatalf("%s gives probe %s no path %s", c.cfg.Cluster.Name, probe, path)
+	return nil
 }

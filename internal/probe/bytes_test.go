@@ -17,6 +17,7 @@ import (
 	"github.com/owl-latency/owl/internal/sim"
 	"github.com/owl-latency/owl/internal/synopsis/lda"
 	"github.com/owl-latency/owl/internal/synopsis/lds"
+	"github.com/owl-latency/owl/internal/synopsis/rda"
 	"github.com/owl-latency/owl/internal/synopsis/sample"
 )
 
@@ -253,5 +254,61 @@ func TestLDSDigestFromCollector(t *testing.T) {
 	}
 	if _, err := newPathSet(&owlv1.PathConfig{LdsDigestBytes: 3}); err == nil {
 		t.Error("3-byte digests accepted")
+	}
+}
+
+// TestNotOwnerKeepsSizes: a path configuration from a member of a
+// cluster that does not own a path (not_owner) leaves the sizes its
+// owner told the probe; one without the flag, as an older collector
+// sends, is taken whole, as before: its zero sample_shift (every packet)
+// and false lds_off too.
+func TestNotOwnerKeepsSizes(t *testing.T) {
+	p := params.Default()
+	link, frames, _ := epochTraffic(t, p, 2_000)
+	path := &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"}
+	owner := &owlv1.PathConfig{PackedFlowKeys: true, Paths: []*owlv1.PathAssignment{{Path: path, Role: owlv1.Role_ROLE_UPSTREAM,
+		RdaBuckets: 256, SampleShift: 3, LdsCols: 256, LdsOff: true}}}
+	for _, c := range []struct {
+		notOwner bool
+		shift    int
+		lds      bool
+	}{{true, 3, false}, {false, 0, true}} {
+		clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
+		var reports []*owlv1.EpochReport
+		rep := &reporter{caches: newCacheStore(4, 1<<24), topFlows: 20, clock: clock, grid: p.Epoch,
+			emit: func(r *owlv1.EpochReport) { reports = append(reports, r) }}
+		var stats counters
+		pl, err := newPipeline(p, 1<<22, 20, rep.report, &stats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pc := range []*owlv1.PathConfig{owner, {PackedFlowKeys: true, Paths: []*owlv1.PathAssignment{{Path: path,
+			Role: owlv1.Role_ROLE_UPSTREAM, Collector: "other:7700", NotOwner: c.notOwner}}}} {
+			set, err := newPathSet(pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl.setPaths(set)
+		}
+		_ = pl.setLink(link)
+		for _, f := range frames {
+			pl.frame(f.Data, f.TimeNS)
+		}
+		pl.flush()
+		if len(reports) != 1 {
+			t.Fatalf("not_owner %t: %d reports, want 1", c.notOwner, len(reports))
+		}
+		s, err := sample.Decode(reports[0].GetSample())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := rda.Decode(reports[0].GetRda())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Config().Shift() != c.shift || (len(reports[0].GetLds()) > 0) != c.lds || r.Config().Buckets != 256 {
+			t.Errorf("not_owner %t: rate 1/%d, LDS sent %t, %d RDA buckets; want 1/%d, %t, 256",
+				c.notOwner, 1<<s.Config().Shift(), len(reports[0].GetLds()) > 0, r.Config().Buckets, 1<<c.shift, c.lds)
+		}
 	}
 }

@@ -720,6 +720,13 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 		if role != owlv1.Role_ROLE_UPSTREAM && role != owlv1.Role_ROLE_DOWNSTREAM {
 			return fmt.Errorf("path %q: role %v", name, role)
 		}
+		if _, dup := roles[name]; !dup {
+			paths = append(paths, emulatedPath{name: name, role: role})
+		}
+		roles[name] = role
+		if a.GetNotOwner() {
+			continue // the owner's sizes stand
+		}
 		if b := a.GetRdaBuckets(); b > 0 {
 			if err := e.checkBuckets(int(b)); err != nil {
 				return fmt.Errorf("path %q: %w", name, err)
@@ -741,10 +748,6 @@ func (e *Emulated) setPaths(pc *owlv1.PathConfig) error {
 				scheduleAt(&e.ldaRows, name, r, 0, 0)
 			}
 		}
-		if _, dup := roles[name]; !dup {
-			paths = append(paths, emulatedPath{name: name, role: role})
-		}
-		roles[name] = role
 	}
 	e.pathsMu.Lock()
 	e.paths, e.roles = paths, roles

@@ -38,6 +38,9 @@ type assignment struct {
 	ldsRows    int  // mask of the parameters' LDS rows to start with (0: all)
 	ldaRows    int  // LDA rows per bank to start with (0: the parameters')
 	ldsOff     bool // no LDS to start with
+	// notOwner: the configuration came from a collector that does not
+	// own the path, and gives none of its sizes (the owner's stand).
+	notOwner bool
 }
 
 // pathSet is an immutable set of assignments. Each epoch keeps the set it
@@ -102,7 +105,8 @@ func newPathSet(pc *owlv1.PathConfig) (*pathSet, error) {
 			return nil, fmt.Errorf("path %q: lda_rows %d exceeds %d", p.Name, r, lda.MaxRows)
 		}
 		s.paths = append(s.paths, assignment{path: p, role: pa.GetRole(), match: m, rdaBuckets: int(pa.GetRdaBuckets()),
-			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols()), ldsRows: int(pa.GetLdsRows()), ldaRows: int(pa.GetLdaRows()), ldsOff: pa.GetLdsOff()})
+			shift: int(pa.GetSampleShift()), ldsCols: int(pa.GetLdsCols()), ldsRows: int(pa.GetLdsRows()), ldaRows: int(pa.GetLdaRows()), ldsOff: pa.GetLdsOff(),
+			notOwner: pa.GetNotOwner()})
 	}
 	return s, nil
 }
@@ -259,6 +263,9 @@ func (pl *pipeline) setLink(link layers.LinkType) error {
 // setPaths makes the next epochs use a new path set.
 func (pl *pipeline) setPaths(s *pathSet) {
 	for _, a := range s.paths {
+		if a.notOwner {
+			continue // the owner's sizes stand
+		}
 		if a.rdaBuckets > 0 {
 			pl.sizes.Store(a.path.Name, a.rdaBuckets)
 		}

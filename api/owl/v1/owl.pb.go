@@ -4287,7 +4287,13 @@ type PathAssignment struct {
 	// params.lda.rows).
 	LdaRows uint32 `protobuf:"varint,8,opt,name=lda_rows,json=ldaRows,proto3" json:"lda_rows,omitempty"`
 	// lds_off: send no LDS to start with (LDSSize.off).
-	LdsOff        bool `protobuf:"varint,9,opt,name=lds_off,json=ldsOff,proto3" json:"lds_off,omitempty"`
+	LdsOff bool `protobuf:"varint,9,opt,name=lds_off,json=ldsOff,proto3" json:"lds_off,omitempty"`
+	// not_owner is set where the sending collector does not own the path
+	// (collector names the one that does): the sizes above are not given,
+	// and the probe keeps those the owner told it. Without it a probe would
+	// take a zero sample_shift (every packet) and a false lds_off from
+	// every member of a cluster that sends it its paths.
+	NotOwner      bool `protobuf:"varint,10,opt,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4381,6 +4387,13 @@ func (x *PathAssignment) GetLdaRows() uint32 {
 func (x *PathAssignment) GetLdsOff() bool {
 	if x != nil {
 		return x.LdsOff
+	}
+	return false
+}
+
+func (x *PathAssignment) GetNotOwner() bool {
+	if x != nil {
+		return x.NotOwner
 	}
 	return false
 }
@@ -8142,7 +8155,7 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"lds_packed\x18\x06 \x01(\bR\tldsPacked\x12&\n" +
 	"\x0fsample_key_bits\x18\a \x01(\rR\rsampleKeyBits\x12(\n" +
 	"\x10packed_flow_keys\x18\b \x01(\bR\x0epackedFlowKeys\x12,\n" +
-	"\x12takes_sources_done\x18\t \x01(\bR\x10takesSourcesDone\"\xa0\x02\n" +
+	"\x12takes_sources_done\x18\t \x01(\bR\x10takesSourcesDone\"\xbd\x02\n" +
 	"\x0ePathAssignment\x12 \n" +
 	"\x04path\x18\x01 \x01(\v2\f.owl.v1.PathR\x04path\x12 \n" +
 	"\x04role\x18\x02 \x01(\x0e2\f.owl.v1.RoleR\x04role\x12\x1f\n" +
@@ -8153,7 +8166,9 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\blds_cols\x18\x06 \x01(\rR\aldsCols\x12\x19\n" +
 	"\blds_rows\x18\a \x01(\rR\aldsRows\x12\x19\n" +
 	"\blda_rows\x18\b \x01(\rR\aldaRows\x12\x17\n" +
-	"\alds_off\x18\t \x01(\bR\x06ldsOff\"A\n" +
+	"\alds_off\x18\t \x01(\bR\x06ldsOff\x12\x1b\n" +
+	"\tnot_owner\x18\n" +
+	" \x01(\bR\bnotOwner\"A\n" +
 	"\x03Ack\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
