@@ -15,6 +15,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/sim"
 )
@@ -52,9 +53,9 @@ func TestChaos(t *testing.T) {
 	names, paths := clusterPaths(4)
 	ch := &chaos{t: t, env: env, paths: paths}
 	// Members are restarted on their gossip address: ports from below
-	// the ephemeral range (harness.FreePort).
+	// the ephemeral range (cli.FreePort).
 	for i := range 3 {
-		bind, err := harness.FreePort()
+		bind, err := cli.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/cluster"
 	"github.com/owl-latency/owl/internal/sim"
 )
@@ -279,7 +280,7 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gossip1, err := harness.FreePort() // c1 comes back on it
+	gossip1, err := cli.FreePort() // c1 comes back on it
 	if err != nil {
 		t.Fatal(err)
 	}

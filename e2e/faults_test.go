@@ -15,6 +15,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/netpath"
 )
 
@@ -53,7 +54,7 @@ func TestProbeKilled(t *testing.T) {
 	env := newEnv(t)
 	a, b := "owlkilla", "owlkillb"
 	vethPair(t, a, b)
-	addr, err := harness.FreePort()
+	addr, err := cli.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestProbeFrozen(t *testing.T) {
 	env := newEnv(t)
 	a, b := "owlfreza", "owlfrezb"
 	vethPair(t, a, b)
-	addr, err := harness.FreePort()
+	addr, err := cli.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

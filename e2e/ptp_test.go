@@ -15,6 +15,7 @@ import (
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/epoch"
 )
 
@@ -84,7 +85,7 @@ func TestPTPCorrection(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	port, err := harness.FreePort()
+	port, err := cli.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
 )
@@ -87,7 +88,7 @@ func TestRealLink(t *testing.T) {
 	in(rt, "tc", "qdisc", "add", "dev", "rout", "root", "tbf", "rate", "30mbit", "burst", "16kb", "latency", "15ms")
 
 	// Collector (here) and the delay line.
-	port, err := harness.FreePort()
+	port, err := cli.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
 	"github.com/owl-latency/owl/e2e/harness"
 	"github.com/owl-latency/owl/internal/capture"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/sim"
@@ -288,7 +289,7 @@ func TestCollectorRestartLosesNothing(t *testing.T) {
 
 	// Run with a crash: replay at 2× (about 2.5 s), kill the collector
 	// after 1 s, restart it 1 s later on the same port and data.
-	addr, err := harness.FreePort()
+	addr, err := cli.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

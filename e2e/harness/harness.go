@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -278,48 +277,6 @@ func (e *Env) StartCollector(name, config string, extra ...string) (*Proc, Addrs
 		time.Sleep(20 * time.Millisecond)
 	}
 	return p, Addrs{}, fmt.Errorf("collector not listening after 15s\n%s", p.Log())
-}
-
-// FreePort returns a loopback address whose port, TCP and UDP, was free
-// a moment ago, for a process a test restarts on the same address. The
-// port is below the kernel's ephemeral range: a port a killed process
-// held, taken from that range, can go meanwhile to any outgoing
-// connection as its local port, and then stays taken (a chaos run's
-// restarted member found its gossip port in use as the probes
-// reconnected; most likely so). Ports are picked at random, not by the
-// kernel: two tests may pick one port at once, rarely.
-func FreePort() (string, error) {
-	lo := ephemeralLow()
-	first := lo / 2
-	start := first + int(time.Now().UnixNano()%int64(lo-first))
-	for i := range 512 {
-		port := first + (start-first+i)%(lo-first)
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err != nil {
-			continue
-		}
-		u.Close()
-		return addr, nil
-	}
-	return "", fmt.Errorf("no free port in [%d, %d) after 512 tries", first, lo)
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range
-// (net.ipv4.ip_local_port_range), 32768 where it cannot be read.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
-		if lo, err := strconv.Atoi(f[0]); err == nil && lo >= 2048 {
-			return lo
-		}
-	}
-	return 32768
 }
 
 // WaitEpochs polls GetPathStats until the path has a result (of any

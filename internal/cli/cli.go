@@ -1,6 +1,7 @@
 // Package cli is what owl's commands share: configuration precedence
 // (defaults, then a YAML file, then the flags that were set), logging flags
-// and flag helpers.
+// and flag helpers; and loopback ports for processes restarted on the
+// same address.
 package cli
 
 import (
@@ -9,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // FlagNoter is a configuration that takes note of the flags given on the
@@ -191,4 +194,46 @@ func (l ByteSizes) Set(s string) error {
 	}
 	*l.P = out
 	return nil
+}
+
+// FreePort returns a loopback address whose port, TCP and UDP, was free
+// a moment ago, for a process restarted on the same address (tests, owl-load). The
+// port is below the kernel's ephemeral range: a port a killed process
+// held, taken from that range, can go meanwhile to any outgoing
+// connection as its local port, and then stays taken (a chaos run's
+// restarted member found its gossip port in use as the probes
+// reconnected; most likely so). Ports are picked at random, not by the
+// kernel: two tests may pick one port at once, rarely.
+func FreePort() (string, error) {
+	lo := ephemeralLow()
+	first := lo / 2
+	start := first + int(time.Now().UnixNano()%int64(lo-first))
+	for i := range 512 {
+		port := first + (start-first+i)%(lo-first)
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		return addr, nil
+	}
+	return "", fmt.Errorf("no free port in [%d, %d) after 512 tries", first, lo)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), 32768 where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+		if lo, err := strconv.Atoi(f[0]); err == nil && lo >= 2048 {
+			return lo
+		}
+	}
+	return 32768
 }

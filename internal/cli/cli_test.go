@@ -2,9 +2,11 @@ package cli
 
 import (
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -118,4 +120,30 @@ func TestByteSizes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFreePort: the address is on loopback, below the ephemeral range,
+// and free for TCP and UDP.
+func TestFreePort(t *testing.T) {
+	addr, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port, _ := strconv.Atoi(p); host != "127.0.0.1" || port >= ephemeralLow() || port < ephemeralLow()/2 {
+		t.Errorf("%s: want 127.0.0.1 and a port in [%d, %d)", addr, ephemeralLow()/2, ephemeralLow())
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Close()
 }
