@@ -15,6 +15,8 @@ import (
 	"github.com/owl-latency/owl/internal/cluster"
 	"github.com/owl-latency/owl/internal/netpath"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -167,5 +169,44 @@ func TestHandOverAfterJoin(t *testing.T) {
 	c0.paths[path].mu.Unlock()
 	if left != nil {
 		t.Errorf("c0 still holds the side it handed over: %+v", left)
+	}
+}
+
+// TestWatchFollowsMembers: a watch opened on one member gets the results
+// of a member that joined after it was opened, and, once that member has
+// left and come back on another gRPC address, its results again: the
+// watch follows the members. (It watched the members of its start only,
+// and missed every result of a member that joined or restarted later.)
+func TestWatchFollowsMembers(t *testing.T) {
+	defer func(d time.Duration) { watchFollow = d }(watchFollow)
+	watchFollow = 50 * time.Millisecond
+	path := heldBy(t, []string{"c0", "c1"}, "c1")
+	cfg := replicaConfig(t, path)
+	c0, a0 := runMember(t, cfg, "c0", "")
+	conn, err := grpc.NewClient(a0.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the watch to open on c0", func() bool { return c0.watchers.watched(path) })
+
+	for i, epochs := range []int{1, 2} { // c1 joins; c1 comes back
+		cfg.DataDir = t.TempDir()
+		c1, _, stop := startMember(t, cfg, "c1", a0.Gossip)
+		waitMembers(t, 2, c0, c1)
+		// Results computed before c0's watch reaches c1 are not its to see.
+		waitFor(t, "c0's watch to reach c1", func() bool { return c1.watchers.watched(path) })
+		pairEpochs(t, c1, path, epochs)
+		watchUntil(t, watch, fmt.Sprintf("c1's epoch %d through the watch on c0 (round %d)", epochs, i), func(got map[int64]*owlv1.PathStats) bool {
+			return got[int64(epochs)] != nil
+		})
+		stop()
+		waitMembers(t, 1, c0)
 	}
 }

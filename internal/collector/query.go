@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/cluster"
 	"github.com/owl-latency/owl/internal/epoch"
 	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/store"
@@ -114,30 +116,7 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 	defer s.c.watchers.unwatch(ch)
 	if s.c.cl != nil && !forwarded(stream.Context()) {
 		// Results are computed by each path's owner: watch them all.
-		for _, m := range s.c.cl.Members() {
-			if m.Self {
-				continue
-			}
-			q, qctx, err := s.c.peer(stream.Context(), m.GRPC)
-			var ws owlv1.QueryService_WatchPathStatsClient
-			if err == nil {
-				ws, err = q.WatchPathStats(qctx, req)
-			}
-			if err != nil {
-				// The others' results still come; this one's do not.
-				s.c.log.Warn("watch: a collector of the cluster is not answering", "collector", m.Name, "err", err)
-				continue
-			}
-			go func() {
-				for {
-					r, err := ws.Recv()
-					if err != nil {
-						return
-					}
-					s.c.watchers.notifyOne(ch, r)
-				}
-			}()
-		}
+		go s.c.forwardWatches(stream.Context(), req, ch)
 	}
 	for {
 		select {
@@ -151,6 +130,73 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 				return err
 			}
 		}
+	}
+}
+
+// watchFollow is how often a watch looks for members it does not watch
+// yet.
+var watchFollow = time.Second
+
+// forwardWatches relays to ch the results the cluster's other members
+// compute, until ctx ends. It follows the members: one that joins, or
+// comes back, is watched from then on, and a member's watch that ends is
+// opened again while the member is listed. (A watch opened once, on the
+// members of its start, missed every result of a member that joined
+// later or had restarted.)
+func (c *Collector) forwardWatches(ctx context.Context, req *owlv1.WatchPathStatsRequest, ch chan *owlv1.PathStats) {
+	var mu sync.Mutex
+	open := map[string]bool{}   // members watched now, by gRPC address
+	warned := map[string]bool{} // members not answering, said once
+	tick := time.NewTicker(watchFollow)
+	defer tick.Stop()
+	for {
+		for _, m := range c.cl.Members() {
+			mu.Lock()
+			skip := m.Self || open[m.GRPC]
+			open[m.GRPC] = true
+			mu.Unlock()
+			if skip {
+				continue
+			}
+			go func() {
+				err := c.forwardWatch(ctx, m, req, ch)
+				mu.Lock()
+				delete(open, m.GRPC)
+				first := err != nil && !warned[m.GRPC]
+				warned[m.GRPC] = err != nil
+				mu.Unlock()
+				if first && ctx.Err() == nil {
+					// The others' results still come; this one's do not
+					// until it answers again.
+					c.log.Warn("watch: a collector of the cluster is not answering", "collector", m.Name, "err", err)
+				}
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// forwardWatch relays one member's results to ch until its stream or ctx
+// ends. It returns nil if the stream ended after it was opened.
+func (c *Collector) forwardWatch(ctx context.Context, m cluster.Member, req *owlv1.WatchPathStatsRequest, ch chan *owlv1.PathStats) error {
+	q, qctx, err := c.peer(ctx, m.GRPC)
+	if err != nil {
+		return err
+	}
+	ws, err := q.WatchPathStats(qctx, req)
+	if err != nil {
+		return err
+	}
+	for {
+		r, err := ws.Recv()
+		if err != nil {
+			return nil
+		}
+		c.watchers.notifyOne(ch, r)
 	}
 }
 
