@@ -17,6 +17,7 @@ import (
 	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/cli"
 	"github.com/owl-latency/owl/internal/collector"
 	"github.com/owl-latency/owl/internal/netpath"
 )
@@ -110,6 +111,7 @@ func collectorBinary(flagValue string) (string, error) {
 // collectorProc is a collector owl-load started.
 type collectorProc struct {
 	name    string
+	yaml    string // its configuration
 	cmd     *exec.Cmd
 	addrs   collector.Addrs
 	logPath string
@@ -122,9 +124,10 @@ type collectorProc struct {
 
 // spawnCollectors starts n collectors of paths in dir on loopback, the
 // first the seed of a cluster that the others join (n > 1), and waits
-// until they listen and, in a cluster, see each other. On error the ones
+// until they listen and, in a cluster, see each other; member fixed (if
+// any) gossips on a port it can be restarted on. On error the ones
 // started are stopped.
-func spawnCollectors(ctx context.Context, bin string, n int, dir string, paths []netpath.Path, log *slog.Logger) ([]*collectorProc, error) {
+func spawnCollectors(ctx context.Context, bin string, n int, dir string, paths []netpath.Path, fixed string, log *slog.Logger) ([]*collectorProc, error) {
 	var procs []*collectorProc
 	fail := func(err error) ([]*collectorProc, error) {
 		for _, p := range procs {
@@ -136,6 +139,15 @@ func spawnCollectors(ctx context.Context, bin string, n int, dir string, paths [
 		s := collectorSetup{grpc: "127.0.0.1:0", http: "127.0.0.1:0", dataDir: filepath.Join(dir, fmt.Sprintf("c%d-data", i)), pprof: true}
 		if n > 1 {
 			s.clusterBind, s.clusterName = "127.0.0.1:0", fmt.Sprintf("c%d", i)
+			if s.clusterName == fixed {
+				// A member that comes back must come back on its gossip
+				// address: a port from below the ephemeral range, which
+				// no outgoing connection takes meanwhile.
+				var err error
+				if s.clusterBind, err = cli.FreePort(); err != nil {
+					return fail(err)
+				}
+			}
 			if i > 0 {
 				s.join = []string{procs[0].addrs.Gossip}
 			}
@@ -163,7 +175,7 @@ func startCollector(ctx context.Context, bin, name, dir, y string) (*collectorPr
 		return nil, fmt.Errorf("collector %s: writing its configuration: %w", name, err)
 	}
 	ready := filepath.Join(dir, name+".ready")
-	p := &collectorProc{name: name, logPath: filepath.Join(dir, name+".log"), exited: make(chan struct{})}
+	p := &collectorProc{name: name, yaml: y, logPath: filepath.Join(dir, name+".log"), exited: make(chan struct{})}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, fmt.Errorf("collector %s: %w", name, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,12 @@ type loadRun struct {
 	// kill is -kill; killed is set, by send, once it happened.
 	kill    killPlan
 	killMid probeCounts // the probes' counters halfway to the kill
-	killed  *killed
+	// killed and back (the killed member started again, -restart-after)
+	// are set by send and read by the snapshots.
+	killed atomic.Pointer[killed]
+	back   atomic.Pointer[back]
+	bin    string // the collector binary spawned
+	dir    string // the spawned collectors' directory
 }
 
 // run generates the traffic, starts or reaches the collectors, drives the
@@ -49,7 +55,7 @@ type loadRun struct {
 func run(ctx context.Context, cfg config, log *slog.Logger) (sum *summary, err error) {
 	p := params.Default()
 	l := &loadRun{cfg: cfg, log: log, paths: loadPaths(cfg.probes, cfg.paths), grid: p.Epoch, seed: cfg.collector}
-	if l.kill, err = parseKill(cfg.kill, cfg.spawn, cfg.epochs); err != nil {
+	if l.kill, err = parseKill(cfg.kill, cfg.restartAfter, cfg.spawn, cfg.epochs); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -90,8 +96,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) (sum *summary, err e
 // exited reports the spawned collectors that exited during the run.
 func (l *loadRun) exited() error {
 	var errs []error
-	for _, p := range l.procs {
-		if l.killed != nil && l.killed.proc == p {
+	procs := l.procs
+	if b := l.back.Load(); b != nil && b.proc != nil {
+		procs = append(slices.Clone(procs), b.proc)
+	}
+	for _, p := range procs {
+		if k := l.killed.Load(); k != nil && k.proc == p {
 			continue
 		}
 		select {
@@ -124,7 +134,12 @@ func (l *loadRun) spawn(ctx context.Context) (func(failed bool), error) {
 	if err != nil {
 		return nil, fmt.Errorf("directory for the collectors: %w", err)
 	}
-	l.procs, err = spawnCollectors(ctx, bin, l.cfg.spawn, dir, l.paths, l.log)
+	l.bin, l.dir = bin, dir
+	fixed := ""
+	if l.kill.restart > 0 {
+		fixed = l.kill.name // restarted on its gossip address
+	}
+	l.procs, err = spawnCollectors(ctx, bin, l.cfg.spawn, dir, l.paths, fixed, l.log)
 	if err != nil {
 		return nil, fmt.Errorf("%w (collectors' files kept in %s)", err, dir)
 	}
@@ -135,6 +150,12 @@ func (l *loadRun) spawn(ctx context.Context) (func(failed bool), error) {
 	return func(failed bool) {
 		for _, p := range l.procs {
 			p.stop(15 * time.Second)
+		}
+		if b := l.back.Load(); b != nil {
+			<-b.done
+			if b.proc != nil {
+				b.proc.stop(15 * time.Second)
+			}
 		}
 		if l.cfg.keep || failed {
 			fmt.Fprintf(os.Stderr, "collectors' data and logs kept in %s\n", dir)
@@ -245,6 +266,7 @@ type snapshot struct {
 	at      time.Time
 	self    time.Duration
 	procs   []procStats
+	back    procStats // the killed member started again, since its start
 	results int
 }
 
@@ -258,10 +280,19 @@ func (l *loadRun) snapshot() snapshot {
 	}
 	for _, p := range l.procs {
 		ps, err := p.stats()
-		if err != nil && (l.killed == nil || l.killed.proc != p) {
+		if k := l.killed.Load(); err != nil && (k == nil || k.proc != p) {
 			l.log.Warn("reading a collector's CPU time", "err", err)
 		}
 		s.procs = append(s.procs, ps)
+	}
+	if b := l.back.Load(); b != nil {
+		select {
+		case <-b.done:
+			if b.proc != nil {
+				s.back, _ = b.proc.stats() // not ok once it exited: exited says so
+			}
+		default: // not listening yet
+		}
 	}
 	return s
 }
@@ -287,6 +318,11 @@ func (l *loadRun) measure(ctx context.Context) (*summary, error) {
 	if sendErr == nil {
 		waitErr = l.waitResults(ctx)
 	}
+	var backErr error
+	if b := l.back.Load(); b != nil {
+		<-b.done
+		backErr = b.err
+	}
 	after := l.snapshot()
 	stopProgress()
 	wg.Wait()
@@ -294,7 +330,7 @@ func (l *loadRun) measure(ctx context.Context) (*summary, error) {
 	defer cancel()
 	fillErr := l.res.fill(fctx, l.q)
 	sum := l.summarize(before, half, after, sendEnd)
-	err := errors.Join(sendErr, waitErr, fillErr)
+	err := errors.Join(sendErr, waitErr, fillErr, backErr)
 	if err == nil && sum.NoResult > 0 {
 		err = fmt.Errorf("%d of %d path-epochs have no result", sum.NoResult, sum.PathEpochsSent)
 	}
@@ -362,6 +398,9 @@ func (l *loadRun) send(ctx context.Context) error {
 			if err := l.killMember(l.kill.name, e); err != nil {
 				return err
 			}
+		}
+		if l.kill.restart > 0 && k+1 == l.kill.after+l.kill.restart {
+			l.restartMember(ctx, e)
 		}
 	}
 	return nil

@@ -328,10 +328,16 @@ func (s *summary) print(w io.Writer, format string) error {
 		line("collectors", "CPU %.2f s together (%.3f ms per path-epoch; second half %.3f)", cpu, perPE, half)
 	}
 	if k := s.Kill; k != nil {
-		line("kill", "%s killed after epoch %d: %d path-epochs in flight then, answered within %s; the epochs after: latency p50 %s, p99 %s, max %s",
-			k.Member, k.AfterEpoch, k.InFlight, secs(k.InFlightMax), secs(k.LatencyP50), secs(k.LatencyP99), secs(k.LatencyMax))
-		line("", "reports %s each before, %s after; rebuilds per report %.3f before, %.3f after; the others' CPU after it %.3f ms per path-epoch",
-			bytesText(k.BytesPerReportBefore), bytesText(k.BytesPerReportAfter), k.RebuildsPerReportBefore, k.RebuildsPerReportAfter, k.SurvivorsMsPerPathEpoch)
+		line("kill", "%s killed after epoch %d: %d path-epochs in flight then, answered within %s; before it: reports of %s, %.3f rebuilds each",
+			k.Member, k.AfterEpoch, k.InFlight, secs(k.InFlightMax), bytesText(k.BytesPerReportBefore), k.RebuildsPerReportBefore)
+		w := k.After
+		line("", "epochs %d on: latency p50 %s, p99 %s, max %s; reports of %s, %.3f rebuilds each",
+			w.FromEpoch, secs(w.LatencyP50), secs(w.LatencyP99), secs(w.LatencyMax), bytesText(w.BytesPerReport), w.RebuildsPerReport)
+		if w := k.Back; w != nil {
+			line("", "%s back, listening after %s; epochs %d on: latency p50 %s, p99 %s, max %s; reports of %s, %.3f rebuilds each",
+				k.Member, secs(w.ListenSeconds), w.FromEpoch, secs(w.LatencyP50), secs(w.LatencyP99), secs(w.LatencyMax), bytesText(w.BytesPerReport), w.RebuildsPerReport)
+		}
+		line("", "the members' CPU from the kill on: %.3f ms per path-epoch", k.MsPerPathEpoch)
 	}
 	if len(s.CollectorCosts) == 0 {
 		line("collectors", "CPU and memory not measured (not started by owl-load, or exited)")
