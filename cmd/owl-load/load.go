@@ -38,11 +38,12 @@ type loadRun struct {
 	probes  []*probe.Emulated
 	res     *results
 	sent    atomic.Int64 // epochs sent
-	// kill is -kill; killed is set, by send, once it happened.
+	// kill is -kill and -restart-after; killMid is the probes' counters
+	// halfway to the kill.
 	kill    killPlan
-	killMid probeCounts // the probes' counters halfway to the kill
-	// killed and back (the killed member started again, -restart-after)
-	// are set by send and read by the snapshots.
+	killMid probeCounts
+	// killed and back (the killed member started again) are set by send
+	// once they happened, and read by the snapshots.
 	killed atomic.Pointer[killed]
 	back   atomic.Pointer[back]
 	bin    string // the collector binary spawned
