@@ -210,12 +210,7 @@ func nextLDSCols(tb testing.TB, p params.Params, sh epochShape, b []byte) int {
 // whose sample shift, synopses' shape and LDS wire form are set, and
 // returns its reports.
 func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift int, sh epochShape, wire lds.Wire, lists bool) []*owlv1.EpochReport {
-	var reports []*owlv1.EpochReport
-	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
-	rep := &reporter{caches: newCacheStore(4, 1<<24), topFlows: 20, clock: clock, grid: p.Epoch, exactLists: lists,
-		emit: func(r *owlv1.EpochReport) { reports = append(reports, r) }}
-	var stats counters
-	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
+	pl, reports := reportingPipeline(p, lists)
 	set, _ := newPathSet(&owlv1.PathConfig{Paths: []*owlv1.PathAssignment{{Path: &owlv1.Path{Name: "all", Upstream: "a", Downstream: "b"},
 		Role: owlv1.Role_ROLE_UPSTREAM, RdaBuckets: uint32(sh.rda), SampleShift: uint32(shift), LdsCols: uint32(sh.ldsCols), LdsRows: uint32(sh.ldsRows), LdaRows: uint32(sh.lda), LdsOff: sh.ldsOff}}, LdsDigestBytes: uint32(wire.DigestBytes), LdsPacked: wire.Packed, PackedFlowKeys: true,
 		SampleKeyBits: uint32(sh.keyBits)})
@@ -225,7 +220,19 @@ func runEpoch(p params.Params, link layers.LinkType, frames []sim.Frame, shift i
 		pl.frame(f.Data, f.TimeNS)
 	}
 	pl.flush()
-	return reports
+	return *reports
+}
+
+// reportingPipeline is a pipeline whose reports go to the slice it
+// returns (lists: exact lists where smaller).
+func reportingPipeline(p params.Params, lists bool) (*pipeline, *[]*owlv1.EpochReport) {
+	reports := new([]*owlv1.EpochReport)
+	clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
+	rep := &reporter{caches: newCacheStore(4, 1<<24), topFlows: 20, clock: clock, grid: p.Epoch, exactLists: lists,
+		emit: func(r *owlv1.EpochReport) { *reports = append(*reports, r) }}
+	var stats counters
+	pl, _ := newPipeline(p, 1<<22, 20, rep.report, &stats)
+	return pl, reports
 }
 
 // A probe sends LDS digests of the width its collector's path
@@ -273,15 +280,7 @@ func TestNotOwnerKeepsSizes(t *testing.T) {
 		shift    int
 		lds      bool
 	}{{true, 3, false}, {false, 0, true}} {
-		clock := func(int64, int64) *owlv1.ClockStatus { return &owlv1.ClockStatus{} }
-		var reports []*owlv1.EpochReport
-		rep := &reporter{caches: newCacheStore(4, 1<<24), topFlows: 20, clock: clock, grid: p.Epoch,
-			emit: func(r *owlv1.EpochReport) { reports = append(reports, r) }}
-		var stats counters
-		pl, err := newPipeline(p, 1<<22, 20, rep.report, &stats)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pl, out := reportingPipeline(p, false)
 		for _, pc := range []*owlv1.PathConfig{owner, {PackedFlowKeys: true, Paths: []*owlv1.PathAssignment{{Path: path,
 			Role: owlv1.Role_ROLE_UPSTREAM, Collector: "other:7700", NotOwner: c.notOwner}}}} {
 			set, err := newPathSet(pc)
@@ -295,6 +294,7 @@ func TestNotOwnerKeepsSizes(t *testing.T) {
 			pl.frame(f.Data, f.TimeNS)
 		}
 		pl.flush()
+		reports := *out
 		if len(reports) != 1 {
 			t.Fatalf("not_owner %t: %d reports, want 1", c.notOwner, len(reports))
 		}
