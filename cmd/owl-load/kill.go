@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -118,6 +119,12 @@ func (l *loadRun) restartMember(ctx context.Context, e int64) {
 	l.back.Store(b)
 	go func() {
 		defer close(b.done)
+		if l.cfg.restartEmpty {
+			if b.err = os.RemoveAll(filepath.Join(l.dir, k.proc.name+"-data")); b.err != nil {
+				b.err = fmt.Errorf("-restart-empty: %w", b.err)
+				return
+			}
+		}
 		b.proc, b.err = startCollector(ctx, l.bin, k.proc.name+"-back", l.dir, k.proc.yaml)
 		b.took = time.Since(b.at)
 		if b.err != nil {

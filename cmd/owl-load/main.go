@@ -36,6 +36,7 @@ type config struct {
 	keep         bool
 	kill         string
 	restartAfter int
+	restartEmpty bool
 	gzip         bool
 	probes       int
 	paths        int
@@ -63,6 +64,7 @@ func bind(fs *flag.FlagSet, c *config) {
 	fs.BoolVar(&c.keep, "keep", c.keep, "with -spawn: keep the collectors' data directories and logs (their directory is printed)")
 	fs.StringVar(&c.kill, "kill", c.kill, "with -spawn 2 or more: kill member NAME (c1, c2, …) with SIGKILL once K epochs are sent (NAME@K, as c1@20); the others take its paths over, and the summary tells how the results after it fared")
 	fs.IntVar(&c.restartAfter, "restart-after", c.restartAfter, "with -kill: start the killed member again, on its data directory and gossip address, once this many more epochs are sent (0: never)")
+	fs.BoolVar(&c.restartEmpty, "restart-empty", c.restartEmpty, "with -restart-after: the member comes back with an empty data directory, as a new machine in its place would")
 	fs.IntVar(&c.probes, "probes", c.probes, "emulated probes (at least 2)")
 	fs.BoolVar(&c.gzip, "gzip", c.gzip, "the emulated probes gzip their streams (probe -gzip)")
 	fs.IntVar(&c.paths, "paths", c.paths, "paths: path i goes from probe 2i mod N to probe 2i+1 mod N")
@@ -110,6 +112,9 @@ func (c config) validate() error {
 	}
 	if err := c.traffic.Validate(); err != nil {
 		return fmt.Errorf("traffic: %w", err)
+	}
+	if c.restartEmpty && c.restartAfter == 0 {
+		return errors.New("-restart-empty without -restart-after")
 	}
 	_, err := parseKill(c.kill, c.restartAfter, c.spawn, c.epochs)
 	return err
