@@ -99,3 +99,16 @@ func TestSummarizeKill(t *testing.T) {
 		t.Error("a summary of a kill that did not happen")
 	}
 }
+
+// TestRestartEmptyNeedsRestart: -restart-empty alone is refused.
+func TestRestartEmptyNeedsRestart(t *testing.T) {
+	c := defaultConfig()
+	c.spawn, c.kill, c.restartEmpty = 3, "c1@10", true
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "-restart-after") {
+		t.Errorf("-restart-empty without -restart-after: %v", err)
+	}
+	c.restartAfter = 5
+	if err := c.validate(); err != nil {
+		t.Errorf("-kill c1@10 -restart-after 5 -restart-empty: %v", err)
+	}
+}
