@@ -197,13 +197,13 @@ func (l ByteSizes) Set(s string) error {
 }
 
 // FreePort returns a loopback address whose port, TCP and UDP, was free
-// a moment ago, for a process restarted on the same address (tests, owl-load). The
-// port is below the kernel's ephemeral range: a port a killed process
-// held, taken from that range, can go meanwhile to any outgoing
-// connection as its local port, and then stays taken (a chaos run's
-// restarted member found its gossip port in use as the probes
+// a moment ago, for a process restarted on the same address (tests,
+// owl-load). The port is below the kernel's ephemeral range: a port a
+// killed process held, taken from that range, can go meanwhile to any
+// outgoing connection as its local port, and then stays taken (a chaos
+// run's restarted member found its gossip port in use as the probes
 // reconnected; most likely so). Ports are picked at random, not by the
-// kernel: two tests may pick one port at once, rarely.
+// kernel: two callers may pick one port at once, rarely.
 func FreePort() (string, error) {
 	lo := ephemeralLow()
 	first := lo / 2

@@ -151,11 +151,14 @@ func (c *Collector) forwardWatches(ctx context.Context, req *owlv1.WatchPathStat
 	defer tick.Stop()
 	for {
 		for _, m := range c.cl.Members() {
+			if m.Self {
+				continue
+			}
 			mu.Lock()
-			skip := m.Self || open[m.GRPC]
+			watching := open[m.GRPC]
 			open[m.GRPC] = true
 			mu.Unlock()
-			if skip {
+			if watching {
 				continue
 			}
 			go func() {
