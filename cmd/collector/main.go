@@ -70,7 +70,7 @@ func main() {
 	}
 	if n := minProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)); n > runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
-		log.Info("GOMAXPROCS raised to 2: with one, the store's syncs idle the core (set GOMAXPROCS to choose)")
+		log.Info("GOMAXPROCS raised: with one, the store's syncs idle the core (set GOMAXPROCS to choose)", "gomaxprocs", n)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -180,8 +180,8 @@ func epochBounds(ep epoch.Config) (first, last int64) {
 // checkEpoch rejects an epoch a probe cannot have closed: one that does
 // not start between 2000 and 2200, one that starts more than
 // max_epoch_ahead after the collector's clock, or, from a live probe, one
-// that ended more than max_epoch_age before it. what names the report
-// ("path "p"") or vector for the reason. A probe the registry does not
+// that ended more than max_epoch_age before it. what names the report's
+// path or the kind of report for the reason (epochOf). A probe the registry does not
 // know (no Hello: tests) is held to the first two only.
 func (c *Collector) checkEpoch(probe string, what epochOf, e int64) error {
 	first, last := epochBounds(c.cfg.Params.Epoch)
