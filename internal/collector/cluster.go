@@ -64,8 +64,9 @@ func (c *Collector) owner(key string) (cluster.Member, bool) {
 }
 
 // startCluster joins the cluster and, once joined and on every change of
-// its members, sends each connected probe its path configuration again
-// (the owners may have moved), takes the copies of lone sides of the
+// its members, takes the sizes of paths it came to own from the members
+// that hold them (takeOverSizes), sends each connected probe its path
+// configuration again (the owners may have moved), takes the copies of lone sides of the
 // paths it owns now (promote), and asks for a round of catch-up.
 func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 	adv := c.cfg.Cluster.GRPCAdvertise
@@ -81,6 +82,7 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 		return err
 	}
 	c.cl = cl
+	c.takeOverSizes(ctx)
 	go func() {
 		c.promote()
 		c.requestCatchUp()
@@ -91,6 +93,7 @@ func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 			case <-cl.Changed():
 				c.m.clusterChanges.Inc()
 				c.pathsGen.Add(1)
+				c.takeOverSizes(ctx)
 				c.resendPaths()
 				c.peers.prune(cl.Members())
 				c.askAgain()

@@ -42,6 +42,9 @@ type Collector struct {
 	// nil without a cluster.
 	repl       *replicator
 	catchUpNow chan struct{} // asks catchUpLoop for a round
+	// ownedBefore are the paths this member owned when takeOverSizes last
+	// looked (used by the cluster's goroutine only).
+	ownedBefore map[string]bool
 
 	colates *colates
 	gate    *guardian

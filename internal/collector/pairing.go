@@ -62,6 +62,10 @@ type pathState struct {
 	// sizesVersion counts the changes of the sizes above (resized),
 	// sizesStored is the version stored (sizes.go).
 	sizesVersion, sizesStored int
+	// sized says the member holds sizes of the path beyond the
+	// configured defaults: its epochs changed them, or they were restored,
+	// copied from the owner, or taken at a takeover (sizes.go).
+	sized bool
 	// newest is the newest epoch a side came for: a size change names an
 	// epoch ahead of it.
 	newest int64

@@ -7,6 +7,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
+	"github.com/owl-latency/owl/internal/cluster"
+	"github.com/owl-latency/owl/internal/netpath"
 	"github.com/owl-latency/owl/internal/reconcile"
 )
 
@@ -225,4 +227,76 @@ func assignmentOf(t *testing.T, c *Collector, probe, path string) *owlv1.PathAss
 	}
 	t.Fatalf("%s gives probe %s no path %s", c.cfg.Cluster.Name, probe, path)
 	return nil
+}
+
+// A member that joins with an empty data directory and takes a path over
+// asks the path's owner until then for its sizes before it gives any
+// probe its configuration: the probes are told those, not the defaults.
+func TestNewOwnerTakesSizes(t *testing.T) {
+	path := heldBy(t, []string{"c0", "c1"}, "c1", "c0")
+	cfg := replicaConfig(t, path)
+	cfg.Params.RDA.Buckets = 256
+	c0, a0 := runMember(t, cfg, "c0", "")
+	defaults := sizesOf(c0, path)
+	c0.worker.noteSetDifference(c0.paths[path], reconcile.Difference{Lost: make([]uint64, 400)})
+	pairEpochs(t, c0, path, 1)
+	chosen := sizesOf(c0, path)
+	if proto.Equal(chosen, defaults) {
+		t.Fatalf("c0's sizes did not change: %v", chosen)
+	}
+
+	cfg.DataDir = t.TempDir()
+	c1, _ := runMember(t, cfg, "c1", a0.Gossip)
+	// No wait: the sizes are taken before c1 serves.
+	if got := sizesOf(c1, path); !proto.Equal(got, chosen) {
+		t.Errorf("c1, the new owner, holds sizes %v, want c0's %v", got, chosen)
+	}
+	if a := assignmentOf(t, c1, "a", path); a.GetNotOwner() || a.GetRdaBuckets() != chosen.GetRdaBuckets() {
+		t.Errorf("c1 tells probe a %d RDA buckets (not_owner %t), want c0's %d", a.GetRdaBuckets(), a.GetNotOwner(), chosen.GetRdaBuckets())
+	}
+	c1.paths[path].mu.Lock()
+	version := c1.paths[path].sizesVersion
+	c1.paths[path].mu.Unlock()
+	if version == 0 {
+		t.Error("c1 took the sizes without noting them to store and copy")
+	}
+}
+
+// Sizes answers with the sizes of the named paths the member holds any
+// of, once each; adoptSizes takes sizes only for a path that holds none;
+// of several members' sizes, those of the member ranked highest for the
+// path are taken.
+func TestSizesHeld(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Paths = append(cfg.Paths, netpath.Path{Name: "q", Upstream: "a", Downstream: "b"})
+	c := newTest(t, cfg)
+	defer c.Close()
+	good := &owlv1.PathAssignment{RdaBuckets: 64, LdaRows: 32, LdsCols: 16, SampleShift: 2}
+	c.paths["p"].setSizes(good)
+	resp, err := clusterService{c: c}.Sizes(t.Context(), &owlv1.SizesRequest{Paths: []string{"p", "q", "nowhere", "p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*owlv1.HeldSizes{{Path: "p", Sizes: good, Setting: c.worker.sizesSetting}}
+	if len(resp.GetPaths()) != 1 || !proto.Equal(resp.GetPaths()[0], want[0]) {
+		t.Errorf("Sizes gave %v, want %v", resp.GetPaths(), want)
+	}
+
+	if c.paths["p"].adoptSizes(&owlv1.PathAssignment{RdaBuckets: 32, LdaRows: 16, LdsCols: 8}) {
+		t.Error("p, holding sizes, adopted others")
+	}
+	if !c.paths["q"].adoptSizes(good) || !proto.Equal(sizesOf(c, "q"), good) {
+		t.Errorf("q, holding none, has %v, want %v", sizesOf(c, "q"), good)
+	}
+
+	path := heldBy(t, []string{"c0", "c1", "c2"}, "c1", "c0", "c2")
+	members := []cluster.Member{{Name: "c0"}, {Name: "c1", Self: true}, {Name: "c2"}}
+	fromC0 := &owlv1.HeldSizes{Path: path, Sizes: good}
+	held := map[string]map[string]*owlv1.HeldSizes{"c0": {path: fromC0}, "c2": {path: {Path: path}}}
+	if got := highestHeld(members, path, held); got != fromC0 {
+		t.Errorf("took %v, want c0's %v", got, fromC0)
+	}
+	if got := highestHeld(members, path, map[string]map[string]*owlv1.HeldSizes{"c0": {}}); got != nil {
+		t.Errorf("took %v from no member that holds any", got)
+	}
 }

@@ -269,7 +269,7 @@ func (x Reject_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reject_Kind.Descriptor instead.
 func (Reject_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51, 0}
 }
 
 type TopRTTPrefixesRequest_Order int32
@@ -315,7 +315,7 @@ func (x TopRTTPrefixesRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopRTTPrefixesRequest_Order.Descriptor instead.
 func (TopRTTPrefixesRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64, 0}
 }
 
 type TopFlowsRequest_Order int32
@@ -364,7 +364,7 @@ func (x TopFlowsRequest_Order) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TopFlowsRequest_Order.Descriptor instead.
 func (TopFlowsRequest_Order) EnumDescriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75, 0}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78, 0}
 }
 
 // EpochCopy is what a collector stored for one path and epoch.
@@ -795,6 +795,157 @@ func (x *ExportRequest) GetEpochs() []*EpochBlock {
 	return nil
 }
 
+type SizesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paths         []string               `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SizesRequest) Reset() {
+	*x = SizesRequest{}
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SizesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SizesRequest) ProtoMessage() {}
+
+func (x *SizesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SizesRequest.ProtoReflect.Descriptor instead.
+func (*SizesRequest) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SizesRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+type SizesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paths         []*HeldSizes           `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SizesResponse) Reset() {
+	*x = SizesResponse{}
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SizesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SizesResponse) ProtoMessage() {}
+
+func (x *SizesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SizesResponse.ProtoReflect.Descriptor instead.
+func (*SizesResponse) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SizesResponse) GetPaths() []*HeldSizes {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+// HeldSizes are a path's synopsis sizes (the size fields of a
+// PathAssignment; its path and role unset), chosen under the
+// configuration that setting fingerprints (EpochCopy.sizes_setting).
+type HeldSizes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Sizes         *PathAssignment        `protobuf:"bytes,2,opt,name=sizes,proto3" json:"sizes,omitempty"`
+	Setting       uint64                 `protobuf:"fixed64,3,opt,name=setting,proto3" json:"setting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldSizes) Reset() {
+	*x = HeldSizes{}
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldSizes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldSizes) ProtoMessage() {}
+
+func (x *HeldSizes) ProtoReflect() protoreflect.Message {
+	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldSizes.ProtoReflect.Descriptor instead.
+func (*HeldSizes) Descriptor() ([]byte, []int) {
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HeldSizes) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HeldSizes) GetSizes() *PathAssignment {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *HeldSizes) GetSetting() uint64 {
+	if x != nil {
+		return x.Setting
+	}
+	return 0
+}
+
 // EpochBlock is the digest of a path's stored results in the block of
 // epochs that starts at first (a multiple of the block length the
 // members agree on, 256).
@@ -808,7 +959,7 @@ type EpochBlock struct {
 
 func (x *EpochBlock) Reset() {
 	*x = EpochBlock{}
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +971,7 @@ func (x *EpochBlock) String() string {
 func (*EpochBlock) ProtoMessage() {}
 
 func (x *EpochBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[6]
+	mi := &file_owl_v1_owl_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +984,7 @@ func (x *EpochBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochBlock.ProtoReflect.Descriptor instead.
 func (*EpochBlock) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{6}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EpochBlock) GetFirst() int64 {
@@ -862,7 +1013,7 @@ type TakePendingRequest struct {
 
 func (x *TakePendingRequest) Reset() {
 	*x = TakePendingRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1025,7 @@ func (x *TakePendingRequest) String() string {
 func (*TakePendingRequest) ProtoMessage() {}
 
 func (x *TakePendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[7]
+	mi := &file_owl_v1_owl_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1038,7 @@ func (x *TakePendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakePendingRequest.ProtoReflect.Descriptor instead.
 func (*TakePendingRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{7}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TakePendingRequest) GetPath() string {
@@ -922,7 +1073,7 @@ type TakePendingResponse struct {
 
 func (x *TakePendingResponse) Reset() {
 	*x = TakePendingResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1085,7 @@ func (x *TakePendingResponse) String() string {
 func (*TakePendingResponse) ProtoMessage() {}
 
 func (x *TakePendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[8]
+	mi := &file_owl_v1_owl_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1098,7 @@ func (x *TakePendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakePendingResponse.ProtoReflect.Descriptor instead.
 func (*TakePendingResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{8}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TakePendingResponse) GetProbe() string {
@@ -984,7 +1135,7 @@ type ProbeMessage struct {
 
 func (x *ProbeMessage) Reset() {
 	*x = ProbeMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1147,7 @@ func (x *ProbeMessage) String() string {
 func (*ProbeMessage) ProtoMessage() {}
 
 func (x *ProbeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[9]
+	mi := &file_owl_v1_owl_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1160,7 @@ func (x *ProbeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeMessage.ProtoReflect.Descriptor instead.
 func (*ProbeMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{9}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProbeMessage) GetMsg() isProbeMessage_Msg {
@@ -1181,7 +1332,7 @@ type SourcesDone struct {
 
 func (x *SourcesDone) Reset() {
 	*x = SourcesDone{}
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1344,7 @@ func (x *SourcesDone) String() string {
 func (*SourcesDone) ProtoMessage() {}
 
 func (x *SourcesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[10]
+	mi := &file_owl_v1_owl_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1357,7 @@ func (x *SourcesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourcesDone.ProtoReflect.Descriptor instead.
 func (*SourcesDone) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{10}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
 }
 
 // ReorderReport is a probe's TCP reordering by prefix in one epoch
@@ -1230,7 +1381,7 @@ type ReorderReport struct {
 
 func (x *ReorderReport) Reset() {
 	*x = ReorderReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1393,7 @@ func (x *ReorderReport) String() string {
 func (*ReorderReport) ProtoMessage() {}
 
 func (x *ReorderReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[11]
+	mi := &file_owl_v1_owl_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1406,7 @@ func (x *ReorderReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderReport.ProtoReflect.Descriptor instead.
 func (*ReorderReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{11}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReorderReport) GetEpoch() int64 {
@@ -1333,7 +1484,7 @@ type ReorderStats struct {
 
 func (x *ReorderStats) Reset() {
 	*x = ReorderStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1496,7 @@ func (x *ReorderStats) String() string {
 func (*ReorderStats) ProtoMessage() {}
 
 func (x *ReorderStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[12]
+	mi := &file_owl_v1_owl_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1509,7 @@ func (x *ReorderStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderStats.ProtoReflect.Descriptor instead.
 func (*ReorderStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{12}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReorderStats) GetPrefix() string {
@@ -1439,7 +1590,7 @@ type ReorderCounters struct {
 
 func (x *ReorderCounters) Reset() {
 	*x = ReorderCounters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1602,7 @@ func (x *ReorderCounters) String() string {
 func (*ReorderCounters) ProtoMessage() {}
 
 func (x *ReorderCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[13]
+	mi := &file_owl_v1_owl_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1615,7 @@ func (x *ReorderCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderCounters.ProtoReflect.Descriptor instead.
 func (*ReorderCounters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{13}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReorderCounters) GetPackets() uint64 {
@@ -1546,7 +1697,7 @@ type RTTReport struct {
 
 func (x *RTTReport) Reset() {
 	*x = RTTReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1709,7 @@ func (x *RTTReport) String() string {
 func (*RTTReport) ProtoMessage() {}
 
 func (x *RTTReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[14]
+	mi := &file_owl_v1_owl_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1722,7 @@ func (x *RTTReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTReport.ProtoReflect.Descriptor instead.
 func (*RTTReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{14}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RTTReport) GetEpoch() int64 {
@@ -1641,7 +1792,7 @@ type RTTSketch struct {
 
 func (x *RTTSketch) Reset() {
 	*x = RTTSketch{}
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1804,7 @@ func (x *RTTSketch) String() string {
 func (*RTTSketch) ProtoMessage() {}
 
 func (x *RTTSketch) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[15]
+	mi := &file_owl_v1_owl_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1817,7 @@ func (x *RTTSketch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTSketch.ProtoReflect.Descriptor instead.
 func (*RTTSketch) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{15}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RTTSketch) GetKind() string {
@@ -1721,7 +1872,7 @@ type RTTCounters struct {
 
 func (x *RTTCounters) Reset() {
 	*x = RTTCounters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1884,7 @@ func (x *RTTCounters) String() string {
 func (*RTTCounters) ProtoMessage() {}
 
 func (x *RTTCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[16]
+	mi := &file_owl_v1_owl_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1897,7 @@ func (x *RTTCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTCounters.ProtoReflect.Descriptor instead.
 func (*RTTCounters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{16}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RTTCounters) GetRequests() uint64 {
@@ -1815,7 +1966,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1978,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[17]
+	mi := &file_owl_v1_owl_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1991,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{17}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Hello) GetProbeId() string {
@@ -1913,7 +2064,7 @@ type SynopsisParams struct {
 
 func (x *SynopsisParams) Reset() {
 	*x = SynopsisParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2076,7 @@ func (x *SynopsisParams) String() string {
 func (*SynopsisParams) ProtoMessage() {}
 
 func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[18]
+	mi := &file_owl_v1_owl_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2089,7 @@ func (x *SynopsisParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynopsisParams.ProtoReflect.Descriptor instead.
 func (*SynopsisParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{18}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SynopsisParams) GetIdentity() *IdentityParams {
@@ -2013,7 +2164,7 @@ type SampleParams struct {
 
 func (x *SampleParams) Reset() {
 	*x = SampleParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2176,7 @@ func (x *SampleParams) String() string {
 func (*SampleParams) ProtoMessage() {}
 
 func (x *SampleParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[19]
+	mi := &file_owl_v1_owl_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2189,7 @@ func (x *SampleParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleParams.ProtoReflect.Descriptor instead.
 func (*SampleParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{19}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SampleParams) GetSeed() uint64 {
@@ -2080,7 +2231,7 @@ type ColateParams struct {
 
 func (x *ColateParams) Reset() {
 	*x = ColateParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2243,7 @@ func (x *ColateParams) String() string {
 func (*ColateParams) ProtoMessage() {}
 
 func (x *ColateParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[20]
+	mi := &file_owl_v1_owl_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2256,7 @@ func (x *ColateParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateParams.ProtoReflect.Descriptor instead.
 func (*ColateParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{20}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ColateParams) GetCounters() uint32 {
@@ -2165,7 +2316,7 @@ type ColateVector struct {
 
 func (x *ColateVector) Reset() {
 	*x = ColateVector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2328,7 @@ func (x *ColateVector) String() string {
 func (*ColateVector) ProtoMessage() {}
 
 func (x *ColateVector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[21]
+	mi := &file_owl_v1_owl_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2341,7 @@ func (x *ColateVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVector.ProtoReflect.Descriptor instead.
 func (*ColateVector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{21}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ColateVector) GetEpoch() int64 {
@@ -2255,7 +2406,7 @@ type LDSParams struct {
 
 func (x *LDSParams) Reset() {
 	*x = LDSParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2418,7 @@ func (x *LDSParams) String() string {
 func (*LDSParams) ProtoMessage() {}
 
 func (x *LDSParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[22]
+	mi := &file_owl_v1_owl_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2431,7 @@ func (x *LDSParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSParams.ProtoReflect.Descriptor instead.
 func (*LDSParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{22}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LDSParams) GetRows() uint32 {
@@ -2328,7 +2479,7 @@ type FlowWeight struct {
 
 func (x *FlowWeight) Reset() {
 	*x = FlowWeight{}
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2491,7 @@ func (x *FlowWeight) String() string {
 func (*FlowWeight) ProtoMessage() {}
 
 func (x *FlowWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[23]
+	mi := &file_owl_v1_owl_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2504,7 @@ func (x *FlowWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowWeight.ProtoReflect.Descriptor instead.
 func (*FlowWeight) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{23}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FlowWeight) GetSelector() *Selector {
@@ -2381,7 +2532,7 @@ type IdentityParams struct {
 
 func (x *IdentityParams) Reset() {
 	*x = IdentityParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2544,7 @@ func (x *IdentityParams) String() string {
 func (*IdentityParams) ProtoMessage() {}
 
 func (x *IdentityParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[24]
+	mi := &file_owl_v1_owl_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2557,7 @@ func (x *IdentityParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentityParams.ProtoReflect.Descriptor instead.
 func (*IdentityParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{24}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *IdentityParams) GetSeed() uint64 {
@@ -2441,7 +2592,7 @@ type EpochParams struct {
 
 func (x *EpochParams) Reset() {
 	*x = EpochParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2604,7 @@ func (x *EpochParams) String() string {
 func (*EpochParams) ProtoMessage() {}
 
 func (x *EpochParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[25]
+	mi := &file_owl_v1_owl_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2617,7 @@ func (x *EpochParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochParams.ProtoReflect.Descriptor instead.
 func (*EpochParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{25}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EpochParams) GetStartUnixNs() int64 {
@@ -2494,7 +2645,7 @@ type LDAParams struct {
 
 func (x *LDAParams) Reset() {
 	*x = LDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2657,7 @@ func (x *LDAParams) String() string {
 func (*LDAParams) ProtoMessage() {}
 
 func (x *LDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[26]
+	mi := &file_owl_v1_owl_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2670,7 @@ func (x *LDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDAParams.ProtoReflect.Descriptor instead.
 func (*LDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{26}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LDAParams) GetRows() uint32 {
@@ -2556,7 +2707,7 @@ type RDAParams struct {
 
 func (x *RDAParams) Reset() {
 	*x = RDAParams{}
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2719,7 @@ func (x *RDAParams) String() string {
 func (*RDAParams) ProtoMessage() {}
 
 func (x *RDAParams) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[27]
+	mi := &file_owl_v1_owl_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2732,7 @@ func (x *RDAParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDAParams.ProtoReflect.Descriptor instead.
 func (*RDAParams) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{27}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RDAParams) GetBanks() uint32 {
@@ -2655,7 +2806,7 @@ type EpochReport struct {
 
 func (x *EpochReport) Reset() {
 	*x = EpochReport{}
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2818,7 @@ func (x *EpochReport) String() string {
 func (*EpochReport) ProtoMessage() {}
 
 func (x *EpochReport) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[28]
+	mi := &file_owl_v1_owl_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2831,7 @@ func (x *EpochReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochReport.ProtoReflect.Descriptor instead.
 func (*EpochReport) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{28}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EpochReport) GetPath() string {
@@ -2816,7 +2967,7 @@ type FlowKey struct {
 
 func (x *FlowKey) Reset() {
 	*x = FlowKey{}
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2979,7 @@ func (x *FlowKey) String() string {
 func (*FlowKey) ProtoMessage() {}
 
 func (x *FlowKey) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[29]
+	mi := &file_owl_v1_owl_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2992,7 @@ func (x *FlowKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowKey.ProtoReflect.Descriptor instead.
 func (*FlowKey) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{29}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FlowKey) GetSrc() string {
@@ -2900,7 +3051,7 @@ type TopFlow struct {
 
 func (x *TopFlow) Reset() {
 	*x = TopFlow{}
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3063,7 @@ func (x *TopFlow) String() string {
 func (*TopFlow) ProtoMessage() {}
 
 func (x *TopFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[30]
+	mi := &file_owl_v1_owl_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3076,7 @@ func (x *TopFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlow.ProtoReflect.Descriptor instead.
 func (*TopFlow) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{30}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TopFlow) GetFlow() *FlowKey {
@@ -2979,7 +3130,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3142,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[31]
+	mi := &file_owl_v1_owl_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3155,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{31}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Counters) GetPackets() uint64 {
@@ -3084,7 +3235,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3247,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[32]
+	mi := &file_owl_v1_owl_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3260,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{32}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClockStatus) GetSource() string {
@@ -3204,7 +3355,7 @@ type CollectorMessage struct {
 
 func (x *CollectorMessage) Reset() {
 	*x = CollectorMessage{}
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3367,7 @@ func (x *CollectorMessage) String() string {
 func (*CollectorMessage) ProtoMessage() {}
 
 func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[33]
+	mi := &file_owl_v1_owl_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3380,7 @@ func (x *CollectorMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorMessage.ProtoReflect.Descriptor instead.
 func (*CollectorMessage) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{33}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CollectorMessage) GetMsg() isCollectorMessage_Msg {
@@ -3420,7 +3571,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3583,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[34]
+	mi := &file_owl_v1_owl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3596,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{34}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Pause) GetPaused() bool {
@@ -3468,7 +3619,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3631,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[35]
+	mi := &file_owl_v1_owl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3644,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{35}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Release) GetEpochs() []*EpochRef {
@@ -3513,7 +3664,7 @@ type EpochRef struct {
 
 func (x *EpochRef) Reset() {
 	*x = EpochRef{}
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3525,7 +3676,7 @@ func (x *EpochRef) String() string {
 func (*EpochRef) ProtoMessage() {}
 
 func (x *EpochRef) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[36]
+	mi := &file_owl_v1_owl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3538,7 +3689,7 @@ func (x *EpochRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochRef.ProtoReflect.Descriptor instead.
 func (*EpochRef) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{36}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *EpochRef) GetPath() string {
@@ -3574,7 +3725,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3586,7 +3737,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[37]
+	mi := &file_owl_v1_owl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3599,7 +3750,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{37}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FetchRequest) GetRequestId() uint64 {
@@ -3656,7 +3807,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3819,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[38]
+	mi := &file_owl_v1_owl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3832,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{38}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FetchReply) GetRequestId() uint64 {
@@ -3740,7 +3891,7 @@ type RebuildRequest struct {
 
 func (x *RebuildRequest) Reset() {
 	*x = RebuildRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3752,7 +3903,7 @@ func (x *RebuildRequest) String() string {
 func (*RebuildRequest) ProtoMessage() {}
 
 func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[39]
+	mi := &file_owl_v1_owl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3765,7 +3916,7 @@ func (x *RebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildRequest.ProtoReflect.Descriptor instead.
 func (*RebuildRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{39}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RebuildRequest) GetRequestId() uint64 {
@@ -3807,7 +3958,7 @@ type RebuildReply struct {
 
 func (x *RebuildReply) Reset() {
 	*x = RebuildReply{}
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3819,7 +3970,7 @@ func (x *RebuildReply) String() string {
 func (*RebuildReply) ProtoMessage() {}
 
 func (x *RebuildReply) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[40]
+	mi := &file_owl_v1_owl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3832,7 +3983,7 @@ func (x *RebuildReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReply.ProtoReflect.Descriptor instead.
 func (*RebuildReply) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{40}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RebuildReply) GetRequestId() uint64 {
@@ -3867,7 +4018,7 @@ type RDASize struct {
 
 func (x *RDASize) Reset() {
 	*x = RDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3879,7 +4030,7 @@ func (x *RDASize) String() string {
 func (*RDASize) ProtoMessage() {}
 
 func (x *RDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[41]
+	mi := &file_owl_v1_owl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3892,7 +4043,7 @@ func (x *RDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RDASize.ProtoReflect.Descriptor instead.
 func (*RDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{41}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RDASize) GetPath() string {
@@ -3923,7 +4074,7 @@ type SampleRate struct {
 
 func (x *SampleRate) Reset() {
 	*x = SampleRate{}
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4086,7 @@ func (x *SampleRate) String() string {
 func (*SampleRate) ProtoMessage() {}
 
 func (x *SampleRate) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[42]
+	mi := &file_owl_v1_owl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4099,7 @@ func (x *SampleRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleRate.ProtoReflect.Descriptor instead.
 func (*SampleRate) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{42}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SampleRate) GetPath() string {
@@ -4001,7 +4152,7 @@ type LDSSize struct {
 
 func (x *LDSSize) Reset() {
 	*x = LDSSize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4164,7 @@ func (x *LDSSize) String() string {
 func (*LDSSize) ProtoMessage() {}
 
 func (x *LDSSize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[43]
+	mi := &file_owl_v1_owl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4177,7 @@ func (x *LDSSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDSSize.ProtoReflect.Descriptor instead.
 func (*LDSSize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{43}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LDSSize) GetPath() string {
@@ -4081,7 +4232,7 @@ type LDASize struct {
 
 func (x *LDASize) Reset() {
 	*x = LDASize{}
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4093,7 +4244,7 @@ func (x *LDASize) String() string {
 func (*LDASize) ProtoMessage() {}
 
 func (x *LDASize) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[44]
+	mi := &file_owl_v1_owl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4106,7 +4257,7 @@ func (x *LDASize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LDASize.ProtoReflect.Descriptor instead.
 func (*LDASize) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{44}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LDASize) GetPath() string {
@@ -4172,7 +4323,7 @@ type PathConfig struct {
 
 func (x *PathConfig) Reset() {
 	*x = PathConfig{}
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4184,7 +4335,7 @@ func (x *PathConfig) String() string {
 func (*PathConfig) ProtoMessage() {}
 
 func (x *PathConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[45]
+	mi := &file_owl_v1_owl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4197,7 +4348,7 @@ func (x *PathConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathConfig.ProtoReflect.Descriptor instead.
 func (*PathConfig) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{45}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PathConfig) GetPaths() []*PathAssignment {
@@ -4300,7 +4451,7 @@ type PathAssignment struct {
 
 func (x *PathAssignment) Reset() {
 	*x = PathAssignment{}
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4463,7 @@ func (x *PathAssignment) String() string {
 func (*PathAssignment) ProtoMessage() {}
 
 func (x *PathAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[46]
+	mi := &file_owl_v1_owl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4476,7 @@ func (x *PathAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathAssignment.ProtoReflect.Descriptor instead.
 func (*PathAssignment) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{46}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PathAssignment) GetPath() *Path {
@@ -4410,7 +4561,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4573,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[47]
+	mi := &file_owl_v1_owl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4586,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{47}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Ack) GetSeq() uint64 {
@@ -4476,7 +4627,7 @@ type Reject struct {
 
 func (x *Reject) Reset() {
 	*x = Reject{}
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4639,7 @@ func (x *Reject) String() string {
 func (*Reject) ProtoMessage() {}
 
 func (x *Reject) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[48]
+	mi := &file_owl_v1_owl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4652,7 @@ func (x *Reject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reject.ProtoReflect.Descriptor instead.
 func (*Reject) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{48}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Reject) GetPath() string {
@@ -4546,7 +4697,7 @@ type Path struct {
 
 func (x *Path) Reset() {
 	*x = Path{}
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +4709,7 @@ func (x *Path) String() string {
 func (*Path) ProtoMessage() {}
 
 func (x *Path) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[49]
+	mi := &file_owl_v1_owl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +4722,7 @@ func (x *Path) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Path.ProtoReflect.Descriptor instead.
 func (*Path) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{49}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Path) GetName() string {
@@ -4618,7 +4769,7 @@ type Selector struct {
 
 func (x *Selector) Reset() {
 	*x = Selector{}
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4630,7 +4781,7 @@ func (x *Selector) String() string {
 func (*Selector) ProtoMessage() {}
 
 func (x *Selector) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[50]
+	mi := &file_owl_v1_owl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4643,7 +4794,7 @@ func (x *Selector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Selector.ProtoReflect.Descriptor instead.
 func (*Selector) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{50}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Selector) GetSrcCidrs() []string {
@@ -4689,7 +4840,7 @@ type ListProbesRequest struct {
 
 func (x *ListProbesRequest) Reset() {
 	*x = ListProbesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +4852,7 @@ func (x *ListProbesRequest) String() string {
 func (*ListProbesRequest) ProtoMessage() {}
 
 func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[51]
+	mi := &file_owl_v1_owl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +4865,7 @@ func (x *ListProbesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesRequest.ProtoReflect.Descriptor instead.
 func (*ListProbesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{51}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
 }
 
 type ListProbesResponse struct {
@@ -4731,7 +4882,7 @@ type ListProbesResponse struct {
 
 func (x *ListProbesResponse) Reset() {
 	*x = ListProbesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +4894,7 @@ func (x *ListProbesResponse) String() string {
 func (*ListProbesResponse) ProtoMessage() {}
 
 func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[52]
+	mi := &file_owl_v1_owl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +4907,7 @@ func (x *ListProbesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProbesResponse.ProtoReflect.Descriptor instead.
 func (*ListProbesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{52}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListProbesResponse) GetProbes() []*ProbeInfo {
@@ -4805,7 +4956,7 @@ type ProbeInfo struct {
 
 func (x *ProbeInfo) Reset() {
 	*x = ProbeInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4817,7 +4968,7 @@ func (x *ProbeInfo) String() string {
 func (*ProbeInfo) ProtoMessage() {}
 
 func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[53]
+	mi := &file_owl_v1_owl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4830,7 +4981,7 @@ func (x *ProbeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeInfo.ProtoReflect.Descriptor instead.
 func (*ProbeInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{53}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ProbeInfo) GetProbeId() string {
@@ -4911,7 +5062,7 @@ type ListPathsRequest struct {
 
 func (x *ListPathsRequest) Reset() {
 	*x = ListPathsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4923,7 +5074,7 @@ func (x *ListPathsRequest) String() string {
 func (*ListPathsRequest) ProtoMessage() {}
 
 func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[54]
+	mi := &file_owl_v1_owl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4936,7 +5087,7 @@ func (x *ListPathsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsRequest.ProtoReflect.Descriptor instead.
 func (*ListPathsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{54}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
 }
 
 type ListPathsResponse struct {
@@ -4948,7 +5099,7 @@ type ListPathsResponse struct {
 
 func (x *ListPathsResponse) Reset() {
 	*x = ListPathsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4960,7 +5111,7 @@ func (x *ListPathsResponse) String() string {
 func (*ListPathsResponse) ProtoMessage() {}
 
 func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[55]
+	mi := &file_owl_v1_owl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4973,7 +5124,7 @@ func (x *ListPathsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPathsResponse.ProtoReflect.Descriptor instead.
 func (*ListPathsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{55}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListPathsResponse) GetPaths() []*Path {
@@ -4999,7 +5150,7 @@ type GetPathStatsRequest struct {
 
 func (x *GetPathStatsRequest) Reset() {
 	*x = GetPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5011,7 +5162,7 @@ func (x *GetPathStatsRequest) String() string {
 func (*GetPathStatsRequest) ProtoMessage() {}
 
 func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[56]
+	mi := &file_owl_v1_owl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5024,7 +5175,7 @@ func (x *GetPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{56}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetPathStatsRequest) GetPath() string {
@@ -5079,7 +5230,7 @@ type GetPathDelayDistributionRequest struct {
 
 func (x *GetPathDelayDistributionRequest) Reset() {
 	*x = GetPathDelayDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5091,7 +5242,7 @@ func (x *GetPathDelayDistributionRequest) String() string {
 func (*GetPathDelayDistributionRequest) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[57]
+	mi := &file_owl_v1_owl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5104,7 +5255,7 @@ func (x *GetPathDelayDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{57}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetPathDelayDistributionRequest) GetPath() string {
@@ -5168,7 +5319,7 @@ type GetPathDelayDistributionResponse struct {
 
 func (x *GetPathDelayDistributionResponse) Reset() {
 	*x = GetPathDelayDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5180,7 +5331,7 @@ func (x *GetPathDelayDistributionResponse) String() string {
 func (*GetPathDelayDistributionResponse) ProtoMessage() {}
 
 func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[58]
+	mi := &file_owl_v1_owl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5193,7 +5344,7 @@ func (x *GetPathDelayDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathDelayDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetPathDelayDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{58}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetPathDelayDistributionResponse) GetEpochs() uint32 {
@@ -5280,7 +5431,7 @@ type GetRTTDistributionRequest struct {
 
 func (x *GetRTTDistributionRequest) Reset() {
 	*x = GetRTTDistributionRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5292,7 +5443,7 @@ func (x *GetRTTDistributionRequest) String() string {
 func (*GetRTTDistributionRequest) ProtoMessage() {}
 
 func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[59]
+	mi := &file_owl_v1_owl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5305,7 +5456,7 @@ func (x *GetRTTDistributionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionRequest.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{59}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetRTTDistributionRequest) GetProbe() string {
@@ -5375,7 +5526,7 @@ type GetRTTDistributionResponse struct {
 
 func (x *GetRTTDistributionResponse) Reset() {
 	*x = GetRTTDistributionResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5387,7 +5538,7 @@ func (x *GetRTTDistributionResponse) String() string {
 func (*GetRTTDistributionResponse) ProtoMessage() {}
 
 func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[60]
+	mi := &file_owl_v1_owl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5400,7 +5551,7 @@ func (x *GetRTTDistributionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRTTDistributionResponse.ProtoReflect.Descriptor instead.
 func (*GetRTTDistributionResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{60}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetRTTDistributionResponse) GetEpochs() uint32 {
@@ -5480,7 +5631,7 @@ type TopRTTPrefixesRequest struct {
 
 func (x *TopRTTPrefixesRequest) Reset() {
 	*x = TopRTTPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5492,7 +5643,7 @@ func (x *TopRTTPrefixesRequest) String() string {
 func (*TopRTTPrefixesRequest) ProtoMessage() {}
 
 func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[61]
+	mi := &file_owl_v1_owl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5505,7 +5656,7 @@ func (x *TopRTTPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{61}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TopRTTPrefixesRequest) GetProbe() string {
@@ -5555,7 +5706,7 @@ type TopRTTPrefixesResponse struct {
 
 func (x *TopRTTPrefixesResponse) Reset() {
 	*x = TopRTTPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5567,7 +5718,7 @@ func (x *TopRTTPrefixesResponse) String() string {
 func (*TopRTTPrefixesResponse) ProtoMessage() {}
 
 func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[62]
+	mi := &file_owl_v1_owl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5580,7 +5731,7 @@ func (x *TopRTTPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopRTTPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*TopRTTPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{62}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TopRTTPrefixesResponse) GetPrefixes() []*RTTPrefix {
@@ -5623,7 +5774,7 @@ type ListReorderedPrefixesRequest struct {
 
 func (x *ListReorderedPrefixesRequest) Reset() {
 	*x = ListReorderedPrefixesRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5635,7 +5786,7 @@ func (x *ListReorderedPrefixesRequest) String() string {
 func (*ListReorderedPrefixesRequest) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[63]
+	mi := &file_owl_v1_owl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5648,7 +5799,7 @@ func (x *ListReorderedPrefixesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesRequest.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{63}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListReorderedPrefixesRequest) GetProbe() string {
@@ -5714,7 +5865,7 @@ type ListReorderedPrefixesResponse struct {
 
 func (x *ListReorderedPrefixesResponse) Reset() {
 	*x = ListReorderedPrefixesResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5726,7 +5877,7 @@ func (x *ListReorderedPrefixesResponse) String() string {
 func (*ListReorderedPrefixesResponse) ProtoMessage() {}
 
 func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[64]
+	mi := &file_owl_v1_owl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5739,7 +5890,7 @@ func (x *ListReorderedPrefixesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReorderedPrefixesResponse.ProtoReflect.Descriptor instead.
 func (*ListReorderedPrefixesResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{64}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListReorderedPrefixesResponse) GetEpochs() uint32 {
@@ -5811,7 +5962,7 @@ type ReorderedPrefix struct {
 
 func (x *ReorderedPrefix) Reset() {
 	*x = ReorderedPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5823,7 +5974,7 @@ func (x *ReorderedPrefix) String() string {
 func (*ReorderedPrefix) ProtoMessage() {}
 
 func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[65]
+	mi := &file_owl_v1_owl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5836,7 +5987,7 @@ func (x *ReorderedPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderedPrefix.ProtoReflect.Descriptor instead.
 func (*ReorderedPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{65}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReorderedPrefix) GetPrefix() string {
@@ -5909,7 +6060,7 @@ type RTTPrefix struct {
 
 func (x *RTTPrefix) Reset() {
 	*x = RTTPrefix{}
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5921,7 +6072,7 @@ func (x *RTTPrefix) String() string {
 func (*RTTPrefix) ProtoMessage() {}
 
 func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[66]
+	mi := &file_owl_v1_owl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5934,7 +6085,7 @@ func (x *RTTPrefix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RTTPrefix.ProtoReflect.Descriptor instead.
 func (*RTTPrefix) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{66}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RTTPrefix) GetPrefix() string {
@@ -5983,7 +6134,7 @@ type CDFPoint struct {
 
 func (x *CDFPoint) Reset() {
 	*x = CDFPoint{}
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5995,7 +6146,7 @@ func (x *CDFPoint) String() string {
 func (*CDFPoint) ProtoMessage() {}
 
 func (x *CDFPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[67]
+	mi := &file_owl_v1_owl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6008,7 +6159,7 @@ func (x *CDFPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CDFPoint.ProtoReflect.Descriptor instead.
 func (*CDFPoint) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{67}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CDFPoint) GetAtNs() float64 {
@@ -6037,7 +6188,7 @@ type GetPathStatsResponse struct {
 
 func (x *GetPathStatsResponse) Reset() {
 	*x = GetPathStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6049,7 +6200,7 @@ func (x *GetPathStatsResponse) String() string {
 func (*GetPathStatsResponse) ProtoMessage() {}
 
 func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[68]
+	mi := &file_owl_v1_owl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6062,7 +6213,7 @@ func (x *GetPathStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPathStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetPathStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{68}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetPathStatsResponse) GetStats() []*PathStats {
@@ -6089,7 +6240,7 @@ type WatchPathStatsRequest struct {
 
 func (x *WatchPathStatsRequest) Reset() {
 	*x = WatchPathStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6101,7 +6252,7 @@ func (x *WatchPathStatsRequest) String() string {
 func (*WatchPathStatsRequest) ProtoMessage() {}
 
 func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[69]
+	mi := &file_owl_v1_owl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6114,7 +6265,7 @@ func (x *WatchPathStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPathStatsRequest.ProtoReflect.Descriptor instead.
 func (*WatchPathStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{69}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *WatchPathStatsRequest) GetPath() string {
@@ -6149,7 +6300,7 @@ type DelayQuantile struct {
 
 func (x *DelayQuantile) Reset() {
 	*x = DelayQuantile{}
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6161,7 +6312,7 @@ func (x *DelayQuantile) String() string {
 func (*DelayQuantile) ProtoMessage() {}
 
 func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[70]
+	mi := &file_owl_v1_owl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6174,7 +6325,7 @@ func (x *DelayQuantile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayQuantile.ProtoReflect.Descriptor instead.
 func (*DelayQuantile) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{70}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DelayQuantile) GetQ() float64 {
@@ -6332,7 +6483,7 @@ type PathStats struct {
 
 func (x *PathStats) Reset() {
 	*x = PathStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6344,7 +6495,7 @@ func (x *PathStats) String() string {
 func (*PathStats) ProtoMessage() {}
 
 func (x *PathStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[71]
+	mi := &file_owl_v1_owl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6357,7 +6508,7 @@ func (x *PathStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStats.ProtoReflect.Descriptor instead.
 func (*PathStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{71}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PathStats) GetPath() string {
@@ -6710,7 +6861,7 @@ type GetFlowStatsRequest struct {
 
 func (x *GetFlowStatsRequest) Reset() {
 	*x = GetFlowStatsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6722,7 +6873,7 @@ func (x *GetFlowStatsRequest) String() string {
 func (*GetFlowStatsRequest) ProtoMessage() {}
 
 func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[72]
+	mi := &file_owl_v1_owl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6735,7 +6886,7 @@ func (x *GetFlowStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{72}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetFlowStatsRequest) GetPath() string {
@@ -6782,7 +6933,7 @@ type GetFlowStatsResponse struct {
 
 func (x *GetFlowStatsResponse) Reset() {
 	*x = GetFlowStatsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6794,7 +6945,7 @@ func (x *GetFlowStatsResponse) String() string {
 func (*GetFlowStatsResponse) ProtoMessage() {}
 
 func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[73]
+	mi := &file_owl_v1_owl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6807,7 +6958,7 @@ func (x *GetFlowStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowStatsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{73}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetFlowStatsResponse) GetStats() []*FlowStats {
@@ -6864,7 +7015,7 @@ type FlowStats struct {
 
 func (x *FlowStats) Reset() {
 	*x = FlowStats{}
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6876,7 +7027,7 @@ func (x *FlowStats) String() string {
 func (*FlowStats) ProtoMessage() {}
 
 func (x *FlowStats) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[74]
+	mi := &file_owl_v1_owl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6889,7 +7040,7 @@ func (x *FlowStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowStats.ProtoReflect.Descriptor instead.
 func (*FlowStats) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{74}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *FlowStats) GetPath() string {
@@ -7025,7 +7176,7 @@ type TopFlowsRequest struct {
 
 func (x *TopFlowsRequest) Reset() {
 	*x = TopFlowsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7037,7 +7188,7 @@ func (x *TopFlowsRequest) String() string {
 func (*TopFlowsRequest) ProtoMessage() {}
 
 func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[75]
+	mi := &file_owl_v1_owl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7050,7 +7201,7 @@ func (x *TopFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsRequest.ProtoReflect.Descriptor instead.
 func (*TopFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{75}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *TopFlowsRequest) GetPath() string {
@@ -7097,7 +7248,7 @@ type TopFlowsResponse struct {
 
 func (x *TopFlowsResponse) Reset() {
 	*x = TopFlowsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7109,7 +7260,7 @@ func (x *TopFlowsResponse) String() string {
 func (*TopFlowsResponse) ProtoMessage() {}
 
 func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[76]
+	mi := &file_owl_v1_owl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7122,7 +7273,7 @@ func (x *TopFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopFlowsResponse.ProtoReflect.Descriptor instead.
 func (*TopFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{76}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TopFlowsResponse) GetFlows() []*FlowStats {
@@ -7159,7 +7310,7 @@ type GetFlowLatencyHistoricRequest struct {
 
 func (x *GetFlowLatencyHistoricRequest) Reset() {
 	*x = GetFlowLatencyHistoricRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7171,7 +7322,7 @@ func (x *GetFlowLatencyHistoricRequest) String() string {
 func (*GetFlowLatencyHistoricRequest) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[77]
+	mi := &file_owl_v1_owl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7184,7 +7335,7 @@ func (x *GetFlowLatencyHistoricRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricRequest.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{77}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetFlowLatencyHistoricRequest) GetFlow() *FlowKey {
@@ -7291,7 +7442,7 @@ type GetFlowLatencyHistoricResponse struct {
 
 func (x *GetFlowLatencyHistoricResponse) Reset() {
 	*x = GetFlowLatencyHistoricResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7303,7 +7454,7 @@ func (x *GetFlowLatencyHistoricResponse) String() string {
 func (*GetFlowLatencyHistoricResponse) ProtoMessage() {}
 
 func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[78]
+	mi := &file_owl_v1_owl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7316,7 +7467,7 @@ func (x *GetFlowLatencyHistoricResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFlowLatencyHistoricResponse.ProtoReflect.Descriptor instead.
 func (*GetFlowLatencyHistoricResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{78}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetFlowLatencyHistoricResponse) GetMeanNs() float64 {
@@ -7458,7 +7609,7 @@ type ListColateVectorsRequest struct {
 
 func (x *ListColateVectorsRequest) Reset() {
 	*x = ListColateVectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7470,7 +7621,7 @@ func (x *ListColateVectorsRequest) String() string {
 func (*ListColateVectorsRequest) ProtoMessage() {}
 
 func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[79]
+	mi := &file_owl_v1_owl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7483,7 +7634,7 @@ func (x *ListColateVectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{79}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListColateVectorsRequest) GetProbeId() string {
@@ -7525,7 +7676,7 @@ type ListColateVectorsResponse struct {
 
 func (x *ListColateVectorsResponse) Reset() {
 	*x = ListColateVectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7537,7 +7688,7 @@ func (x *ListColateVectorsResponse) String() string {
 func (*ListColateVectorsResponse) ProtoMessage() {}
 
 func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[80]
+	mi := &file_owl_v1_owl_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7550,7 +7701,7 @@ func (x *ListColateVectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListColateVectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListColateVectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{80}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListColateVectorsResponse) GetVectors() []*ColateVectorInfo {
@@ -7583,7 +7734,7 @@ type ColateVectorInfo struct {
 
 func (x *ColateVectorInfo) Reset() {
 	*x = ColateVectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[81]
+	mi := &file_owl_v1_owl_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7595,7 +7746,7 @@ func (x *ColateVectorInfo) String() string {
 func (*ColateVectorInfo) ProtoMessage() {}
 
 func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[81]
+	mi := &file_owl_v1_owl_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7608,7 +7759,7 @@ func (x *ColateVectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColateVectorInfo.ProtoReflect.Descriptor instead.
 func (*ColateVectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{81}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ColateVectorInfo) GetProbeId() string {
@@ -7675,7 +7826,7 @@ type ListCollectorsRequest struct {
 
 func (x *ListCollectorsRequest) Reset() {
 	*x = ListCollectorsRequest{}
-	mi := &file_owl_v1_owl_proto_msgTypes[82]
+	mi := &file_owl_v1_owl_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7687,7 +7838,7 @@ func (x *ListCollectorsRequest) String() string {
 func (*ListCollectorsRequest) ProtoMessage() {}
 
 func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[82]
+	mi := &file_owl_v1_owl_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7700,7 +7851,7 @@ func (x *ListCollectorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectorsRequest) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{82}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{85}
 }
 
 type ListCollectorsResponse struct {
@@ -7712,7 +7863,7 @@ type ListCollectorsResponse struct {
 
 func (x *ListCollectorsResponse) Reset() {
 	*x = ListCollectorsResponse{}
-	mi := &file_owl_v1_owl_proto_msgTypes[83]
+	mi := &file_owl_v1_owl_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7724,7 +7875,7 @@ func (x *ListCollectorsResponse) String() string {
 func (*ListCollectorsResponse) ProtoMessage() {}
 
 func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[83]
+	mi := &file_owl_v1_owl_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7737,7 +7888,7 @@ func (x *ListCollectorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectorsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectorsResponse) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{83}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListCollectorsResponse) GetCollectors() []*CollectorInfo {
@@ -7770,7 +7921,7 @@ type CollectorInfo struct {
 
 func (x *CollectorInfo) Reset() {
 	*x = CollectorInfo{}
-	mi := &file_owl_v1_owl_proto_msgTypes[84]
+	mi := &file_owl_v1_owl_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7782,7 +7933,7 @@ func (x *CollectorInfo) String() string {
 func (*CollectorInfo) ProtoMessage() {}
 
 func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_owl_v1_owl_proto_msgTypes[84]
+	mi := &file_owl_v1_owl_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7795,7 +7946,7 @@ func (x *CollectorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectorInfo.ProtoReflect.Descriptor instead.
 func (*CollectorInfo) Descriptor() ([]byte, []int) {
-	return file_owl_v1_owl_proto_rawDescGZIP(), []int{84}
+	return file_owl_v1_owl_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CollectorInfo) GetName() string {
@@ -7882,7 +8033,15 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12*\n" +
 	"\x06blocks\x18\x03 \x03(\v2\x12.owl.v1.EpochBlockR\x06blocks\x12\x1b\n" +
 	"\tfine_from\x18\x04 \x01(\x03R\bfineFrom\x12*\n" +
-	"\x06epochs\x18\x05 \x03(\v2\x12.owl.v1.EpochBlockR\x06epochsJ\x04\b\x02\x10\x03\":\n" +
+	"\x06epochs\x18\x05 \x03(\v2\x12.owl.v1.EpochBlockR\x06epochsJ\x04\b\x02\x10\x03\"$\n" +
+	"\fSizesRequest\x12\x14\n" +
+	"\x05paths\x18\x01 \x03(\tR\x05paths\"8\n" +
+	"\rSizesResponse\x12'\n" +
+	"\x05paths\x18\x01 \x03(\v2\x11.owl.v1.HeldSizesR\x05paths\"g\n" +
+	"\tHeldSizes\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12,\n" +
+	"\x05sizes\x18\x02 \x01(\v2\x16.owl.v1.PathAssignmentR\x05sizes\x12\x18\n" +
+	"\asetting\x18\x03 \x01(\x06R\asetting\":\n" +
 	"\n" +
 	"EpochBlock\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x03R\x05first\x12\x16\n" +
@@ -8519,11 +8678,12 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bTopFlows\x12\x17.owl.v1.TopFlowsRequest\x1a\x18.owl.v1.TopFlowsResponse\x12g\n" +
 	"\x16GetFlowLatencyHistoric\x12%.owl.v1.GetFlowLatencyHistoricRequest\x1a&.owl.v1.GetFlowLatencyHistoricResponse\x12X\n" +
 	"\x11ListColateVectors\x12 .owl.v1.ListColateVectorsRequest\x1a!.owl.v1.ListColateVectorsResponse\x12O\n" +
-	"\x0eListCollectors\x12\x1d.owl.v1.ListCollectorsRequest\x1a\x1e.owl.v1.ListCollectorsResponse2\xd0\x01\n" +
+	"\x0eListCollectors\x12\x1d.owl.v1.ListCollectorsRequest\x1a\x1e.owl.v1.ListCollectorsResponse2\x86\x02\n" +
 	"\x0eClusterService\x12F\n" +
 	"\vTakePending\x12\x1a.owl.v1.TakePendingRequest\x1a\x1b.owl.v1.TakePendingResponse\x12@\n" +
 	"\tReplicate\x12\x18.owl.v1.ReplicateRequest\x1a\x19.owl.v1.ReplicateResponse\x124\n" +
-	"\x06Export\x12\x15.owl.v1.ExportRequest\x1a\x11.owl.v1.EpochCopy0\x01B-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
+	"\x06Export\x12\x15.owl.v1.ExportRequest\x1a\x11.owl.v1.EpochCopy0\x01\x124\n" +
+	"\x05Sizes\x12\x14.owl.v1.SizesRequest\x1a\x15.owl.v1.SizesResponseB-Z+github.com/owl-latency/owl/api/owl/v1;owlv1b\x06proto3"
 
 var (
 	file_owl_v1_owl_proto_rawDescOnce sync.Once
@@ -8538,7 +8698,7 @@ func file_owl_v1_owl_proto_rawDescGZIP() []byte {
 }
 
 var file_owl_v1_owl_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_owl_v1_owl_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_owl_v1_owl_proto_goTypes = []any{
 	(Role)(0),                                // 0: owl.v1.Role
 	(ClockState)(0),                          // 1: owl.v1.ClockState
@@ -8552,253 +8712,260 @@ var file_owl_v1_owl_proto_goTypes = []any{
 	(*ReplicateRequest)(nil),                 // 9: owl.v1.ReplicateRequest
 	(*ReplicateResponse)(nil),                // 10: owl.v1.ReplicateResponse
 	(*ExportRequest)(nil),                    // 11: owl.v1.ExportRequest
-	(*EpochBlock)(nil),                       // 12: owl.v1.EpochBlock
-	(*TakePendingRequest)(nil),               // 13: owl.v1.TakePendingRequest
-	(*TakePendingResponse)(nil),              // 14: owl.v1.TakePendingResponse
-	(*ProbeMessage)(nil),                     // 15: owl.v1.ProbeMessage
-	(*SourcesDone)(nil),                      // 16: owl.v1.SourcesDone
-	(*ReorderReport)(nil),                    // 17: owl.v1.ReorderReport
-	(*ReorderStats)(nil),                     // 18: owl.v1.ReorderStats
-	(*ReorderCounters)(nil),                  // 19: owl.v1.ReorderCounters
-	(*RTTReport)(nil),                        // 20: owl.v1.RTTReport
-	(*RTTSketch)(nil),                        // 21: owl.v1.RTTSketch
-	(*RTTCounters)(nil),                      // 22: owl.v1.RTTCounters
-	(*Hello)(nil),                            // 23: owl.v1.Hello
-	(*SynopsisParams)(nil),                   // 24: owl.v1.SynopsisParams
-	(*SampleParams)(nil),                     // 25: owl.v1.SampleParams
-	(*ColateParams)(nil),                     // 26: owl.v1.ColateParams
-	(*ColateVector)(nil),                     // 27: owl.v1.ColateVector
-	(*LDSParams)(nil),                        // 28: owl.v1.LDSParams
-	(*FlowWeight)(nil),                       // 29: owl.v1.FlowWeight
-	(*IdentityParams)(nil),                   // 30: owl.v1.IdentityParams
-	(*EpochParams)(nil),                      // 31: owl.v1.EpochParams
-	(*LDAParams)(nil),                        // 32: owl.v1.LDAParams
-	(*RDAParams)(nil),                        // 33: owl.v1.RDAParams
-	(*EpochReport)(nil),                      // 34: owl.v1.EpochReport
-	(*FlowKey)(nil),                          // 35: owl.v1.FlowKey
-	(*TopFlow)(nil),                          // 36: owl.v1.TopFlow
-	(*Counters)(nil),                         // 37: owl.v1.Counters
-	(*ClockStatus)(nil),                      // 38: owl.v1.ClockStatus
-	(*CollectorMessage)(nil),                 // 39: owl.v1.CollectorMessage
-	(*Pause)(nil),                            // 40: owl.v1.Pause
-	(*Release)(nil),                          // 41: owl.v1.Release
-	(*EpochRef)(nil),                         // 42: owl.v1.EpochRef
-	(*FetchRequest)(nil),                     // 43: owl.v1.FetchRequest
-	(*FetchReply)(nil),                       // 44: owl.v1.FetchReply
-	(*RebuildRequest)(nil),                   // 45: owl.v1.RebuildRequest
-	(*RebuildReply)(nil),                     // 46: owl.v1.RebuildReply
-	(*RDASize)(nil),                          // 47: owl.v1.RDASize
-	(*SampleRate)(nil),                       // 48: owl.v1.SampleRate
-	(*LDSSize)(nil),                          // 49: owl.v1.LDSSize
-	(*LDASize)(nil),                          // 50: owl.v1.LDASize
-	(*PathConfig)(nil),                       // 51: owl.v1.PathConfig
-	(*PathAssignment)(nil),                   // 52: owl.v1.PathAssignment
-	(*Ack)(nil),                              // 53: owl.v1.Ack
-	(*Reject)(nil),                           // 54: owl.v1.Reject
-	(*Path)(nil),                             // 55: owl.v1.Path
-	(*Selector)(nil),                         // 56: owl.v1.Selector
-	(*ListProbesRequest)(nil),                // 57: owl.v1.ListProbesRequest
-	(*ListProbesResponse)(nil),               // 58: owl.v1.ListProbesResponse
-	(*ProbeInfo)(nil),                        // 59: owl.v1.ProbeInfo
-	(*ListPathsRequest)(nil),                 // 60: owl.v1.ListPathsRequest
-	(*ListPathsResponse)(nil),                // 61: owl.v1.ListPathsResponse
-	(*GetPathStatsRequest)(nil),              // 62: owl.v1.GetPathStatsRequest
-	(*GetPathDelayDistributionRequest)(nil),  // 63: owl.v1.GetPathDelayDistributionRequest
-	(*GetPathDelayDistributionResponse)(nil), // 64: owl.v1.GetPathDelayDistributionResponse
-	(*GetRTTDistributionRequest)(nil),        // 65: owl.v1.GetRTTDistributionRequest
-	(*GetRTTDistributionResponse)(nil),       // 66: owl.v1.GetRTTDistributionResponse
-	(*TopRTTPrefixesRequest)(nil),            // 67: owl.v1.TopRTTPrefixesRequest
-	(*TopRTTPrefixesResponse)(nil),           // 68: owl.v1.TopRTTPrefixesResponse
-	(*ListReorderedPrefixesRequest)(nil),     // 69: owl.v1.ListReorderedPrefixesRequest
-	(*ListReorderedPrefixesResponse)(nil),    // 70: owl.v1.ListReorderedPrefixesResponse
-	(*ReorderedPrefix)(nil),                  // 71: owl.v1.ReorderedPrefix
-	(*RTTPrefix)(nil),                        // 72: owl.v1.RTTPrefix
-	(*CDFPoint)(nil),                         // 73: owl.v1.CDFPoint
-	(*GetPathStatsResponse)(nil),             // 74: owl.v1.GetPathStatsResponse
-	(*WatchPathStatsRequest)(nil),            // 75: owl.v1.WatchPathStatsRequest
-	(*DelayQuantile)(nil),                    // 76: owl.v1.DelayQuantile
-	(*PathStats)(nil),                        // 77: owl.v1.PathStats
-	(*GetFlowStatsRequest)(nil),              // 78: owl.v1.GetFlowStatsRequest
-	(*GetFlowStatsResponse)(nil),             // 79: owl.v1.GetFlowStatsResponse
-	(*FlowStats)(nil),                        // 80: owl.v1.FlowStats
-	(*TopFlowsRequest)(nil),                  // 81: owl.v1.TopFlowsRequest
-	(*TopFlowsResponse)(nil),                 // 82: owl.v1.TopFlowsResponse
-	(*GetFlowLatencyHistoricRequest)(nil),    // 83: owl.v1.GetFlowLatencyHistoricRequest
-	(*GetFlowLatencyHistoricResponse)(nil),   // 84: owl.v1.GetFlowLatencyHistoricResponse
-	(*ListColateVectorsRequest)(nil),         // 85: owl.v1.ListColateVectorsRequest
-	(*ListColateVectorsResponse)(nil),        // 86: owl.v1.ListColateVectorsResponse
-	(*ColateVectorInfo)(nil),                 // 87: owl.v1.ColateVectorInfo
-	(*ListCollectorsRequest)(nil),            // 88: owl.v1.ListCollectorsRequest
-	(*ListCollectorsResponse)(nil),           // 89: owl.v1.ListCollectorsResponse
-	(*CollectorInfo)(nil),                    // 90: owl.v1.CollectorInfo
-	nil,                                      // 91: owl.v1.Counters.DecodeFailuresEntry
-	(*timestamppb.Timestamp)(nil),            // 92: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 93: google.protobuf.Duration
+	(*SizesRequest)(nil),                     // 12: owl.v1.SizesRequest
+	(*SizesResponse)(nil),                    // 13: owl.v1.SizesResponse
+	(*HeldSizes)(nil),                        // 14: owl.v1.HeldSizes
+	(*EpochBlock)(nil),                       // 15: owl.v1.EpochBlock
+	(*TakePendingRequest)(nil),               // 16: owl.v1.TakePendingRequest
+	(*TakePendingResponse)(nil),              // 17: owl.v1.TakePendingResponse
+	(*ProbeMessage)(nil),                     // 18: owl.v1.ProbeMessage
+	(*SourcesDone)(nil),                      // 19: owl.v1.SourcesDone
+	(*ReorderReport)(nil),                    // 20: owl.v1.ReorderReport
+	(*ReorderStats)(nil),                     // 21: owl.v1.ReorderStats
+	(*ReorderCounters)(nil),                  // 22: owl.v1.ReorderCounters
+	(*RTTReport)(nil),                        // 23: owl.v1.RTTReport
+	(*RTTSketch)(nil),                        // 24: owl.v1.RTTSketch
+	(*RTTCounters)(nil),                      // 25: owl.v1.RTTCounters
+	(*Hello)(nil),                            // 26: owl.v1.Hello
+	(*SynopsisParams)(nil),                   // 27: owl.v1.SynopsisParams
+	(*SampleParams)(nil),                     // 28: owl.v1.SampleParams
+	(*ColateParams)(nil),                     // 29: owl.v1.ColateParams
+	(*ColateVector)(nil),                     // 30: owl.v1.ColateVector
+	(*LDSParams)(nil),                        // 31: owl.v1.LDSParams
+	(*FlowWeight)(nil),                       // 32: owl.v1.FlowWeight
+	(*IdentityParams)(nil),                   // 33: owl.v1.IdentityParams
+	(*EpochParams)(nil),                      // 34: owl.v1.EpochParams
+	(*LDAParams)(nil),                        // 35: owl.v1.LDAParams
+	(*RDAParams)(nil),                        // 36: owl.v1.RDAParams
+	(*EpochReport)(nil),                      // 37: owl.v1.EpochReport
+	(*FlowKey)(nil),                          // 38: owl.v1.FlowKey
+	(*TopFlow)(nil),                          // 39: owl.v1.TopFlow
+	(*Counters)(nil),                         // 40: owl.v1.Counters
+	(*ClockStatus)(nil),                      // 41: owl.v1.ClockStatus
+	(*CollectorMessage)(nil),                 // 42: owl.v1.CollectorMessage
+	(*Pause)(nil),                            // 43: owl.v1.Pause
+	(*Release)(nil),                          // 44: owl.v1.Release
+	(*EpochRef)(nil),                         // 45: owl.v1.EpochRef
+	(*FetchRequest)(nil),                     // 46: owl.v1.FetchRequest
+	(*FetchReply)(nil),                       // 47: owl.v1.FetchReply
+	(*RebuildRequest)(nil),                   // 48: owl.v1.RebuildRequest
+	(*RebuildReply)(nil),                     // 49: owl.v1.RebuildReply
+	(*RDASize)(nil),                          // 50: owl.v1.RDASize
+	(*SampleRate)(nil),                       // 51: owl.v1.SampleRate
+	(*LDSSize)(nil),                          // 52: owl.v1.LDSSize
+	(*LDASize)(nil),                          // 53: owl.v1.LDASize
+	(*PathConfig)(nil),                       // 54: owl.v1.PathConfig
+	(*PathAssignment)(nil),                   // 55: owl.v1.PathAssignment
+	(*Ack)(nil),                              // 56: owl.v1.Ack
+	(*Reject)(nil),                           // 57: owl.v1.Reject
+	(*Path)(nil),                             // 58: owl.v1.Path
+	(*Selector)(nil),                         // 59: owl.v1.Selector
+	(*ListProbesRequest)(nil),                // 60: owl.v1.ListProbesRequest
+	(*ListProbesResponse)(nil),               // 61: owl.v1.ListProbesResponse
+	(*ProbeInfo)(nil),                        // 62: owl.v1.ProbeInfo
+	(*ListPathsRequest)(nil),                 // 63: owl.v1.ListPathsRequest
+	(*ListPathsResponse)(nil),                // 64: owl.v1.ListPathsResponse
+	(*GetPathStatsRequest)(nil),              // 65: owl.v1.GetPathStatsRequest
+	(*GetPathDelayDistributionRequest)(nil),  // 66: owl.v1.GetPathDelayDistributionRequest
+	(*GetPathDelayDistributionResponse)(nil), // 67: owl.v1.GetPathDelayDistributionResponse
+	(*GetRTTDistributionRequest)(nil),        // 68: owl.v1.GetRTTDistributionRequest
+	(*GetRTTDistributionResponse)(nil),       // 69: owl.v1.GetRTTDistributionResponse
+	(*TopRTTPrefixesRequest)(nil),            // 70: owl.v1.TopRTTPrefixesRequest
+	(*TopRTTPrefixesResponse)(nil),           // 71: owl.v1.TopRTTPrefixesResponse
+	(*ListReorderedPrefixesRequest)(nil),     // 72: owl.v1.ListReorderedPrefixesRequest
+	(*ListReorderedPrefixesResponse)(nil),    // 73: owl.v1.ListReorderedPrefixesResponse
+	(*ReorderedPrefix)(nil),                  // 74: owl.v1.ReorderedPrefix
+	(*RTTPrefix)(nil),                        // 75: owl.v1.RTTPrefix
+	(*CDFPoint)(nil),                         // 76: owl.v1.CDFPoint
+	(*GetPathStatsResponse)(nil),             // 77: owl.v1.GetPathStatsResponse
+	(*WatchPathStatsRequest)(nil),            // 78: owl.v1.WatchPathStatsRequest
+	(*DelayQuantile)(nil),                    // 79: owl.v1.DelayQuantile
+	(*PathStats)(nil),                        // 80: owl.v1.PathStats
+	(*GetFlowStatsRequest)(nil),              // 81: owl.v1.GetFlowStatsRequest
+	(*GetFlowStatsResponse)(nil),             // 82: owl.v1.GetFlowStatsResponse
+	(*FlowStats)(nil),                        // 83: owl.v1.FlowStats
+	(*TopFlowsRequest)(nil),                  // 84: owl.v1.TopFlowsRequest
+	(*TopFlowsResponse)(nil),                 // 85: owl.v1.TopFlowsResponse
+	(*GetFlowLatencyHistoricRequest)(nil),    // 86: owl.v1.GetFlowLatencyHistoricRequest
+	(*GetFlowLatencyHistoricResponse)(nil),   // 87: owl.v1.GetFlowLatencyHistoricResponse
+	(*ListColateVectorsRequest)(nil),         // 88: owl.v1.ListColateVectorsRequest
+	(*ListColateVectorsResponse)(nil),        // 89: owl.v1.ListColateVectorsResponse
+	(*ColateVectorInfo)(nil),                 // 90: owl.v1.ColateVectorInfo
+	(*ListCollectorsRequest)(nil),            // 91: owl.v1.ListCollectorsRequest
+	(*ListCollectorsResponse)(nil),           // 92: owl.v1.ListCollectorsResponse
+	(*CollectorInfo)(nil),                    // 93: owl.v1.CollectorInfo
+	nil,                                      // 94: owl.v1.Counters.DecodeFailuresEntry
+	(*timestamppb.Timestamp)(nil),            // 95: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 96: google.protobuf.Duration
 }
 var file_owl_v1_owl_proto_depIdxs = []int32{
-	77,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
+	80,  // 0: owl.v1.EpochCopy.result:type_name -> owl.v1.PathStats
 	7,   // 1: owl.v1.EpochCopy.flows:type_name -> owl.v1.StoredFlow
 	8,   // 2: owl.v1.EpochCopy.lone:type_name -> owl.v1.LoneSide
-	52,  // 3: owl.v1.EpochCopy.sizes:type_name -> owl.v1.PathAssignment
-	80,  // 4: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
-	92,  // 5: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
-	34,  // 6: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
+	55,  // 3: owl.v1.EpochCopy.sizes:type_name -> owl.v1.PathAssignment
+	83,  // 4: owl.v1.StoredFlow.stats:type_name -> owl.v1.FlowStats
+	95,  // 5: owl.v1.LoneSide.received:type_name -> google.protobuf.Timestamp
+	37,  // 6: owl.v1.LoneSide.report:type_name -> owl.v1.EpochReport
 	6,   // 7: owl.v1.ReplicateRequest.epochs:type_name -> owl.v1.EpochCopy
-	12,  // 8: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
-	12,  // 9: owl.v1.ExportRequest.epochs:type_name -> owl.v1.EpochBlock
-	0,   // 10: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
-	34,  // 11: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
-	23,  // 12: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
-	34,  // 13: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
-	44,  // 14: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
-	46,  // 15: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
-	38,  // 16: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
-	27,  // 17: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
-	20,  // 18: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
-	17,  // 19: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
-	16,  // 20: owl.v1.ProbeMessage.sources_done:type_name -> owl.v1.SourcesDone
-	38,  // 21: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
-	18,  // 22: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
-	18,  // 23: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
-	19,  // 24: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
-	38,  // 25: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
-	21,  // 26: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
-	21,  // 27: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
-	21,  // 28: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
-	22,  // 29: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
-	24,  // 30: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
-	38,  // 31: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
-	42,  // 32: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
-	30,  // 33: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
-	31,  // 34: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
-	32,  // 35: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
-	33,  // 36: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
-	28,  // 37: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
-	29,  // 38: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
-	26,  // 39: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
-	25,  // 40: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
-	38,  // 41: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
-	56,  // 42: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
-	0,   // 43: owl.v1.EpochReport.role:type_name -> owl.v1.Role
-	37,  // 44: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
-	38,  // 45: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
-	36,  // 46: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
-	35,  // 47: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
-	91,  // 48: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
-	1,   // 49: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
-	51,  // 50: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
-	53,  // 51: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
-	54,  // 52: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
-	43,  // 53: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
-	45,  // 54: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
-	47,  // 55: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
-	41,  // 56: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
-	48,  // 57: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
-	49,  // 58: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
-	40,  // 59: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
-	50,  // 60: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
-	42,  // 61: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
-	52,  // 62: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
-	24,  // 63: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
-	3,   // 64: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
-	55,  // 65: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
-	0,   // 66: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
-	3,   // 67: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
-	56,  // 68: owl.v1.Path.selector:type_name -> owl.v1.Selector
-	59,  // 69: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
-	92,  // 70: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
-	38,  // 71: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
-	55,  // 72: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
-	92,  // 73: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 74: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
-	92,  // 75: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 76: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	76,  // 77: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	73,  // 78: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	92,  // 79: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 80: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
-	76,  // 81: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
-	73,  // 82: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
-	92,  // 83: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 84: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	4,   // 85: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
-	72,  // 86: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
-	92,  // 87: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 88: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
-	71,  // 89: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
-	71,  // 90: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
-	71,  // 91: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
-	19,  // 92: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
-	77,  // 93: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	92,  // 94: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	93,  // 95: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 96: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	38,  // 97: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	38,  // 98: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	37,  // 99: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	37,  // 100: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	92,  // 101: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	76,  // 102: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	35,  // 103: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	92,  // 104: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 105: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	80,  // 106: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	92,  // 107: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	35,  // 108: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	76,  // 109: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
-	92,  // 110: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 111: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 112: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	80,  // 113: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	35,  // 114: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	92,  // 115: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 116: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	92,  // 117: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	92,  // 118: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	92,  // 119: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	92,  // 120: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	87,  // 121: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	92,  // 122: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	90,  // 123: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	15,  // 124: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	57,  // 125: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	60,  // 126: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	62,  // 127: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	63,  // 128: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	65,  // 129: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	67,  // 130: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	69,  // 131: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	75,  // 132: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	78,  // 133: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	81,  // 134: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	83,  // 135: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	85,  // 136: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	88,  // 137: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	13,  // 138: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 139: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 140: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	39,  // 141: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	58,  // 142: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	61,  // 143: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	74,  // 144: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	64,  // 145: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	66,  // 146: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	68,  // 147: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	70,  // 148: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	77,  // 149: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	79,  // 150: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	82,  // 151: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	84,  // 152: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	86,  // 153: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	89,  // 154: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	14,  // 155: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 156: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 157: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	141, // [141:158] is the sub-list for method output_type
-	124, // [124:141] is the sub-list for method input_type
-	124, // [124:124] is the sub-list for extension type_name
-	124, // [124:124] is the sub-list for extension extendee
-	0,   // [0:124] is the sub-list for field type_name
+	15,  // 8: owl.v1.ExportRequest.blocks:type_name -> owl.v1.EpochBlock
+	15,  // 9: owl.v1.ExportRequest.epochs:type_name -> owl.v1.EpochBlock
+	14,  // 10: owl.v1.SizesResponse.paths:type_name -> owl.v1.HeldSizes
+	55,  // 11: owl.v1.HeldSizes.sizes:type_name -> owl.v1.PathAssignment
+	0,   // 12: owl.v1.TakePendingRequest.role:type_name -> owl.v1.Role
+	37,  // 13: owl.v1.TakePendingResponse.report:type_name -> owl.v1.EpochReport
+	26,  // 14: owl.v1.ProbeMessage.hello:type_name -> owl.v1.Hello
+	37,  // 15: owl.v1.ProbeMessage.report:type_name -> owl.v1.EpochReport
+	47,  // 16: owl.v1.ProbeMessage.fetch_reply:type_name -> owl.v1.FetchReply
+	49,  // 17: owl.v1.ProbeMessage.rebuild_reply:type_name -> owl.v1.RebuildReply
+	41,  // 18: owl.v1.ProbeMessage.clock:type_name -> owl.v1.ClockStatus
+	30,  // 19: owl.v1.ProbeMessage.colate:type_name -> owl.v1.ColateVector
+	23,  // 20: owl.v1.ProbeMessage.rtt:type_name -> owl.v1.RTTReport
+	20,  // 21: owl.v1.ProbeMessage.reorder:type_name -> owl.v1.ReorderReport
+	19,  // 22: owl.v1.ProbeMessage.sources_done:type_name -> owl.v1.SourcesDone
+	41,  // 23: owl.v1.ReorderReport.clock:type_name -> owl.v1.ClockStatus
+	21,  // 24: owl.v1.ReorderReport.prefixes:type_name -> owl.v1.ReorderStats
+	21,  // 25: owl.v1.ReorderReport.other:type_name -> owl.v1.ReorderStats
+	22,  // 26: owl.v1.ReorderReport.counters:type_name -> owl.v1.ReorderCounters
+	41,  // 27: owl.v1.RTTReport.clock:type_name -> owl.v1.ClockStatus
+	24,  // 28: owl.v1.RTTReport.kinds:type_name -> owl.v1.RTTSketch
+	24,  // 29: owl.v1.RTTReport.prefixes:type_name -> owl.v1.RTTSketch
+	24,  // 30: owl.v1.RTTReport.other:type_name -> owl.v1.RTTSketch
+	25,  // 31: owl.v1.RTTReport.counters:type_name -> owl.v1.RTTCounters
+	27,  // 32: owl.v1.Hello.params:type_name -> owl.v1.SynopsisParams
+	41,  // 33: owl.v1.Hello.clock:type_name -> owl.v1.ClockStatus
+	45,  // 34: owl.v1.Hello.unreleased:type_name -> owl.v1.EpochRef
+	33,  // 35: owl.v1.SynopsisParams.identity:type_name -> owl.v1.IdentityParams
+	34,  // 36: owl.v1.SynopsisParams.epoch:type_name -> owl.v1.EpochParams
+	35,  // 37: owl.v1.SynopsisParams.lda:type_name -> owl.v1.LDAParams
+	36,  // 38: owl.v1.SynopsisParams.rda:type_name -> owl.v1.RDAParams
+	31,  // 39: owl.v1.SynopsisParams.lds:type_name -> owl.v1.LDSParams
+	32,  // 40: owl.v1.SynopsisParams.flow_weights:type_name -> owl.v1.FlowWeight
+	29,  // 41: owl.v1.SynopsisParams.colate:type_name -> owl.v1.ColateParams
+	28,  // 42: owl.v1.SynopsisParams.sample:type_name -> owl.v1.SampleParams
+	41,  // 43: owl.v1.ColateVector.clock:type_name -> owl.v1.ClockStatus
+	59,  // 44: owl.v1.FlowWeight.selector:type_name -> owl.v1.Selector
+	0,   // 45: owl.v1.EpochReport.role:type_name -> owl.v1.Role
+	40,  // 46: owl.v1.EpochReport.counters:type_name -> owl.v1.Counters
+	41,  // 47: owl.v1.EpochReport.clock:type_name -> owl.v1.ClockStatus
+	39,  // 48: owl.v1.EpochReport.top_flows:type_name -> owl.v1.TopFlow
+	38,  // 49: owl.v1.TopFlow.flow:type_name -> owl.v1.FlowKey
+	94,  // 50: owl.v1.Counters.decode_failures:type_name -> owl.v1.Counters.DecodeFailuresEntry
+	1,   // 51: owl.v1.ClockStatus.state:type_name -> owl.v1.ClockState
+	54,  // 52: owl.v1.CollectorMessage.paths:type_name -> owl.v1.PathConfig
+	56,  // 53: owl.v1.CollectorMessage.ack:type_name -> owl.v1.Ack
+	57,  // 54: owl.v1.CollectorMessage.reject:type_name -> owl.v1.Reject
+	46,  // 55: owl.v1.CollectorMessage.fetch:type_name -> owl.v1.FetchRequest
+	48,  // 56: owl.v1.CollectorMessage.rebuild:type_name -> owl.v1.RebuildRequest
+	50,  // 57: owl.v1.CollectorMessage.rda_size:type_name -> owl.v1.RDASize
+	44,  // 58: owl.v1.CollectorMessage.release:type_name -> owl.v1.Release
+	51,  // 59: owl.v1.CollectorMessage.sample_rate:type_name -> owl.v1.SampleRate
+	52,  // 60: owl.v1.CollectorMessage.lds_size:type_name -> owl.v1.LDSSize
+	43,  // 61: owl.v1.CollectorMessage.pause:type_name -> owl.v1.Pause
+	53,  // 62: owl.v1.CollectorMessage.lda_size:type_name -> owl.v1.LDASize
+	45,  // 63: owl.v1.Release.epochs:type_name -> owl.v1.EpochRef
+	55,  // 64: owl.v1.PathConfig.paths:type_name -> owl.v1.PathAssignment
+	27,  // 65: owl.v1.PathConfig.params:type_name -> owl.v1.SynopsisParams
+	3,   // 66: owl.v1.PathConfig.accepts:type_name -> owl.v1.Reject.Kind
+	58,  // 67: owl.v1.PathAssignment.path:type_name -> owl.v1.Path
+	0,   // 68: owl.v1.PathAssignment.role:type_name -> owl.v1.Role
+	3,   // 69: owl.v1.Reject.kind:type_name -> owl.v1.Reject.Kind
+	59,  // 70: owl.v1.Path.selector:type_name -> owl.v1.Selector
+	62,  // 71: owl.v1.ListProbesResponse.probes:type_name -> owl.v1.ProbeInfo
+	95,  // 72: owl.v1.ProbeInfo.last_seen:type_name -> google.protobuf.Timestamp
+	41,  // 73: owl.v1.ProbeInfo.clock:type_name -> owl.v1.ClockStatus
+	58,  // 74: owl.v1.ListPathsResponse.paths:type_name -> owl.v1.Path
+	95,  // 75: owl.v1.GetPathStatsRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 76: owl.v1.GetPathStatsRequest.to:type_name -> google.protobuf.Timestamp
+	95,  // 77: owl.v1.GetPathDelayDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 78: owl.v1.GetPathDelayDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	79,  // 79: owl.v1.GetPathDelayDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	76,  // 80: owl.v1.GetPathDelayDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	95,  // 81: owl.v1.GetRTTDistributionRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 82: owl.v1.GetRTTDistributionRequest.to:type_name -> google.protobuf.Timestamp
+	79,  // 83: owl.v1.GetRTTDistributionResponse.quantiles:type_name -> owl.v1.DelayQuantile
+	76,  // 84: owl.v1.GetRTTDistributionResponse.cdf:type_name -> owl.v1.CDFPoint
+	95,  // 85: owl.v1.TopRTTPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 86: owl.v1.TopRTTPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 87: owl.v1.TopRTTPrefixesRequest.order_by:type_name -> owl.v1.TopRTTPrefixesRequest.Order
+	75,  // 88: owl.v1.TopRTTPrefixesResponse.prefixes:type_name -> owl.v1.RTTPrefix
+	95,  // 89: owl.v1.ListReorderedPrefixesRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 90: owl.v1.ListReorderedPrefixesRequest.to:type_name -> google.protobuf.Timestamp
+	74,  // 91: owl.v1.ListReorderedPrefixesResponse.prefixes:type_name -> owl.v1.ReorderedPrefix
+	74,  // 92: owl.v1.ListReorderedPrefixesResponse.other:type_name -> owl.v1.ReorderedPrefix
+	74,  // 93: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
+	22,  // 94: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
+	80,  // 95: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
+	95,  // 96: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	96,  // 97: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 98: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	41,  // 99: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	41,  // 100: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	40,  // 101: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	40,  // 102: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	95,  // 103: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	79,  // 104: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	38,  // 105: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	95,  // 106: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 107: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	83,  // 108: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	95,  // 109: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	38,  // 110: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	79,  // 111: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
+	95,  // 112: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 113: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 114: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	83,  // 115: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	38,  // 116: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	95,  // 117: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 118: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	95,  // 119: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	95,  // 120: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	95,  // 121: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 122: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	90,  // 123: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	95,  // 124: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	93,  // 125: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	18,  // 126: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	60,  // 127: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	63,  // 128: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	65,  // 129: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	66,  // 130: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	68,  // 131: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	70,  // 132: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	72,  // 133: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	78,  // 134: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	81,  // 135: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	84,  // 136: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	86,  // 137: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	88,  // 138: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	91,  // 139: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	16,  // 140: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 141: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 142: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	12,  // 143: owl.v1.ClusterService.Sizes:input_type -> owl.v1.SizesRequest
+	42,  // 144: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	61,  // 145: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	64,  // 146: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	77,  // 147: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	67,  // 148: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	69,  // 149: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	71,  // 150: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	73,  // 151: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	80,  // 152: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	82,  // 153: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	85,  // 154: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	87,  // 155: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	89,  // 156: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	92,  // 157: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	17,  // 158: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 159: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 160: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	13,  // 161: owl.v1.ClusterService.Sizes:output_type -> owl.v1.SizesResponse
+	144, // [144:162] is the sub-list for method output_type
+	126, // [126:144] is the sub-list for method input_type
+	126, // [126:126] is the sub-list for extension type_name
+	126, // [126:126] is the sub-list for extension extendee
+	0,   // [0:126] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
@@ -8806,7 +8973,7 @@ func file_owl_v1_owl_proto_init() {
 	if File_owl_v1_owl_proto != nil {
 		return
 	}
-	file_owl_v1_owl_proto_msgTypes[9].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[12].OneofWrappers = []any{
 		(*ProbeMessage_Hello)(nil),
 		(*ProbeMessage_Report)(nil),
 		(*ProbeMessage_FetchReply)(nil),
@@ -8817,7 +8984,7 @@ func file_owl_v1_owl_proto_init() {
 		(*ProbeMessage_Reorder)(nil),
 		(*ProbeMessage_SourcesDone)(nil),
 	}
-	file_owl_v1_owl_proto_msgTypes[33].OneofWrappers = []any{
+	file_owl_v1_owl_proto_msgTypes[36].OneofWrappers = []any{
 		(*CollectorMessage_Paths)(nil),
 		(*CollectorMessage_Ack)(nil),
 		(*CollectorMessage_Reject)(nil),
@@ -8836,7 +9003,7 @@ func file_owl_v1_owl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_owl_v1_owl_proto_rawDesc), len(file_owl_v1_owl_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   86,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -748,6 +748,7 @@ const (
 	ClusterService_TakePending_FullMethodName = "/owl.v1.ClusterService/TakePending"
 	ClusterService_Replicate_FullMethodName   = "/owl.v1.ClusterService/Replicate"
 	ClusterService_Export_FullMethodName      = "/owl.v1.ClusterService/Export"
+	ClusterService_Sizes_FullMethodName       = "/owl.v1.ClusterService/Sizes"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -771,6 +772,13 @@ type ClusterServiceClient interface {
 	// where the caller's results differ from this member's (ExportRequest),
 	// for a member catching up after it was away or a copy was lost.
 	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EpochCopy], error)
+	// Sizes gives the synopsis sizes this member holds of the paths named
+	// (those it holds none of beyond the defaults are left out). A member
+	// that takes paths over holding no sizes of them (it joined the
+	// cluster, or came back on an empty data directory) asks before it
+	// gives its probes their configuration: the probes go on with the
+	// sizes the path's earlier owner chose, not the defaults.
+	Sizes(ctx context.Context, in *SizesRequest, opts ...grpc.CallOption) (*SizesResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -820,6 +828,16 @@ func (c *clusterServiceClient) Export(ctx context.Context, in *ExportRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ClusterService_ExportClient = grpc.ServerStreamingClient[EpochCopy]
 
+func (c *clusterServiceClient) Sizes(ctx context.Context, in *SizesRequest, opts ...grpc.CallOption) (*SizesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SizesResponse)
+	err := c.cc.Invoke(ctx, ClusterService_Sizes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -841,6 +859,13 @@ type ClusterServiceServer interface {
 	// where the caller's results differ from this member's (ExportRequest),
 	// for a member catching up after it was away or a copy was lost.
 	Export(*ExportRequest, grpc.ServerStreamingServer[EpochCopy]) error
+	// Sizes gives the synopsis sizes this member holds of the paths named
+	// (those it holds none of beyond the defaults are left out). A member
+	// that takes paths over holding no sizes of them (it joined the
+	// cluster, or came back on an empty data directory) asks before it
+	// gives its probes their configuration: the probes go on with the
+	// sizes the path's earlier owner chose, not the defaults.
+	Sizes(context.Context, *SizesRequest) (*SizesResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -859,6 +884,9 @@ func (UnimplementedClusterServiceServer) Replicate(context.Context, *ReplicateRe
 }
 func (UnimplementedClusterServiceServer) Export(*ExportRequest, grpc.ServerStreamingServer[EpochCopy]) error {
 	return status.Error(codes.Unimplemented, "method Export not implemented")
+}
+func (UnimplementedClusterServiceServer) Sizes(context.Context, *SizesRequest) (*SizesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Sizes not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -928,6 +956,24 @@ func _ClusterService_Export_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ClusterService_ExportServer = grpc.ServerStreamingServer[EpochCopy]
 
+func _ClusterService_Sizes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SizesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).Sizes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_Sizes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).Sizes(ctx, req.(*SizesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -942,6 +988,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Replicate",
 			Handler:    _ClusterService_Replicate_Handler,
+		},
+		{
+			MethodName: "Sizes",
+			Handler:    _ClusterService_Sizes_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
