@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -177,9 +178,12 @@ func TestHandOverAfterJoin(t *testing.T) {
 // left and come back on another gRPC address, its results again: the
 // watch follows the members. (It watched the members of its start only,
 // and missed every result of a member that joined or restarted later.)
+// Results the member computed before the watch reached it come too: the
+// watch asks for those computed since it was listed, or since its last
+// watch ended.
 func TestWatchFollowsMembers(t *testing.T) {
 	defer func(d time.Duration) { watchFollow = d }(watchFollow)
-	watchFollow = 50 * time.Millisecond
+	watchFollow = 500 * time.Millisecond
 	path := heldBy(t, []string{"c0", "c1"}, "c1")
 	cfg := replicaConfig(t, path)
 	c0, a0 := runMember(t, cfg, "c0", "")
@@ -200,13 +204,77 @@ func TestWatchFollowsMembers(t *testing.T) {
 		cfg.DataDir = t.TempDir()
 		c1, _, stop := startMember(t, cfg, "c1", a0.Gossip)
 		waitMembers(t, 2, c0, c1)
-		// Results computed before c0's watch reaches c1 are not its to see.
-		waitFor(t, "c0's watch to reach c1", func() bool { return c1.watchers.watched(path) })
+		// Computed before c0's watch reaches c1 (mostly: c0 looks every
+		// half second), and relayed all the same (since).
 		pairEpochs(t, c1, path, epochs)
+		t.Logf("round %d: c0's watch had reached c1 when its epochs were computed: %t", i, c1.watchers.watched(path))
 		watchUntil(t, watch, fmt.Sprintf("c1's epoch %d through the watch on c0 (round %d)", epochs, i), func(got map[int64]*owlv1.PathStats) bool {
 			return got[int64(epochs)] != nil
 		})
 		stop()
 		waitMembers(t, 1, c0)
+	}
+}
+
+// TestWatchSince: a watch with since gets first the stored results
+// computed since then, of the member it is opened on (c0 holds copies, as
+// the path's replica) and of the others (c1, the owner), each once, and
+// not those computed before; then the new ones.
+func TestWatchSince(t *testing.T) {
+	path := heldBy(t, []string{"c0", "c1"}, "c1", "c0")
+	cfg := replicaConfig(t, path)
+	c0, a0 := runMember(t, cfg, "c0", "")
+	cfg.DataDir = t.TempDir()
+	c1, _ := runMember(t, cfg, "c1", a0.Gossip)
+	waitMembers(t, 2, c0, c1)
+	older := pairEpochs(t, c1, path, 2)
+	since := time.Now()
+	time.Sleep(10 * time.Millisecond)
+	up, down := flowReports(t, c1.cfg, path, 3)
+	for probe, r := range map[string]*owlv1.EpochReport{"a": up, "b": down} {
+		if err := c1.report(probe, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third := waitResult(t, c1, path, 3, anyResult)
+	waitFor(t, "c0's copies", func() bool { return sameResults(c0.store, append(older, third)) })
+
+	conn, err := grpc.NewClient(a0.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := owlv1.NewQueryServiceClient(conn)
+	if _, err := q.WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Since: &timestamppb.Timestamp{Nanos: -1}}); err != nil {
+		t.Fatal(err) // the error comes with the stream's first message
+	}
+	watch, err := q.WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: path, Since: timestamppb.New(since)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for len(got) == 0 || got[len(got)-1] != 4 {
+		r, err := watch.Recv()
+		if err != nil {
+			t.Fatalf("watching: %v (got epochs %v)", err, got)
+		}
+		got = append(got, r.GetEpoch())
+		if r.GetEpoch() == 3 && slices.Contains(got[:len(got)-1], 3) {
+			t.Errorf("epoch 3 came twice: %v", got)
+		}
+		if len(got) == 1 {
+			waitFor(t, "c0's watch to reach c1", func() bool { return c1.watchers.watched(path) })
+			up, down := flowReports(t, c1.cfg, path, 4)
+			for probe, r := range map[string]*owlv1.EpochReport{"a": up, "b": down} {
+				if err := c1.report(probe, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if got[0] != 3 || slices.Contains(got, 1) || slices.Contains(got, 2) {
+		t.Errorf("watch since epoch 3's computation gave epochs %v, want 3 first, then 4, and neither 1 nor 2", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -112,11 +113,26 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 		return status.Errorf(codes.ResourceExhausted, "%d WatchPathStats streams are open already (limits.max_watchers): watch again later", s.c.cfg.Limits.MaxWatchers)
 	}
 	defer s.c.watchers.leave()
+	if err := req.GetSince().CheckValid(); req.GetSince() != nil && err != nil {
+		return status.Errorf(codes.InvalidArgument, "since: %v", err)
+	}
 	ch := s.c.watchers.watch(req.GetPath())
 	defer s.c.watchers.unwatch(ch)
 	if s.c.cl != nil && !forwarded(stream.Context()) {
 		// Results are computed by each path's owner: watch them all.
 		go s.c.forwardWatches(stream.Context(), req, ch)
+	}
+	// sent are the stored results sent for since, by path and epoch, with
+	// their computed times: the same result coming new is not sent again.
+	sent := map[store.EpochRef]int64{}
+	if req.GetSince() != nil {
+		err := s.c.storedSince(req.GetPath(), req.GetSince().AsTime(), func(r *owlv1.PathStats) error {
+			sent[store.EpochRef{Path: r.GetPath(), Epoch: r.GetEpoch()}] = r.GetComputed().AsTime().UnixNano()
+			return stream.Send(r)
+		})
+		if err != nil {
+			return err
+		}
 	}
 	for {
 		select {
@@ -126,11 +142,54 @@ func (s queryService) WatchPathStats(req *owlv1.WatchPathStatsRequest, stream ow
 			if !ok {
 				return status.Error(codes.ResourceExhausted, "watcher fell behind and was cut off; watch again")
 			}
+			if at, ok := sent[store.EpochRef{Path: r.GetPath(), Epoch: r.GetEpoch()}]; ok && at == r.GetComputed().AsTime().UnixNano() {
+				continue
+			}
 			if err := stream.Send(r); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// watchSinceMax is how far back WatchPathStats's since reaches.
+const watchSinceMax = time.Minute
+
+// storedSince calls fn with each stored result of path ("": of every path)
+// computed at or after since (at most watchSinceMax ago), each path's
+// oldest first. It reads each path's newest results, as many as there are
+// epochs from a pair timeout before since until now, and three more
+// (boundary matching changes the epoch before; the newest may be ahead).
+func (c *Collector) storedSince(path string, since time.Time, fn func(*owlv1.PathStats) error) error {
+	now := c.now()
+	since = maxTime(since, now.Add(-watchSinceMax))
+	n := int((now.Sub(since)+c.cfg.PairTimeout)/max(c.cfg.Params.Epoch.Length, time.Millisecond)) + 3
+	for _, p := range c.pathList {
+		if path != "" && p.Name != path {
+			continue
+		}
+		res, err := c.store.Results(p.Name, math.MinInt64/2, math.MaxInt64/2, min(n, maxResults))
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		for _, r := range res {
+			if r.GetComputed() == nil || r.GetComputed().AsTime().Before(since) {
+				continue
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // watchFollow is how often a watch looks for members it does not watch
@@ -142,14 +201,24 @@ var watchFollow = time.Second
 // comes back, is watched from then on, and a member's watch that ends is
 // opened again while the member is listed. (A watch opened once, on the
 // members of its start, missed every result of a member that joined
-// later or had restarted.)
+// later or had restarted.) A member watched again, or first listed after
+// the watch began, is asked for the results it stored meanwhile (since):
+// from when its last watch ended, or from a follow interval before it
+// was first listed, less watchMargin for the members' clocks.
 func (c *Collector) forwardWatches(ctx context.Context, req *owlv1.WatchPathStatsRequest, ch chan *owlv1.PathStats) {
 	var mu sync.Mutex
 	open := map[string]bool{}   // members watched now, by gRPC address
 	warned := map[string]bool{} // members not answering, said once
+	// from is, by member name, when its results not yet relayed begin:
+	// when its last watch ended, or when it was first listed (less a
+	// follow interval; the watch's start for those listed then); ended
+	// says a watch of it was opened and ended.
+	started := c.now()
+	from := map[string]time.Time{}
+	ended := map[string]bool{}
 	tick := time.NewTicker(watchFollow)
 	defer tick.Stop()
-	for {
+	for round0 := true; ; round0 = false {
 		for _, m := range c.cl.Members() {
 			if m.Self {
 				continue
@@ -157,14 +226,35 @@ func (c *Collector) forwardWatches(ctx context.Context, req *owlv1.WatchPathStat
 			mu.Lock()
 			watching := open[m.GRPC]
 			open[m.GRPC] = true
+			at, known := from[m.Name]
+			if !known {
+				at = started
+				if !round0 {
+					at = c.now().Add(-watchFollow)
+				}
+				from[m.Name] = at
+			}
+			relayed := ended[m.Name]
 			mu.Unlock()
 			if watching {
 				continue
 			}
+			r := req
+			if known || !round0 {
+				r = proto.CloneOf(req)
+				since := at.Add(-watchMargin)
+				if s := req.GetSince(); s != nil && !relayed && s.AsTime().Before(since) {
+					since = s.AsTime() // none relayed yet: from the watcher's since
+				}
+				r.Since = timestamppb.New(since)
+			}
 			go func() {
-				err := c.forwardWatch(ctx, m, req, ch)
+				err := c.forwardWatch(ctx, m, r, ch)
 				mu.Lock()
 				delete(open, m.GRPC)
+				if err == nil {
+					from[m.Name], ended[m.Name] = c.now(), true // opened, then ended
+				}
 				first := err != nil && !warned[m.GRPC]
 				warned[m.GRPC] = err != nil
 				mu.Unlock()
@@ -182,6 +272,10 @@ func (c *Collector) forwardWatches(ctx context.Context, req *owlv1.WatchPathStat
 		}
 	}
 }
+
+// watchMargin is how much earlier than it ended a member's watch is
+// opened again from (since): the members' clocks differ that much at most.
+const watchMargin = time.Second
 
 // forwardWatch relays one member's results to ch until its stream or ctx
 // ends. It returns nil if the stream ended after it was opened.

@@ -300,6 +300,9 @@ func (wk *worker) matchBoundaries(w *epochWork, sw *store.Write) {
 	}
 	sw.Boundaries = append(sw.Boundaries, store.Boundary{EpochRef: ref(epoch), Data: bd.encode()})
 	sw.DropBoundaries = append(sw.DropBoundaries, ref(epoch-boundaryKeep))
+	for _, u := range w.updated {
+		u.Computed = timestamppb.New(wk.now()) // changed: a watcher's since finds it
+	}
 	sw.Results = append(sw.Results, w.updated...)
 }
 

@@ -6233,7 +6233,14 @@ func (x *GetPathStatsResponse) GetNote() string {
 type WatchPathStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path filters by path; empty watches every path.
-	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// since, when set, asks first for the stored results computed (or
+	// changed by boundary matching) at or after it, of epochs from
+	// pair_timeout before it on, then for the new ones: a watcher that was
+	// cut off watches again from the computed time of the last result it
+	// got and misses none (one may come twice). It reaches a minute back
+	// at most; older results are GetPathStats's.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6273,6 +6280,13 @@ func (x *WatchPathStatsRequest) GetPath() string {
 		return x.Path
 	}
 	return ""
+}
+
+func (x *WatchPathStatsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
 }
 
 // PathStats is the result of one path and epoch.
@@ -6399,7 +6413,8 @@ type PathStats struct {
 	DownstreamCounters *Counters    `protobuf:"bytes,17,opt,name=downstream_counters,json=downstreamCounters,proto3" json:"downstream_counters,omitempty"`
 	// bytes is the size of the two reports' synopses.
 	Bytes uint64 `protobuf:"varint,18,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	// computed is when the collector computed the result.
+	// computed is when the collector computed the result, or last changed
+	// it by matching packets across the epoch's boundary.
 	Computed *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=computed,proto3" json:"computed,omitempty"`
 	// RDA reconciliation. lost (above) counts packets sent in this epoch
 	// that never arrived, after boundary matching.
@@ -8468,9 +8483,10 @@ const file_owl_v1_owl_proto_rawDesc = "" +
 	"\bfraction\x18\x02 \x01(\x01R\bfraction\"S\n" +
 	"\x14GetPathStatsResponse\x12'\n" +
 	"\x05stats\x18\x01 \x03(\v2\x11.owl.v1.PathStatsR\x05stats\x12\x12\n" +
-	"\x04note\x18\x02 \x01(\tR\x04note\"+\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"]\n" +
 	"\x15WatchPathStatsRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"\x98\x01\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\x98\x01\n" +
 	"\rDelayQuantile\x12\f\n" +
 	"\x01q\x18\x01 \x01(\x01R\x01q\x12\x19\n" +
 	"\bvalue_ns\x18\x02 \x01(\x01R\avalueNs\x12\x13\n" +
@@ -8895,77 +8911,78 @@ var file_owl_v1_owl_proto_depIdxs = []int32{
 	74,  // 93: owl.v1.ListReorderedPrefixesResponse.total:type_name -> owl.v1.ReorderedPrefix
 	22,  // 94: owl.v1.ListReorderedPrefixesResponse.counters:type_name -> owl.v1.ReorderCounters
 	80,  // 95: owl.v1.GetPathStatsResponse.stats:type_name -> owl.v1.PathStats
-	95,  // 96: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
-	96,  // 97: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
-	2,   // 98: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
-	41,  // 99: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
-	41,  // 100: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
-	40,  // 101: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
-	40,  // 102: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
-	95,  // 103: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
-	79,  // 104: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
-	38,  // 105: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
-	95,  // 106: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
-	95,  // 107: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
-	83,  // 108: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
-	95,  // 109: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
-	38,  // 110: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
-	79,  // 111: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
-	95,  // 112: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
-	95,  // 113: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
-	5,   // 114: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
-	83,  // 115: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
-	38,  // 116: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
-	95,  // 117: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
-	95,  // 118: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
-	95,  // 119: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
-	95,  // 120: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
-	95,  // 121: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
-	95,  // 122: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
-	90,  // 123: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
-	95,  // 124: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
-	93,  // 125: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
-	18,  // 126: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
-	60,  // 127: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
-	63,  // 128: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
-	65,  // 129: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
-	66,  // 130: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
-	68,  // 131: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
-	70,  // 132: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
-	72,  // 133: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
-	78,  // 134: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
-	81,  // 135: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
-	84,  // 136: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
-	86,  // 137: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
-	88,  // 138: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
-	91,  // 139: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
-	16,  // 140: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
-	9,   // 141: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
-	11,  // 142: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
-	12,  // 143: owl.v1.ClusterService.Sizes:input_type -> owl.v1.SizesRequest
-	42,  // 144: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
-	61,  // 145: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
-	64,  // 146: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
-	77,  // 147: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
-	67,  // 148: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
-	69,  // 149: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
-	71,  // 150: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
-	73,  // 151: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
-	80,  // 152: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
-	82,  // 153: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
-	85,  // 154: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
-	87,  // 155: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
-	89,  // 156: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
-	92,  // 157: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
-	17,  // 158: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
-	10,  // 159: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
-	6,   // 160: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
-	13,  // 161: owl.v1.ClusterService.Sizes:output_type -> owl.v1.SizesResponse
-	144, // [144:162] is the sub-list for method output_type
-	126, // [126:144] is the sub-list for method input_type
-	126, // [126:126] is the sub-list for extension type_name
-	126, // [126:126] is the sub-list for extension extendee
-	0,   // [0:126] is the sub-list for field type_name
+	95,  // 96: owl.v1.WatchPathStatsRequest.since:type_name -> google.protobuf.Timestamp
+	95,  // 97: owl.v1.PathStats.start:type_name -> google.protobuf.Timestamp
+	96,  // 98: owl.v1.PathStats.length:type_name -> google.protobuf.Duration
+	2,   // 99: owl.v1.PathStats.status:type_name -> owl.v1.ResultStatus
+	41,  // 100: owl.v1.PathStats.upstream_clock:type_name -> owl.v1.ClockStatus
+	41,  // 101: owl.v1.PathStats.downstream_clock:type_name -> owl.v1.ClockStatus
+	40,  // 102: owl.v1.PathStats.upstream_counters:type_name -> owl.v1.Counters
+	40,  // 103: owl.v1.PathStats.downstream_counters:type_name -> owl.v1.Counters
+	95,  // 104: owl.v1.PathStats.computed:type_name -> google.protobuf.Timestamp
+	79,  // 105: owl.v1.PathStats.quantiles:type_name -> owl.v1.DelayQuantile
+	38,  // 106: owl.v1.GetFlowStatsRequest.flow:type_name -> owl.v1.FlowKey
+	95,  // 107: owl.v1.GetFlowStatsRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 108: owl.v1.GetFlowStatsRequest.to:type_name -> google.protobuf.Timestamp
+	83,  // 109: owl.v1.GetFlowStatsResponse.stats:type_name -> owl.v1.FlowStats
+	95,  // 110: owl.v1.FlowStats.start:type_name -> google.protobuf.Timestamp
+	38,  // 111: owl.v1.FlowStats.flow:type_name -> owl.v1.FlowKey
+	79,  // 112: owl.v1.FlowStats.quantiles:type_name -> owl.v1.DelayQuantile
+	95,  // 113: owl.v1.TopFlowsRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 114: owl.v1.TopFlowsRequest.to:type_name -> google.protobuf.Timestamp
+	5,   // 115: owl.v1.TopFlowsRequest.order_by:type_name -> owl.v1.TopFlowsRequest.Order
+	83,  // 116: owl.v1.TopFlowsResponse.flows:type_name -> owl.v1.FlowStats
+	38,  // 117: owl.v1.GetFlowLatencyHistoricRequest.flow:type_name -> owl.v1.FlowKey
+	95,  // 118: owl.v1.GetFlowLatencyHistoricRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 119: owl.v1.GetFlowLatencyHistoricRequest.to:type_name -> google.protobuf.Timestamp
+	95,  // 120: owl.v1.GetFlowLatencyHistoricResponse.first:type_name -> google.protobuf.Timestamp
+	95,  // 121: owl.v1.GetFlowLatencyHistoricResponse.last:type_name -> google.protobuf.Timestamp
+	95,  // 122: owl.v1.ListColateVectorsRequest.from:type_name -> google.protobuf.Timestamp
+	95,  // 123: owl.v1.ListColateVectorsRequest.to:type_name -> google.protobuf.Timestamp
+	90,  // 124: owl.v1.ListColateVectorsResponse.vectors:type_name -> owl.v1.ColateVectorInfo
+	95,  // 125: owl.v1.ColateVectorInfo.start:type_name -> google.protobuf.Timestamp
+	93,  // 126: owl.v1.ListCollectorsResponse.collectors:type_name -> owl.v1.CollectorInfo
+	18,  // 127: owl.v1.ProbeService.Connect:input_type -> owl.v1.ProbeMessage
+	60,  // 128: owl.v1.QueryService.ListProbes:input_type -> owl.v1.ListProbesRequest
+	63,  // 129: owl.v1.QueryService.ListPaths:input_type -> owl.v1.ListPathsRequest
+	65,  // 130: owl.v1.QueryService.GetPathStats:input_type -> owl.v1.GetPathStatsRequest
+	66,  // 131: owl.v1.QueryService.GetPathDelayDistribution:input_type -> owl.v1.GetPathDelayDistributionRequest
+	68,  // 132: owl.v1.QueryService.GetRTTDistribution:input_type -> owl.v1.GetRTTDistributionRequest
+	70,  // 133: owl.v1.QueryService.TopRTTPrefixes:input_type -> owl.v1.TopRTTPrefixesRequest
+	72,  // 134: owl.v1.QueryService.ListReorderedPrefixes:input_type -> owl.v1.ListReorderedPrefixesRequest
+	78,  // 135: owl.v1.QueryService.WatchPathStats:input_type -> owl.v1.WatchPathStatsRequest
+	81,  // 136: owl.v1.QueryService.GetFlowStats:input_type -> owl.v1.GetFlowStatsRequest
+	84,  // 137: owl.v1.QueryService.TopFlows:input_type -> owl.v1.TopFlowsRequest
+	86,  // 138: owl.v1.QueryService.GetFlowLatencyHistoric:input_type -> owl.v1.GetFlowLatencyHistoricRequest
+	88,  // 139: owl.v1.QueryService.ListColateVectors:input_type -> owl.v1.ListColateVectorsRequest
+	91,  // 140: owl.v1.QueryService.ListCollectors:input_type -> owl.v1.ListCollectorsRequest
+	16,  // 141: owl.v1.ClusterService.TakePending:input_type -> owl.v1.TakePendingRequest
+	9,   // 142: owl.v1.ClusterService.Replicate:input_type -> owl.v1.ReplicateRequest
+	11,  // 143: owl.v1.ClusterService.Export:input_type -> owl.v1.ExportRequest
+	12,  // 144: owl.v1.ClusterService.Sizes:input_type -> owl.v1.SizesRequest
+	42,  // 145: owl.v1.ProbeService.Connect:output_type -> owl.v1.CollectorMessage
+	61,  // 146: owl.v1.QueryService.ListProbes:output_type -> owl.v1.ListProbesResponse
+	64,  // 147: owl.v1.QueryService.ListPaths:output_type -> owl.v1.ListPathsResponse
+	77,  // 148: owl.v1.QueryService.GetPathStats:output_type -> owl.v1.GetPathStatsResponse
+	67,  // 149: owl.v1.QueryService.GetPathDelayDistribution:output_type -> owl.v1.GetPathDelayDistributionResponse
+	69,  // 150: owl.v1.QueryService.GetRTTDistribution:output_type -> owl.v1.GetRTTDistributionResponse
+	71,  // 151: owl.v1.QueryService.TopRTTPrefixes:output_type -> owl.v1.TopRTTPrefixesResponse
+	73,  // 152: owl.v1.QueryService.ListReorderedPrefixes:output_type -> owl.v1.ListReorderedPrefixesResponse
+	80,  // 153: owl.v1.QueryService.WatchPathStats:output_type -> owl.v1.PathStats
+	82,  // 154: owl.v1.QueryService.GetFlowStats:output_type -> owl.v1.GetFlowStatsResponse
+	85,  // 155: owl.v1.QueryService.TopFlows:output_type -> owl.v1.TopFlowsResponse
+	87,  // 156: owl.v1.QueryService.GetFlowLatencyHistoric:output_type -> owl.v1.GetFlowLatencyHistoricResponse
+	89,  // 157: owl.v1.QueryService.ListColateVectors:output_type -> owl.v1.ListColateVectorsResponse
+	92,  // 158: owl.v1.QueryService.ListCollectors:output_type -> owl.v1.ListCollectorsResponse
+	17,  // 159: owl.v1.ClusterService.TakePending:output_type -> owl.v1.TakePendingResponse
+	10,  // 160: owl.v1.ClusterService.Replicate:output_type -> owl.v1.ReplicateResponse
+	6,   // 161: owl.v1.ClusterService.Export:output_type -> owl.v1.EpochCopy
+	13,  // 162: owl.v1.ClusterService.Sizes:output_type -> owl.v1.SizesResponse
+	145, // [145:163] is the sub-list for method output_type
+	127, // [127:145] is the sub-list for method input_type
+	127, // [127:127] is the sub-list for extension type_name
+	127, // [127:127] is the sub-list for extension extendee
+	0,   // [0:127] is the sub-list for field type_name
 }
 
 func init() { file_owl_v1_owl_proto_init() }
