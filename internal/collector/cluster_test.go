@@ -17,7 +17,9 @@ import (
 	"github.com/owl-latency/owl/internal/netpath"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -187,17 +189,7 @@ func TestWatchFollowsMembers(t *testing.T) {
 	path := heldBy(t, []string{"c0", "c1"}, "c1")
 	cfg := replicaConfig(t, path)
 	c0, a0 := runMember(t, cfg, "c0", "")
-	conn, err := grpc.NewClient(a0.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
+	watch := watchOn(t, a0.GRPC, &owlv1.WatchPathStatsRequest{Path: path})
 	waitFor(t, "the watch to open on c0", func() bool { return c0.watchers.watched(path) })
 
 	for i, epochs := range []int{1, 2} { // c1 joins; c1 comes back
@@ -230,30 +222,15 @@ func TestWatchSince(t *testing.T) {
 	older := pairEpochs(t, c1, path, 2)
 	since := time.Now()
 	time.Sleep(10 * time.Millisecond)
-	up, down := flowReports(t, c1.cfg, path, 3)
-	for probe, r := range map[string]*owlv1.EpochReport{"a": up, "b": down} {
-		if err := c1.report(probe, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendEpoch(t, c1, path, 3)
 	third := waitResult(t, c1, path, 3, anyResult)
 	waitFor(t, "c0's copies", func() bool { return sameResults(c0.store, append(older, third)) })
 
-	conn, err := grpc.NewClient(a0.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	bad := watchOn(t, a0.GRPC, &owlv1.WatchPathStatsRequest{Since: &timestamppb.Timestamp{Nanos: -1}})
+	if _, err := bad.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a watch since an invalid time: %v, want InvalidArgument", err)
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	q := owlv1.NewQueryServiceClient(conn)
-	if _, err := q.WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Since: &timestamppb.Timestamp{Nanos: -1}}); err != nil {
-		t.Fatal(err) // the error comes with the stream's first message
-	}
-	watch, err := q.WatchPathStats(ctx, &owlv1.WatchPathStatsRequest{Path: path, Since: timestamppb.New(since)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	watch := watchOn(t, a0.GRPC, &owlv1.WatchPathStatsRequest{Path: path, Since: timestamppb.New(since)})
 	var got []int64
 	for len(got) == 0 || got[len(got)-1] != 4 {
 		r, err := watch.Recv()
@@ -266,15 +243,27 @@ func TestWatchSince(t *testing.T) {
 		}
 		if len(got) == 1 {
 			waitFor(t, "c0's watch to reach c1", func() bool { return c1.watchers.watched(path) })
-			up, down := flowReports(t, c1.cfg, path, 4)
-			for probe, r := range map[string]*owlv1.EpochReport{"a": up, "b": down} {
-				if err := c1.report(probe, r); err != nil {
-					t.Fatal(err)
-				}
-			}
+			sendEpoch(t, c1, path, 4)
 		}
 	}
 	if got[0] != 3 || slices.Contains(got, 1) || slices.Contains(got, 2) {
 		t.Errorf("watch since epoch 3's computation gave epochs %v, want 3 first, then 4, and neither 1 nor 2", got)
 	}
+}
+
+// watchOn opens a watch on the collector at addr, for the test's length.
+func watchOn(t *testing.T, addr string, req *owlv1.WatchPathStatsRequest) owlv1.QueryService_WatchPathStatsClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	watch, err := owlv1.NewQueryServiceClient(conn).WatchPathStats(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return watch
 }

@@ -112,16 +112,22 @@ func pairEpochs(t *testing.T, c *Collector, path string, n int) []*owlv1.PathSta
 	t.Helper()
 	var out []*owlv1.PathStats
 	for e := int64(1); e <= int64(n); e++ {
-		up, down := flowReports(t, c.cfg, path, e)
-		if err := c.report("a", up); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.report("b", down); err != nil {
-			t.Fatal(err)
-		}
+		sendEpoch(t, c, path, e)
 		out = append(out, waitResult(t, c, path, e, anyResult))
 	}
 	return out
+}
+
+// sendEpoch reports both sides of an epoch of path to c (flowReports).
+func sendEpoch(t *testing.T, c *Collector, path string, epoch int64) {
+	t.Helper()
+	up, down := flowReports(t, c.cfg, path, epoch)
+	if err := c.report("a", up); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.report("b", down); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // sameResults says whether results in st are those of want, each equal.
