@@ -66,8 +66,9 @@ func (c *Collector) owner(key string) (cluster.Member, bool) {
 // startCluster joins the cluster and, once joined and on every change of
 // its members, takes the sizes of paths it came to own from the members
 // that hold them (takeOverSizes), sends each connected probe its path
-// configuration again (the owners may have moved), takes the copies of lone sides of the
-// paths it owns now (promote), and asks for a round of catch-up.
+// configuration again (the owners may have moved), takes the copies of
+// lone sides of the paths it owns now (promote), and asks for a round of
+// catch-up.
 func (c *Collector) startCluster(ctx context.Context, grpcAddr string) error {
 	adv := c.cfg.Cluster.GRPCAdvertise
 	if adv == "" {
