@@ -277,7 +277,7 @@ func TestBlockedStreamDoesNotDelayOthers(t *testing.T) {
 	}
 	long := strings.Repeat("x", 4000)
 	go func() {
-		for i := range 2 * outboxSize {
+		for i := range 2 * outboxMin {
 			if st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: report(long, int64(i), owlv1.Role_ROLE_UPSTREAM, up)}}) != nil {
 				return
 			}

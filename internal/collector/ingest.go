@@ -44,7 +44,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	if p, ok := peer.FromContext(stream.Context()); ok {
 		addr = p.Addr.String()
 	}
-	sess := newSession(h.GetProbeId(), stream)
+	sess := newSession(h.GetProbeId(), stream, c.pathsOf(h.GetProbeId()))
 	sess.pauses = h.GetPauses()
 	defer close(sess.done)
 	if reason := c.gate.probeIDRefused(stream.Context(), h.GetProbeId()); reason != "" {
@@ -305,6 +305,17 @@ func (c *Collector) sendPaths(sess *session) error {
 
 // accepts are the kinds of probe messages this collector takes.
 var accepts = []owlv1.Reject_Kind{owlv1.Reject_KIND_REPORT, owlv1.Reject_KIND_COLATE, owlv1.Reject_KIND_RTT, owlv1.Reject_KIND_REORDER}
+
+// pathsOf counts the configured paths probe id is on.
+func (c *Collector) pathsOf(id string) int {
+	n := 0
+	for _, p := range c.pathList {
+		if id == p.Upstream || id == p.Downstream {
+			n++
+		}
+	}
+	return n
+}
 
 // pathConfig is the configuration of a probe's paths: its role on each,
 // the RDA size to start with, and in a cluster which collector takes the

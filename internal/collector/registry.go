@@ -289,11 +289,7 @@ func (r *registry) release(probe, path string, epochs ...int64) {
 	if s == nil || len(epochs) == 0 {
 		return
 	}
-	m := &owlv1.Release{}
-	for _, e := range epochs {
-		m.Epochs = append(m.Epochs, &owlv1.EpochRef{Path: path, Epoch: e})
-	}
-	_ = s.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Release{Release: m}})
+	_ = s.release(path, epochs...)
 }
 
 // infos lists the probes, sorted by id.

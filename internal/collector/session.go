@@ -14,10 +14,22 @@ import (
 	"github.com/owl-latency/owl/internal/reconcile"
 )
 
-// outboxSize bounds the messages waiting to go out on one stream. A probe
-// that falls that far behind in reading is cut off: it reconnects and
-// sends again what was not acknowledged.
-const outboxSize = 4096
+// outboxMin is the least bound of the messages waiting to go out on one
+// stream; outboxPerPath raises it by each path the probe is on (about two
+// messages a path and epoch: the report's acknowledgement and its
+// release). A probe that falls that far behind in reading is cut off: it
+// reconnects and sends again what was not acknowledged. The bound is not
+// smaller because the collector's own goroutines can hold the stream's
+// writer back for a second or more when it is far behind on a core: a
+// bound of 4,096 then cut off probes that read well.
+const (
+	outboxMin     = 4096
+	outboxPerPath = 8
+)
+
+// releaseBatch bounds the epochs one Release message names (about 30
+// bytes each on the wire).
+const releaseBatch = 4096
 
 // session is a probe's open Connect stream. The collector sends on it from
 // several goroutines (acknowledgements, requests of path workers, size
@@ -26,9 +38,18 @@ const outboxSize = 4096
 // requests come back through the stream's receive loop and are handed to
 // the waiting caller.
 type session struct {
-	probe   string
-	stream  owlv1.ProbeService_ConnectServer
-	out     chan *owlv1.CollectorMessage
+	probe  string
+	stream owlv1.ProbeService_ConnectServer
+
+	// The outbox: messages in order, and the epochs to release, sent
+	// together as few Release messages. bound caps the two together;
+	// wake tells the pump that something waits.
+	outMu    sync.Mutex
+	queue    []*owlv1.CollectorMessage
+	releases []*owlv1.EpochRef
+	bound    int
+	wake     chan struct{}
+
 	done    chan struct{} // closed when the stream ends
 	cut     chan struct{} // closed when the outbox overflowed
 	cutOnce sync.Once
@@ -53,26 +74,64 @@ var ErrProbeGone = errors.New("probe disconnected")
 // errSlowProbe says a probe did not read its stream and was cut off.
 var errSlowProbe = errors.New("probe does not read its stream")
 
-func newSession(probe string, stream owlv1.ProbeService_ConnectServer) *session {
-	return &session{probe: probe, stream: stream, out: make(chan *owlv1.CollectorMessage, outboxSize),
+// newSession opens a session of a probe that is on paths paths.
+func newSession(probe string, stream owlv1.ProbeService_ConnectServer, paths int) *session {
+	return &session{probe: probe, stream: stream, bound: outboxMin + outboxPerPath*paths, wake: make(chan struct{}, 1),
 		done: make(chan struct{}), cut: make(chan struct{}), waiting: map[uint64]chan *owlv1.ProbeMessage{}}
 }
 
 // send queues a message for the probe. It never blocks: with the outbox
 // full, the session is cut off and send fails.
 func (s *session) send(m *owlv1.CollectorMessage) error {
+	return s.enqueue(func() { s.queue = append(s.queue, m) })
+}
+
+// release queues the release of epochs of a path; the releases waiting
+// go out together.
+func (s *session) release(path string, epochs ...int64) error {
+	return s.enqueue(func() {
+		for _, e := range epochs {
+			s.releases = append(s.releases, &owlv1.EpochRef{Path: path, Epoch: e})
+		}
+	})
+}
+
+// enqueue adds to the outbox with add, under its lock, unless the stream
+// ended or the outbox is full: then the session is cut off.
+func (s *session) enqueue(add func()) error {
 	select {
 	case <-s.done:
 		return fmt.Errorf("sending to %s: %w", s.probe, ErrProbeGone)
 	default:
 	}
-	select {
-	case s.out <- m:
-		return nil
-	default:
+	s.outMu.Lock()
+	if len(s.queue)+len(s.releases) >= s.bound {
+		s.outMu.Unlock()
 		s.cutOnce.Do(func() { close(s.cut) })
 		return fmt.Errorf("sending to %s: %w", s.probe, errSlowProbe)
 	}
+	add()
+	s.outMu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// take empties the outbox: its messages in order, then its releases in
+// messages of at most releaseBatch epochs.
+func (s *session) take() []*owlv1.CollectorMessage {
+	s.outMu.Lock()
+	out, rel := s.queue, s.releases
+	s.queue, s.releases = nil, nil
+	s.outMu.Unlock()
+	for len(rel) > 0 {
+		n := min(len(rel), releaseBatch)
+		out = append(out, &owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Release{Release: &owlv1.Release{Epochs: rel[:n:n]}}})
+		rel = rel[n:]
+	}
+	return out
 }
 
 // pump sends the queued messages until receiving ends (its error comes on
@@ -81,16 +140,36 @@ func (s *session) send(m *owlv1.CollectorMessage) error {
 func (s *session) pump(received <-chan error) error {
 	for {
 		select {
-		case m := <-s.out:
-			if err := s.stream.Send(m); err != nil {
-				return err
+		case <-s.wake:
+			for _, m := range s.take() {
+				if s.isCut() {
+					return s.cutError()
+				}
+				if err := s.stream.Send(m); err != nil {
+					return err
+				}
 			}
 		case err := <-received:
 			return err
 		case <-s.cut:
-			return status.Errorf(codes.ResourceExhausted, "%v: %d messages waiting; reconnect", errSlowProbe, outboxSize)
+			return s.cutError()
 		}
 	}
+}
+
+// isCut says whether the session was cut off.
+func (s *session) isCut() bool {
+	select {
+	case <-s.cut:
+		return true
+	default:
+		return false
+	}
+}
+
+// cutError ends a stream that was cut off.
+func (s *session) cutError() error {
+	return status.Errorf(codes.ResourceExhausted, "%v: %d messages waiting; reconnect", errSlowProbe, s.bound)
 }
 
 // call sends a request and waits for its answer.
