@@ -169,23 +169,7 @@ func (c *Collector) registerBacklog() {
 
 // pendingBytes is the synopsis bytes of the path's reports held in its
 // pairing table. ps.mu is held.
-func (ps *pathState) pendingBytes() int {
-	n := 0
-	ps.eachPending(func(s *side) { n += s.bytes() })
-	return n
-}
-
-// eachPending calls fn with each side held in the pairing table. ps.mu is
-// held.
-func (ps *pathState) eachPending(fn func(*side)) {
-	for _, pr := range ps.pending {
-		for _, s := range []*side{pr.up, pr.down} {
-			if s != nil {
-				fn(s)
-			}
-		}
-	}
-}
+func (ps *pathState) pendingBytes() int64 { return ps.held[0] + ps.held[1] }
 
 // bytes is the memory the side's synopses take: their wire form, and
 // the LDA, RDA and sample decoded when it came (together about twice the
@@ -211,12 +195,15 @@ func (c *Collector) measureBacklog() {
 	by := map[string]int64{}
 	for _, ps := range c.paths {
 		ps.mu.Lock()
-		ps.eachPending(func(s *side) {
-			b := int64(s.bytes())
-			n += b
-			by[s.Probe] += b
-		})
+		up, down := ps.held[0], ps.held[1]
 		ps.mu.Unlock()
+		n += up + down
+		if up != 0 {
+			by[ps.path.Upstream] += up
+		}
+		if down != 0 {
+			by[ps.path.Downstream] += down
+		}
 	}
 	c.pendingBytes.Store(n)
 	c.pendingByProbe.Store(&by)

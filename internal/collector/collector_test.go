@@ -62,8 +62,32 @@ func newTest(t testing.TB, cfg Config) *Collector {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { checkHeld(t, c) }) // after the workers stop
 	t.Cleanup(startWorkers(c))
 	return c
+}
+
+// checkHeld fails t when a path's count of the memory its pairing table
+// holds (pathState.held, kept as sides come and go) is not the sum over
+// the sides in the table.
+func checkHeld(t testing.TB, c *Collector) {
+	t.Helper()
+	for name, ps := range c.paths {
+		var sum [2]int64
+		ps.mu.Lock()
+		for _, pr := range ps.pending {
+			for _, s := range []*side{pr.up, pr.down} {
+				if s != nil {
+					sum[roleIndex(s)] += s.size
+				}
+			}
+		}
+		held := ps.held
+		ps.mu.Unlock()
+		if held != sum {
+			t.Errorf("path %s: held counted %v bytes (upstream, downstream), its table holds %v", name, held, sum)
+		}
+	}
 }
 
 // startWorkers runs the collector's path workers until the returned

@@ -277,6 +277,10 @@ func TestBacklogGauges(t *testing.T) {
 	if n, b := gauge(t, c, "owl_collector_pending_sides"), gauge(t, c, "owl_collector_pending_synopsis_bytes"); n != 1 || b != float64(want) || want < 2*len(up) {
 		t.Errorf("one side in: %v sides, %v bytes; want 1 and %d (the wire form's %d and the decoded LDA)", n, b, want, len(up))
 	}
+	c.measureBacklog()
+	if n, by := c.pendingBytes.Load(), *c.pendingByProbe.Load(); n != int64(want) || by["a"] != int64(want) || by["b"] != 0 {
+		t.Errorf("one side in: %d bytes measured, %v by probe; want %d, all a's", n, by, want)
+	}
 	if err := c.report("b", report("p", 1, owlv1.Role_ROLE_DOWNSTREAM, down)); err != nil {
 		t.Fatal(err)
 	}
@@ -284,6 +288,10 @@ func TestBacklogGauges(t *testing.T) {
 	waitFor(t, "an empty backlog", func() bool {
 		return gauge(t, c, "owl_collector_pending_sides") == 0 && gauge(t, c, "owl_collector_queued_epochs") == 0
 	})
+	c.measureBacklog()
+	if n, by := c.pendingBytes.Load(), *c.pendingByProbe.Load(); n != 0 || by["a"] != 0 || by["b"] != 0 {
+		t.Errorf("after the pair: %d bytes measured, %v by probe; want none", n, by)
+	}
 }
 
 // TestBacklogBound: past max_pending_bytes a report is turned away

@@ -37,8 +37,13 @@ type pathState struct {
 	// worker goroutine uses it (flowKey).
 	flowKeys map[capture.FlowKey]*owlv1.FlowKey
 
-	mu         sync.Mutex // guards every field below
-	pending    map[int64]*pairing
+	mu      sync.Mutex // guards every field below
+	pending map[int64]*pairing
+	// held is the memory of the sides in pending (side.bytes as each
+	// was placed), upstream's and downstream's: kept as sides come and
+	// go, so that measuring the backlog costs a look per path, not per
+	// side.
+	held       [2]int64
 	queue      []int64 // epochs with both sides in, for the worker
 	boundaries map[int64]*boundary
 	recentDiff []int // set difference sizes of recent epochs
@@ -113,6 +118,8 @@ type side struct {
 	// lda, sample and ldsCfg were built from it, the RDA and LDS are
 	// built when the epoch is reconciled.
 	listed bool
+	// size is side.bytes when the side was placed (pathState.held).
+	size int64
 	// unsaved is set on a side placed without a pending row of its own:
 	// its probe is acknowledged once the epoch's result is stored, or
 	// the side is (unsaved.done). Nil: the side was stored when it came.
@@ -305,6 +312,61 @@ func (pr *pairing) set(s *side) {
 
 func (pr *pairing) complete() bool { return pr.up != nil && pr.down != nil }
 
+// roleIndex is the index of the role of s in pathState.held.
+func roleIndex(s *side) int {
+	if isUpstream(s) {
+		return 0
+	}
+	return 1
+}
+
+// hold puts s into pr, in place of any side of its role, and counts its
+// memory. ps.mu is held.
+func (ps *pathState) hold(pr *pairing, s *side) {
+	if old := pr.held(s); old != nil {
+		ps.held[roleIndex(old)] -= old.size
+	}
+	s.size = int64(s.bytes())
+	ps.held[roleIndex(s)] += s.size
+	pr.set(s)
+}
+
+// unhold takes s out of pr if pr holds it. ps.mu is held.
+func (ps *pathState) unhold(pr *pairing, s *side) {
+	if pr.held(s) == s {
+		ps.held[roleIndex(s)] -= s.size
+		pr.unset(s)
+	}
+}
+
+// dropPairing takes the epoch's pairing, if it is pr, out of the table
+// with its sides. ps.mu is held.
+func (ps *pathState) dropPairing(epoch int64, pr *pairing) {
+	if pr == nil || ps.pending[epoch] != pr {
+		return
+	}
+	delete(ps.pending, epoch)
+	for _, s := range []*side{pr.up, pr.down} {
+		if s != nil {
+			ps.held[roleIndex(s)] -= s.size
+		}
+	}
+}
+
+// putPairing puts back a pairing dropPairing took out, unless the epoch
+// has another one since. ps.mu is held.
+func (ps *pathState) putPairing(epoch int64, pr *pairing) {
+	if ps.pending[epoch] != nil {
+		return
+	}
+	ps.pending[epoch] = pr
+	for _, s := range []*side{pr.up, pr.down} {
+		if s != nil {
+			ps.held[roleIndex(s)] += s.size
+		}
+	}
+}
+
 // enqueue schedules an epoch of a path whose two sides are in. ps.mu is held.
 func (ps *pathState) enqueue(epoch int64) {
 	ps.queue = append(ps.queue, epoch)
@@ -323,7 +385,7 @@ func (ps *pathState) place(s *side) bool {
 	if pr.has(s) {
 		return false
 	}
-	pr.set(s)
+	ps.hold(pr, s)
 	if pr.complete() && !pr.timingOut {
 		ps.enqueue(s.Report.GetEpoch())
 	}
@@ -416,9 +478,7 @@ func saveUnsaved(st *store.Store, repl *replicator, ps *pathState, epoch int64, 
 		err := st.PutPending(s.Pending)
 		if err != nil {
 			ps.mu.Lock()
-			if pr.held(s) == s {
-				pr.unset(s)
-			}
+			ps.unhold(pr, s)
 			ps.mu.Unlock()
 			s.unsaved.finish(fmt.Errorf("storing report: %w", err))
 			continue
@@ -477,7 +537,7 @@ func (c *Collector) restore() error {
 		}
 		// The pair timeout counts from now: the other side's probe has
 		// had no chance to send while this collector was down.
-		ps.pairingFor(p.Report.GetEpoch(), c.now()).set(s)
+		ps.hold(ps.pairingFor(p.Report.GetEpoch(), c.now()), s)
 		n++
 	}
 	if n > 0 {
@@ -630,7 +690,7 @@ func (c *Collector) forget(ps *pathState, epoch int64) {
 	pr := ps.pending[epoch]
 	lone := pr != nil && pr.timedOut && !pr.complete() && !pr.timingOut && !pr.asking
 	if lone {
-		delete(ps.pending, epoch)
+		ps.dropPairing(epoch, pr)
 	}
 	ps.mu.Unlock()
 	if !lone {
@@ -750,13 +810,11 @@ func (c *Collector) takePending(path string, epoch int64, role owlv1.Role) (*owl
 		ps.mu.Unlock()
 		return c.takeReplicaSide(path, epoch, role)
 	}
-	delete(ps.pending, epoch)
+	ps.dropPairing(epoch, pr)
 	ps.mu.Unlock()
 	if err := c.store.DeletePending(path, epoch); err != nil {
 		ps.mu.Lock()
-		if ps.pending[epoch] == nil {
-			ps.pending[epoch] = pr // still here to hand over later
-		}
+		ps.putPairing(epoch, pr) // still here to hand over later
 		ps.mu.Unlock()
 		return nil, fmt.Errorf("forgetting the side handed over: %w", err)
 	}

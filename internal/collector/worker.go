@@ -235,9 +235,7 @@ func (wk *worker) finish(w *epochWork) (late uint32) {
 	ps, epoch := w.ps, w.epoch
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if ps.pending[epoch] == w.pr {
-		delete(ps.pending, epoch)
-	}
+	ps.dropPairing(epoch, w.pr)
 	late = w.pr.conflicts - w.res.GetConflictingReports()
 	if w.flows {
 		ps.flowAges.note(epoch, wk.now())
