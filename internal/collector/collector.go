@@ -53,9 +53,11 @@ type Collector struct {
 
 	// pendingBytes is the synopsis bytes held in the pairing tables, as
 	// measureBacklog last counted them; pendingByProbe the same by the
-	// probe that sent them.
+	// probe that sent them; pairedBytes the part of it in complete pairs
+	// (the epochs the workers have yet to finish).
 	pendingBytes   atomic.Int64
 	pendingByProbe atomic.Pointer[map[string]int64]
+	pairedBytes    atomic.Int64
 	lastShedWarn   atomic.Int64 // unix ns of the last warning about shedding
 	// paused are the streams asked to hold their reports.
 	paused pausedStreams
@@ -191,11 +193,12 @@ func (s *side) bytes() int {
 // measureBacklog counts the synopsis bytes held in the pairing tables, in
 // all and by probe.
 func (c *Collector) measureBacklog() {
-	n := int64(0)
+	n, paired := int64(0), int64(0)
 	by := map[string]int64{}
 	for _, ps := range c.paths {
 		ps.mu.Lock()
 		up, down := ps.held[0], ps.held[1]
+		paired += ps.paired
 		ps.mu.Unlock()
 		n += up + down
 		if up != 0 {
@@ -207,6 +210,7 @@ func (c *Collector) measureBacklog() {
 	}
 	c.pendingBytes.Store(n)
 	c.pendingByProbe.Store(&by)
+	c.pairedBytes.Store(paired)
 }
 
 // backlogEvery is how often measureBacklog runs.

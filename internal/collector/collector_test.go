@@ -74,6 +74,7 @@ func checkHeld(t testing.TB, c *Collector) {
 	t.Helper()
 	for name, ps := range c.paths {
 		var sum [2]int64
+		paired := int64(0)
 		ps.mu.Lock()
 		for _, pr := range ps.pending {
 			for _, s := range []*side{pr.up, pr.down} {
@@ -81,11 +82,14 @@ func checkHeld(t testing.TB, c *Collector) {
 					sum[roleIndex(s)] += s.size
 				}
 			}
+			if pr.complete() {
+				paired += pr.up.size + pr.down.size
+			}
 		}
-		held := ps.held
+		held, heldPaired := ps.held, ps.paired
 		ps.mu.Unlock()
-		if held != sum {
-			t.Errorf("path %s: held counted %v bytes (upstream, downstream), its table holds %v", name, held, sum)
+		if held != sum || heldPaired != paired {
+			t.Errorf("path %s: held counted %v bytes (upstream, downstream), %d paired; its table holds %v, %d paired", name, held, heldPaired, sum, paired)
 		}
 	}
 }

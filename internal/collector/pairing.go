@@ -42,8 +42,10 @@ type pathState struct {
 	// held is the memory of the sides in pending (side.bytes as each
 	// was placed), upstream's and downstream's: kept as sides come and
 	// go, so that measuring the backlog costs a look per path, not per
-	// side.
+	// side. paired is the part of it in complete pairings: epochs
+	// waiting for the worker, or being reconciled.
 	held       [2]int64
+	paired     int64
 	queue      []int64 // epochs with both sides in, for the worker
 	boundaries map[int64]*boundary
 	recentDiff []int // set difference sizes of recent epochs
@@ -323,19 +325,18 @@ func roleIndex(s *side) int {
 // hold puts s into pr, in place of any side of its role, and counts its
 // memory. ps.mu is held.
 func (ps *pathState) hold(pr *pairing, s *side) {
-	if old := pr.held(s); old != nil {
-		ps.held[roleIndex(old)] -= old.size
-	}
+	ps.uncount(pr)
 	s.size = int64(s.bytes())
-	ps.held[roleIndex(s)] += s.size
 	pr.set(s)
+	ps.count(pr)
 }
 
 // unhold takes s out of pr if pr holds it. ps.mu is held.
 func (ps *pathState) unhold(pr *pairing, s *side) {
 	if pr.held(s) == s {
-		ps.held[roleIndex(s)] -= s.size
+		ps.uncount(pr)
 		pr.unset(s)
+		ps.count(pr)
 	}
 }
 
@@ -346,11 +347,7 @@ func (ps *pathState) dropPairing(epoch int64, pr *pairing) {
 		return
 	}
 	delete(ps.pending, epoch)
-	for _, s := range []*side{pr.up, pr.down} {
-		if s != nil {
-			ps.held[roleIndex(s)] -= s.size
-		}
-	}
+	ps.uncount(pr)
 }
 
 // putPairing puts back a pairing dropPairing took out, unless the epoch
@@ -360,10 +357,22 @@ func (ps *pathState) putPairing(epoch int64, pr *pairing) {
 		return
 	}
 	ps.pending[epoch] = pr
+	ps.count(pr)
+}
+
+// count adds the memory of pr's sides to held, and to paired when pr is
+// complete; uncount takes it away. ps.mu is held.
+func (ps *pathState) count(pr *pairing)   { ps.addHeld(pr, 1) }
+func (ps *pathState) uncount(pr *pairing) { ps.addHeld(pr, -1) }
+
+func (ps *pathState) addHeld(pr *pairing, sign int64) {
 	for _, s := range []*side{pr.up, pr.down} {
 		if s != nil {
-			ps.held[roleIndex(s)] += s.size
+			ps.held[roleIndex(s)] += sign * s.size
 		}
+	}
+	if pr.complete() {
+		ps.paired += sign * (pr.up.size + pr.down.size)
 	}
 }
 

@@ -14,19 +14,25 @@ import (
 // that says in its Hello that it pauses is instead asked to hold its
 // reports (Pause) while the backlog is over the bound, and to send them
 // again once it is back under resumeAt of it; it keeps answering requests
-// meanwhile. Only a probe whose report waits for its other side is paused:
-// the probe that is behind completes pairs, and pausing it would keep the
-// sides waiting for it in memory. Past pauseSlack times the bound (reports
-// sent before the pause arrived, or probes that do not pause), reports are
-// turned away as before.
+// meanwhile. While the backlog is sides waiting for their other side,
+// only a probe whose report waits is paused: the probe that is behind
+// completes pairs, and pausing it would keep the sides waiting for it in
+// memory. Once the complete pairs alone are over the bound, the workers
+// are what is behind and every probe that sends is paused, until the
+// pairs are back under resumeAt of it. Past pauseSlack times the bound
+// (reports sent before the pause arrived, or probes that do not pause),
+// reports are turned away as before.
 const (
 	pauseSlack = 2.0
 	// pausePaired is where a probe whose reports complete pairs is
-	// paused too: the pairs wait in memory until reconciled, and a
-	// collector slower than its probes must stop them before hardSlack.
+	// paused whatever the backlog is made of (its share of it, say).
 	// Lower (1.5 was tried), it paused the probe that was behind while
 	// the backlog was the sides waiting for it, and the two probes took
 	// turns every maxPause (TestPausedNotCutOff: 7 of 8 results in 20 s).
+	// A collector whose workers are behind pauses its probes at the
+	// bound (workersBehind): with the pairs let grow to three times it,
+	// the heap outgrew the soft memory limit and garbage collection took
+	// a quarter of the CPU.
 	pausePaired = 3.0
 	resumeAt    = 0.8
 	// maxPause resumes a probe paused that long even while the backlog
@@ -65,15 +71,17 @@ type pausedStreams struct {
 	m  map[*session]struct{}
 }
 
-// pauseIfBehind pauses the stream of sess when the backlog, or its probe's
-// share of it, is over its bound and the report just taken (path, epoch)
-// waits for its other side, or over pausePaired times the bound whatever
-// the report.
+// pauseIfBehind pauses the stream of sess when the complete pairs in
+// memory are over the backlog's bound (the workers are behind), when the
+// backlog, or its probe's share of it, is over its bound and the report
+// just taken (path, epoch) waits for its other side, or when they are
+// over pausePaired times the bound whatever the report.
 func (c *Collector) pauseIfBehind(sess *session, path string, epoch int64) {
-	if !sess.pauses || sess.paused.Load() || !c.overBound(sess.probe, 1) {
+	if !sess.pauses || sess.paused.Load() {
 		return
 	}
-	if c.paired(path, epoch) && !c.overBound(sess.probe, pausePaired) {
+	forWork := c.workersBehind(1)
+	if !forWork && (!c.overBound(sess.probe, 1) || c.paired(path, epoch) && !c.overBound(sess.probe, pausePaired)) {
 		return
 	}
 	// The pause is marked, remembered and queued to the probe under the
@@ -86,14 +94,22 @@ func (c *Collector) pauseIfBehind(sess *session, path string, epoch int64) {
 		return
 	}
 	sess.pausedAt.Store(c.now().UnixNano())
+	sess.pausedForWork.Store(forWork)
 	sess.paused.Store(true)
 	if c.paused.m == nil {
 		c.paused.m = map[*session]struct{}{}
 	}
 	c.paused.m[sess] = struct{}{}
 	c.m.pauses.WithLabelValues(sess.probe).Inc()
-	c.log.Debug("pausing a probe: the backlog is over max_pending_bytes", "probe", sess.probe, "pending_bytes", c.pendingBytes.Load())
+	c.log.Debug("pausing a probe: the backlog is over max_pending_bytes", "probe", sess.probe, "pending_bytes", c.pendingBytes.Load(), "paired_bytes", c.pairedBytes.Load())
 	_ = sess.send(&owlv1.CollectorMessage{Msg: &owlv1.CollectorMessage_Pause{Pause: &owlv1.Pause{Paused: true}}})
+}
+
+// workersBehind says whether the complete pairs held in memory are over
+// scale times the backlog's bound.
+func (c *Collector) workersBehind(scale float64) bool {
+	max := c.cfg.MaxPendingBytes
+	return max > 0 && float64(c.pairedBytes.Load()) > scale*float64(max)
 }
 
 // overBound says whether the backlog, or the share of it of probe, is over
@@ -116,7 +132,9 @@ func (c *Collector) paired(path string, epoch int64) bool {
 }
 
 // resumePaused lets paused streams send again: those whose backlog is
-// back under resumeAt of its bound, and those paused for maxPause.
+// back under resumeAt of its bound (the complete pairs, for a stream
+// paused because the workers were behind), and those paused for
+// maxPause.
 func (c *Collector) resumePaused() {
 	now := c.now().UnixNano()
 	c.paused.mu.Lock()
@@ -128,7 +146,11 @@ func (c *Collector) resumePaused() {
 			continue
 		default:
 		}
-		if c.overBound(s.probe, resumeAt) && now-s.pausedAt.Load() < int64(maxPause) {
+		behind := c.overBound(s.probe, resumeAt)
+		if s.pausedForWork.Load() {
+			behind = c.workersBehind(resumeAt)
+		}
+		if behind && now-s.pausedAt.Load() < int64(maxPause) {
 			continue
 		}
 		delete(c.paused.m, s)

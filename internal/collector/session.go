@@ -64,6 +64,9 @@ type session struct {
 	pauses   bool
 	paused   atomic.Bool
 	pausedAt atomic.Int64
+	// pausedForWork says the pause was because the workers were behind
+	// (pauseIfBehind), not the sides waiting for their other side.
+	pausedForWork atomic.Bool
 }
 
 var requestIDs atomic.Uint64
