@@ -7,7 +7,8 @@
 # /proc) between FROM and TO seconds after its start, that CPU per
 # path-epoch, its garbage collector's marking in the same window
 # (GODEBUG=gctrace=1: assist + background), the results owl-load found
-# exact, and the median latency of the last third. Two runs of one build
+# exact, the median latency of the last third and the collector's peak
+# resident memory (VmHWM, with the store's mapped pages). Two runs of one build
 # differ by a few percent: repeat, and compare ratios.
 #   usage: scripts/bench-collector-ab.sh BIN_A BIN_B [PATHS [EPOCHS [FROM TO]]]
 # BIN_A and BIN_B are directories holding collector and owl-load (go build
@@ -35,6 +36,7 @@ run() {
   local window=$!
   "$bin/owl-load" -collector "127.0.0.1:$port" -paths "$paths" -epochs "$epochs" -rate 1 -log-level error -out json >"$w/load.json" 2>/dev/null
   wait $window
+  awk '/^VmHWM/ {print $2}' "/proc/$coll/status" >"$w/hwm"
   kill -INT $coll
   wait $coll 2>/dev/null || true
 }
@@ -42,8 +44,8 @@ run "$a" A 7720 &
 run "$b" B 7730 &
 wait
 
-echo "| build | CPU ${from}-${to} s | ms per path-epoch | GC marking | exact | last third p50 |"
-echo "| --- | --- | --- | --- | --- | --- |"
+echo "| build | CPU ${from}-${to} s | ms per path-epoch | GC marking | exact | last third p50 | peak RSS |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
 for name in A B; do
   w=$dir/$name
   cpu=$(echo "($(cat "$w/cpu2") - $(cat "$w/cpu1")) / $hz" | bc -l)
@@ -51,10 +53,10 @@ for name in A B; do
       at = substr($3, 2) + 0; split($8, c, "[+/]")
       if (at >= f && at <= t) s += c[2] + c[3] }
     END { printf "%.2f", s / 1000 }' "$w/gc.log")
-  python3 - "$w/load.json" "$name" "$cpu" "$mark" "$paths" "$((to - from))" <<'PY'
+  python3 - "$w/load.json" "$name" "$cpu" "$mark" "$paths" "$((to - from))" "$(cat "$w/hwm")" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-name, cpu, mark, paths, secs = sys.argv[2], float(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
-print(f"| {name} | {cpu:.2f} s | {1000 * cpu / (paths * secs):.3f} | {mark} s | {d['exact']}/{d['results']} | {d['latency_last_third_p50_seconds']:.2f} s |")
+name, cpu, mark, paths, secs, hwm = sys.argv[2], float(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+print(f"| {name} | {cpu:.2f} s | {1000 * cpu / (paths * secs):.3f} | {mark} s | {d['exact']}/{d['results']} | {d['latency_last_third_p50_seconds']:.2f} s | {hwm / 1024:.0f} MiB |")
 PY
 done

@@ -68,6 +68,9 @@ func main() {
 		debug.SetMemoryLimit(limit)
 		log.Info("soft memory limit", "bytes", limit)
 	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCTarget())
+	}
 	if n := minProcs(os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0)); n > runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
 		log.Info("GOMAXPROCS raised: with one, the store's syncs idle the core (set GOMAXPROCS to choose)", "gomaxprocs", n)

@@ -702,3 +702,25 @@ func TestMemoryLimit(t *testing.T) {
 		t.Errorf("memory_limit_bytes -2: %v", err)
 	}
 }
+
+// TestGCTarget: gc_percent 0 stands for twice Go's default; off (-1) is
+// refused without a memory limit, as is anything below it.
+func TestGCTarget(t *testing.T) {
+	for _, tc := range []struct{ percent, want int }{{0, 200}, {100, 100}, {-1, -1}} {
+		if got := (Config{GCPercent: tc.percent}).GCTarget(); got != tc.want {
+			t.Errorf("gc_percent %d: target %d, want %d", tc.percent, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		percent int
+		limit   int64
+		ok      bool
+	}{{-1, 0, true}, {-1, -1, false}, {-2, 0, false}, {50, -1, true}} {
+		cfg := testConfig(t)
+		cfg.GCPercent, cfg.MemoryLimitBytes = tc.percent, tc.limit
+		err := cfg.Validate()
+		if (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "gc_percent") {
+			t.Errorf("gc_percent %d, memory_limit_bytes %d: %v", tc.percent, tc.limit, err)
+		}
+	}
+}
