@@ -58,7 +58,10 @@ type Collector struct {
 	pendingBytes   atomic.Int64
 	pendingByProbe atomic.Pointer[map[string]int64]
 	pairedBytes    atomic.Int64
-	lastShedWarn   atomic.Int64 // unix ns of the last warning about shedding
+	// probeNames are the probes the paths name, each once
+	// (pathState.probeAt indexes it).
+	probeNames   []string
+	lastShedWarn atomic.Int64 // unix ns of the last warning about shedding
 	// paused are the streams asked to hold their reports.
 	paused pausedStreams
 }
@@ -118,8 +121,17 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		st.Close()
 		return nil, err
 	}
+	probeAt := map[string]int{}
 	for _, p := range cfg.Paths {
-		c.paths[p.Name] = newPathState(p, cfg.Params.RDA.Buckets, cfg.Params.LDA.Rows, cfg.Params.LDS.Cols)
+		ps := newPathState(p, cfg.Params.RDA.Buckets, cfg.Params.LDA.Rows, cfg.Params.LDS.Cols)
+		for i, id := range []string{p.Upstream, p.Downstream} {
+			if _, ok := probeAt[id]; !ok {
+				probeAt[id] = len(c.probeNames)
+				c.probeNames = append(c.probeNames, id)
+			}
+			ps.probeAt[i] = probeAt[id]
+		}
+		c.paths[p.Name] = ps
 		c.pathList = append(c.pathList, p)
 	}
 	if c.worker.sizesSetting, err = sizesSetting(cfg); err != nil {
@@ -171,7 +183,7 @@ func (c *Collector) registerBacklog() {
 
 // pendingBytes is the synopsis bytes of the path's reports held in its
 // pairing table. ps.mu is held.
-func (ps *pathState) pendingBytes() int64 { return ps.held[0] + ps.held[1] }
+func (ps *pathState) pendingBytes() int64 { return ps.held[0].Load() + ps.held[1].Load() }
 
 // bytes is the memory the side's synopses take: their wire form, and
 // the LDA, RDA and sample decoded when it came (together about twice the
@@ -194,18 +206,18 @@ func (s *side) bytes() int {
 // all and by probe.
 func (c *Collector) measureBacklog() {
 	n, paired := int64(0), int64(0)
-	by := map[string]int64{}
+	byIndex := make([]int64, len(c.probeNames))
 	for _, ps := range c.paths {
-		ps.mu.Lock()
-		up, down := ps.held[0], ps.held[1]
-		paired += ps.paired
-		ps.mu.Unlock()
+		up, down := ps.held[0].Load(), ps.held[1].Load()
+		paired += ps.paired.Load()
 		n += up + down
-		if up != 0 {
-			by[ps.path.Upstream] += up
-		}
-		if down != 0 {
-			by[ps.path.Downstream] += down
+		byIndex[ps.probeAt[0]] += up
+		byIndex[ps.probeAt[1]] += down
+	}
+	by := make(map[string]int64, len(byIndex))
+	for i, b := range byIndex {
+		if b != 0 {
+			by[c.probeNames[i]] = b
 		}
 	}
 	c.pendingBytes.Store(n)

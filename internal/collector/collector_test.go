@@ -86,7 +86,7 @@ func checkHeld(t testing.TB, c *Collector) {
 				paired += pr.up.size + pr.down.size
 			}
 		}
-		held, heldPaired := ps.held, ps.paired
+		held, heldPaired := [2]int64{ps.held[0].Load(), ps.held[1].Load()}, ps.paired.Load()
 		ps.mu.Unlock()
 		if held != sum || heldPaired != paired {
 			t.Errorf("path %s: held counted %v bytes (upstream, downstream), %d paired; its table holds %v, %d paired", name, held, heldPaired, sum, paired)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -23,7 +24,10 @@ import (
 // happen after it is released.
 type pathState struct {
 	path netpath.Path
-	wake chan struct{} // signals the path's worker
+	// probeAt are the indexes of its upstream and downstream probes in
+	// Collector.probeNames.
+	probeAt [2]int
+	wake    chan struct{} // signals the path's worker
 
 	// ingestMu orders the store's pending rows of the path: it is held
 	// across a side's check, store write and placement, and across a lone
@@ -42,10 +46,11 @@ type pathState struct {
 	// held is the memory of the sides in pending (side.bytes as each
 	// was placed), upstream's and downstream's: kept as sides come and
 	// go, so that measuring the backlog costs a look per path, not per
-	// side. paired is the part of it in complete pairings: epochs
-	// waiting for the worker, or being reconciled.
-	held       [2]int64
-	paired     int64
+	// side; paired is the part of it in complete pairings: epochs
+	// waiting for the worker, or being reconciled. Changed under mu,
+	// read without it.
+	held       [2]atomic.Int64
+	paired     atomic.Int64
 	queue      []int64 // epochs with both sides in, for the worker
 	boundaries map[int64]*boundary
 	recentDiff []int // set difference sizes of recent epochs
@@ -368,11 +373,11 @@ func (ps *pathState) uncount(pr *pairing) { ps.addHeld(pr, -1) }
 func (ps *pathState) addHeld(pr *pairing, sign int64) {
 	for _, s := range []*side{pr.up, pr.down} {
 		if s != nil {
-			ps.held[roleIndex(s)] += sign * s.size
+			ps.held[roleIndex(s)].Add(sign * s.size)
 		}
 	}
 	if pr.complete() {
-		ps.paired += sign * (pr.up.size + pr.down.size)
+		ps.paired.Add(sign * (pr.up.size + pr.down.size))
 	}
 }
 
