@@ -182,7 +182,7 @@ func (c *Collector) registerBacklog() {
 }
 
 // pendingBytes is the synopsis bytes of the path's reports held in its
-// pairing table. ps.mu is held.
+// pairing table (pathState.held; ps.mu need not be held).
 func (ps *pathState) pendingBytes() int64 { return ps.held[0].Load() + ps.held[1].Load() }
 
 // bytes is the memory the side's synopses take: their wire form, and
