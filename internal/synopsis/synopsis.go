@@ -286,16 +286,3 @@ func LostCopy(sent, arrived []int64) (int, bool) {
 	}
 	return found, found >= 0
 }
-
-// Resize returns s at length n, in its own storage when that holds n and
-// is at most half as large again; otherwise in new storage of n. A
-// decoder into a pooled value so reuses its storage without keeping the
-// largest it ever needed: a collector's decoded samples, whose pooled
-// storage had grown in its first epochs, held 1.8 times the entries
-// they used. What the storage held is not cleared.
-func Resize[T any](s []T, n int) []T {
-	if cap(s) < n || cap(s)-n > n/2 {
-		return make([]T, n)
-	}
-	return s[:n]
-}

@@ -473,7 +473,7 @@ func (l *LDA) UnmarshalBinary(b []byte) error {
 		return r.Err()
 	}
 	l.setConfig(cfg)
-	l.cells = synopsis.Resize(l.cells, cells)
+	l.cells = slices.Grow(l.cells[:0], cells)[:cells]
 	read, n := readCells(r.Rest(), l.cells)
 	r.Skip(n)
 	for i := read; i < len(l.cells); i++ { // from a cell readCells could not read, for the error

@@ -308,7 +308,7 @@ func (r *RDA) UnmarshalBinary(b []byte) error {
 	if !rd.Need("buckets", per*n) {
 		return rd.Err()
 	}
-	r.cfg, r.buckets = cfg, synopsis.Resize(r.buckets, n)
+	r.cfg, r.buckets = cfg, slices.Grow(r.buckets[:0], n)[:n]
 	read, used := readBuckets(rd.Rest(), r.buckets, cfg.Check)
 	rd.Skip(used)
 	for i := read; i < len(r.buckets); i++ { // from a bucket readBuckets could not read, for the error

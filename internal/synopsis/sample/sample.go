@@ -487,7 +487,9 @@ func decode(b []byte, into []Entry) (*Sample, error) {
 	if n > MaxEntries || n > uint64(8*len(rest))/uint64(1+k+w) {
 		return nil, fmt.Errorf("%w: sample of %d entries in %d bytes", synopsis.ErrFormat, n, len(rest))
 	}
-	s.entries = synopsis.Resize(into, int(n))[:0]
+	if uint64(cap(into)) < n {
+		s.entries = make([]Entry, 0, n)
+	}
 	br := synopsis.BitReader{B: rest}
 	var key uint64
 	for i := uint64(0); i < n; i++ {
