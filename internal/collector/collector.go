@@ -121,19 +121,7 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		st.Close()
 		return nil, err
 	}
-	probeAt := map[string]int{}
-	for _, p := range cfg.Paths {
-		ps := newPathState(p, cfg.Params.RDA.Buckets, cfg.Params.LDA.Rows, cfg.Params.LDS.Cols)
-		for i, id := range []string{p.Upstream, p.Downstream} {
-			if _, ok := probeAt[id]; !ok {
-				probeAt[id] = len(c.probeNames)
-				c.probeNames = append(c.probeNames, id)
-			}
-			ps.probeAt[i] = probeAt[id]
-		}
-		c.paths[p.Name] = ps
-		c.pathList = append(c.pathList, p)
-	}
+	c.addPaths()
 	if c.worker.sizesSetting, err = sizesSetting(cfg); err != nil {
 		st.Close()
 		return nil, err
@@ -151,6 +139,25 @@ func New(cfg Config, log *slog.Logger) (*Collector, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// addPaths makes the state of each configured path, and numbers the
+// probes they name (probeNames).
+func (c *Collector) addPaths() {
+	prm := c.cfg.Params
+	probeAt := map[string]int{}
+	for _, p := range c.cfg.Paths {
+		ps := newPathState(p, prm.RDA.Buckets, prm.LDA.Rows, prm.LDS.Cols)
+		for i, id := range []string{p.Upstream, p.Downstream} {
+			if _, ok := probeAt[id]; !ok {
+				probeAt[id] = len(c.probeNames)
+				c.probeNames = append(c.probeNames, id)
+			}
+			ps.probeAt[i] = probeAt[id]
+		}
+		c.paths[p.Name] = ps
+		c.pathList = append(c.pathList, p)
+	}
 }
 
 // registerBacklog registers the gauges of what waits in the pairing

@@ -373,22 +373,31 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports an unusable configuration.
-func (c Config) Validate() error {
-	if c.GRPCListen == "" || c.DataDir == "" {
-		return errors.New("collector needs grpc_listen and data_dir")
-	}
+// validateMemory checks max_pending_bytes, memory_limit_bytes and
+// gc_percent.
+func (c Config) validateMemory() error {
 	if c.MaxPendingBytes < 0 {
 		return fmt.Errorf("max_pending_bytes %d must not be negative", c.MaxPendingBytes)
-	}
-	if c.SampleKeyBits != 0 && (c.SampleKeyBits < sample.MinKeyBits || c.SampleKeyBits > sample.KeyBits) {
-		return fmt.Errorf("sample_key_bits %d must be 0 or in [%d, %d]", c.SampleKeyBits, sample.MinKeyBits, sample.KeyBits)
 	}
 	if c.MemoryLimitBytes < -1 {
 		return fmt.Errorf("memory_limit_bytes %d: give a size in bytes, 0 for the default or -1 for none", c.MemoryLimitBytes)
 	}
 	if _, limited := c.MemoryLimit(); c.GCPercent < -1 || c.GCPercent == -1 && !limited {
 		return fmt.Errorf("gc_percent %d: give a percentage, 0 for the default or -1 for off (with a memory limit: memory_limit_bytes or max_pending_bytes set)", c.GCPercent)
+	}
+	return nil
+}
+
+// Validate reports an unusable configuration.
+func (c Config) Validate() error {
+	if c.GRPCListen == "" || c.DataDir == "" {
+		return errors.New("collector needs grpc_listen and data_dir")
+	}
+	if err := c.validateMemory(); err != nil {
+		return err
+	}
+	if c.SampleKeyBits != 0 && (c.SampleKeyBits < sample.MinKeyBits || c.SampleKeyBits > sample.KeyBits) {
+		return fmt.Errorf("sample_key_bits %d must be 0 or in [%d, %d]", c.SampleKeyBits, sample.MinKeyBits, sample.KeyBits)
 	}
 	if err := c.Params.Validate(); err != nil {
 		return fmt.Errorf("params: %w", err)
