@@ -114,10 +114,11 @@ type Config struct {
 	MaxPendingBytes int64 `yaml:"max_pending_bytes"`
 	// MemoryLimitBytes is the collector process's soft memory limit
 	// (Go's runtime/debug.SetMemoryLimit): nearing it, the garbage
-	// collector runs more often, trading CPU for memory. 0: twice
-	// max_pending_bytes and 512 MiB more (1.5 GiB by default), none when
-	// max_pending_bytes is 0; -1: none. The GOMEMLIMIT environment
-	// variable, when set, takes precedence.
+	// collector runs more often, trading CPU for memory. 0: twice the
+	// sum of max_pending_bytes and 384 KiB for each path configured,
+	// and 512 MiB more (1.5 GiB and 768 KiB a path by default; 2.96 GiB
+	// at 2,000 paths), none when max_pending_bytes is 0; -1: none. The
+	// GOMEMLIMIT environment variable, when set, takes precedence.
 	MemoryLimitBytes int64 `yaml:"memory_limit_bytes"`
 	// GCPercent is the garbage collector's target (Go's
 	// runtime/debug.SetGCPercent): a collection starts once the heap
@@ -291,8 +292,16 @@ func (c Config) MemoryLimit() (int64, bool) {
 	case c.MemoryLimitBytes < 0 || c.MaxPendingBytes == 0:
 		return 0, false
 	}
-	return 2*c.MaxPendingBytes + 512<<20, true
+	return 2*(c.MaxPendingBytes+int64(len(c.Paths))*pathMemoryBytes) + 512<<20, true
 }
+
+// pathMemoryBytes is what a path adds to the default memory limit before
+// it is doubled. At 2,000 paths and a full backlog the heap held 0.6 to
+// 1.0 GB besides the reports (300 to 520 KB a path: the joins and
+// sketches kept for neighbouring epochs, decoded storage waiting for
+// reuse), and a limit of 1.5 GiB kept the garbage collector running a
+// third of the time (docs/benchmarks.md).
+const pathMemoryBytes = 384 << 10
 
 // defaultGCPercent is the garbage collector's target gc_percent 0 stands
 // for: twice Go's own. At 700 paths it cut the collector's marking time

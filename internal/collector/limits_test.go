@@ -684,8 +684,8 @@ func TestTakePendingNamesASide(t *testing.T) {
 	}
 }
 
-// TestMemoryLimit: the soft memory limit follows max_pending_bytes unless
-// set or turned off; a size below -1 is refused.
+// TestMemoryLimit: the soft memory limit follows max_pending_bytes and the
+// paths unless set or turned off; a size below -1 is refused.
 func TestMemoryLimit(t *testing.T) {
 	for _, tc := range []struct {
 		pending, limit, want int64
@@ -695,6 +695,15 @@ func TestMemoryLimit(t *testing.T) {
 		if got, ok := c.MemoryLimit(); got != tc.want || ok != tc.ok {
 			t.Errorf("max_pending_bytes %d, memory_limit_bytes %d: %d, %t; want %d, %t", tc.pending, tc.limit, got, ok, tc.want, tc.ok)
 		}
+	}
+	// The default grows by 768 KiB a path: 2.96 GiB at 2,000 paths.
+	c := Config{MaxPendingBytes: 512 << 20, Paths: make([]netpath.Path, 2000)}
+	if got, _ := c.MemoryLimit(); got != 3036<<20 {
+		t.Errorf("2,000 paths: limit %d MiB, want 3036", got>>20)
+	}
+	c.MemoryLimitBytes = 1 << 30
+	if got, _ := c.MemoryLimit(); got != 1<<30 {
+		t.Errorf("2,000 paths, memory_limit_bytes 1 GiB: limit %d, want 1 GiB", got)
 	}
 	cfg := DefaultConfig()
 	cfg.DataDir, cfg.MemoryLimitBytes = t.TempDir(), -2
