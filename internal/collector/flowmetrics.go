@@ -1,8 +1,11 @@
 package collector
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,30 +76,37 @@ func (fs *flowSeries) Describe(ch chan<- *prometheus.Desc) {
 // Collect is prometheus.Collector's. The values are copied out first,
 // so that a scrape does not hold up the workers. Two flows of one label
 // (keys that differ only in their VLAN or VNI tag, which the label leaves
-// out) are one series: the heavier's.
+// out) are one series: the heavier's. Series come sorted by flow and
+// path (label names in order), as the registry sorts them
+// (pathSeries.Collect).
 func (fs *flowSeries) Collect(ch chan<- prometheus.Metric) {
 	type point struct {
-		path string
+		path  string
+		label string
 		flowPoint
+		rank int // in the path's top, heaviest first
 	}
 	fs.mu.Lock()
 	var points []point
 	for path, top := range fs.paths {
-		for _, p := range top {
-			points = append(points, point{path, p})
+		for i, p := range top {
+			points = append(points, point{path: path, flowPoint: p, rank: i})
 		}
 	}
 	fs.mu.Unlock()
-	seen := map[[2]string]bool{}
-	for _, p := range points {
-		label := flowLabel(p.key)
-		if seen[[2]string{p.path, label}] {
+	for i := range points {
+		points[i].label = flowLabel(points[i].key)
+	}
+	slices.SortFunc(points, func(a, b point) int {
+		return cmp.Or(strings.Compare(a.label, b.label), strings.Compare(a.path, b.path), cmp.Compare(a.rank, b.rank))
+	})
+	for i, p := range points {
+		if i > 0 && p.path == points[i-1].path && p.label == points[i-1].label {
 			continue
 		}
-		seen[[2]string{p.path, label}] = true
-		ch <- prometheus.MustNewConstMetric(fs.packets, prometheus.GaugeValue, p.packets, p.path, label)
+		ch <- prometheus.MustNewConstMetric(fs.packets, prometheus.GaugeValue, p.packets, p.path, p.label)
 		if !math.IsNaN(p.mean) {
-			ch <- prometheus.MustNewConstMetric(fs.mean, prometheus.GaugeValue, p.mean, p.path, label)
+			ch <- prometheus.MustNewConstMetric(fs.mean, prometheus.GaugeValue, p.mean, p.path, p.label)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -25,6 +26,10 @@ type weightedHistogramVec struct {
 	bounds  []float64 // classic upper bounds, ascending
 	schema  int32
 	nbounds []float64 // fractions at which native buckets end, as math.Frexp gives them
+
+	// byName are the indexes of the labels in the order of their names,
+	// the order the registry compares series in.
+	byName []int
 
 	mu     sync.Mutex
 	series map[string]*weightedSeries
@@ -69,9 +74,14 @@ func newWeightedHistogramVec(name, help string, bounds []float64, schema int32, 
 	for i := range nb {
 		nb[i] = math.Exp2(float64(i)/float64(n) - 1)
 	}
+	byName := make([]int, len(labels))
+	for i := range byName {
+		byName[i] = i
+	}
+	slices.SortFunc(byName, func(a, b int) int { return strings.Compare(labels[a], labels[b]) })
 	return &weightedHistogramVec{
 		desc:   prometheus.NewDesc(name, help, labels, nil),
-		bounds: bounds, schema: schema, nbounds: nb,
+		bounds: bounds, schema: schema, nbounds: nb, byName: byName,
 		series: map[string]*weightedSeries{},
 	}
 }
@@ -218,11 +228,20 @@ func (v *weightedHistogramVec) Describe(ch chan<- *prometheus.Desc) { ch <- v.de
 
 // Collect implements prometheus.Collector: client_golang's constant
 // histograms, a native one and a classic one of each series, put
-// together as one metric.
+// together as one metric, sorted by their labels as the registry sorts
+// them (pathSeries.Collect).
 func (v *weightedHistogramVec) Collect(ch chan<- prometheus.Metric) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for _, s := range v.series {
+	series := slices.SortedFunc(maps.Values(v.series), func(a, b *weightedSeries) int {
+		for _, i := range v.byName {
+			if c := strings.Compare(a.labels[i], b.labels[i]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	for _, s := range series {
 		native, err := prometheus.NewConstNativeHistogram(v.desc, s.count, s.sum, s.pos, s.neg, s.zero,
 			v.schema, prometheus.DefNativeHistogramZeroThreshold, s.createdAt, s.labels...)
 		if err != nil {

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -174,8 +176,38 @@ func (ps *pathSeries) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// pathFamily is one metric's series of a path, in the order the
+// registry sorts them: by the values of their labels, names in order.
+// Where the second label's name sorts before "path", a metric's series
+// are sorted by its value first (valueFirst).
+type pathFamily struct {
+	defs       []pathMetric // by value of the second label
+	valueFirst bool
+}
+
+// pathFamilies are the per-path metrics (see Collect).
+var pathFamilies = func() []pathFamily {
+	var fams []pathFamily
+	at := map[string]int{}
+	for k, d := range pathMetricDefs {
+		i, ok := at[d.name]
+		if !ok {
+			i, at[d.name] = len(fams), len(fams)
+			fams = append(fams, pathFamily{valueFirst: d.label != "" && d.label < "path"})
+		}
+		fams[i].defs = append(fams[i].defs, pathMetric(k))
+	}
+	for _, f := range fams {
+		slices.SortFunc(f.defs, func(a, b pathMetric) int { return strings.Compare(pathMetricDefs[a].value, pathMetricDefs[b].value) })
+	}
+	return fams
+}()
+
 // Collect is prometheus.Collector's. The values are copied out first, so
-// that a scrape does not hold up the workers.
+// that a scrape does not hold up the workers. Series come sorted by
+// their labels (paths by name), as the registry sorts each metric's: it
+// then checks the order instead of making it, a third of a scrape's CPU
+// at 2,000 paths (BenchmarkScrape).
 func (ps *pathSeries) Collect(ch chan<- prometheus.Metric) {
 	type path struct {
 		name string
@@ -187,16 +219,31 @@ func (ps *pathSeries) Collect(ch chan<- prometheus.Metric) {
 		paths = append(paths, path{name, *pv})
 	}
 	ps.mu.Unlock()
-	for _, p := range paths {
-		for k, d := range pathMetricDefs {
-			if p.set&(1<<k) == 0 {
-				continue
+	slices.SortFunc(paths, func(a, b path) int { return strings.Compare(a.name, b.name) })
+	emit := func(p *path, k pathMetric) {
+		if p.set&(1<<k) == 0 {
+			return
+		}
+		d := pathMetricDefs[k]
+		labels := []string{p.name}
+		if d.label != "" {
+			labels = append(labels, d.value)
+		}
+		ch <- prometheus.MustNewConstMetric(ps.descs[d.name], d.kind, p.v[k], labels...)
+	}
+	for _, f := range pathFamilies {
+		if f.valueFirst {
+			for _, k := range f.defs {
+				for i := range paths {
+					emit(&paths[i], k)
+				}
 			}
-			labels := []string{p.name}
-			if d.label != "" {
-				labels = append(labels, d.value)
+			continue
+		}
+		for i := range paths {
+			for _, k := range f.defs {
+				emit(&paths[i], k)
 			}
-			ch <- prometheus.MustNewConstMetric(ps.descs[d.name], d.kind, p.v[k], labels...)
 		}
 	}
 }
