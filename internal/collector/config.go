@@ -299,8 +299,8 @@ func (c Config) MemoryLimit() (int64, bool) {
 // it is doubled. At 2,000 paths and a full backlog the heap held 0.6 to
 // 1.0 GB besides the reports (300 to 520 KB a path: the joins and
 // sketches kept for neighbouring epochs, decoded storage waiting for
-// reuse), and a limit of 1.5 GiB kept the garbage collector running a
-// third of the time (docs/benchmarks.md).
+// reuse), and under a limit of 1.5 GiB the garbage collector took up to
+// a third of the CPU (docs/benchmarks.md).
 const pathMemoryBytes = 384 << 10
 
 // defaultGCPercent is the garbage collector's target gc_percent 0 stands
