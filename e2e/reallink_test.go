@@ -387,13 +387,18 @@ func checkRealLinkColate(t testing.TB, q owlv1.QueryServiceClient, points map[st
 			}
 			// The bar: 1% where nothing was lost, 10% across the lossy
 			// direction (COLATE assumes no loss; this checks that it
-			// degrades gently).
-			bar := 0.01
+			// degrades gently). Where the estimate's own 95% interval
+			// is near 1% of the mean (a light flow: 2,908 ACKs over
+			// the run gave ± 0.85%, and came out 1.07% off in one CI
+			// run of many), a 1% bar fails about once in 50 runs on
+			// noise alone; there it is 1.5 times that interval
+			// instead (about three standard errors).
+			bar := max(0.01, 1.5*res.GetHalfWidthNs()/m)
 			if res.GetPackets() != res.GetDownstreamPackets() {
 				bar = 0.10
 			}
 			if rel > bar {
-				t.Errorf("COLATE %s %v: owl %.1f µs, truth %.1f µs (%.2f%% > %.0f%%)", path, k, res.GetMeanNs()/1e3, m/1e3, 100*rel, 100*bar)
+				t.Errorf("COLATE %s %v: owl %.1f µs, truth %.1f µs (%.2f%% > %.2f%%)", path, k, res.GetMeanNs()/1e3, m/1e3, 100*rel, 100*bar)
 				t.Logf("COLATE %s %v epoch by epoch:\n%s", path, k, colateByEpoch(ctx, q, points[path], k, truths[path], grid))
 			}
 			fmt.Fprintf(&b, "%s %v: %d packets sent, %d/%d (owl) up/down; true %.1f µs (%.1f µs without the %d delivered in a later epoch), owl %.1f µs (%.2f%%, ± %.1f µs), %s, %d counters left out, %d epochs unpaired, %.0f bits/packet\n",
