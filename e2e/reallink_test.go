@@ -388,11 +388,10 @@ func checkRealLinkColate(t testing.TB, q owlv1.QueryServiceClient, points map[st
 			// The bar: 1% where nothing was lost, 10% across the lossy
 			// direction (COLATE assumes no loss; this checks that it
 			// degrades gently). Where the estimate's own 95% interval
-			// is near 1% of the mean (a light flow: 2,908 ACKs over
-			// the run gave ± 0.85%, and came out 1.07% off in one CI
-			// run of many), a 1% bar fails about once in 50 runs on
-			// noise alone; there it is 1.5 times that interval
-			// instead (about three standard errors).
+			// nears 1% of the mean (a light flow: 2,908 ACKs over the
+			// run give ± 0.85%), a 1% bar is 2.3 standard errors and
+			// fails about one run in 50 on noise alone; there it is
+			// 1.5 times that interval (about three standard errors).
 			bar := max(0.01, 1.5*res.GetHalfWidthNs()/m)
 			if res.GetPackets() != res.GetDownstreamPackets() {
 				bar = 0.10

@@ -117,8 +117,8 @@ func BenchmarkScrape(b *testing.B) {
 	b.ReportMetric(float64(series), "metrics")
 }
 
-// TestSeriesCollectedInOrder: the per-path, per-flow and delay series
-// come out of Collect in the order the registry sorts each metric's
+// TestSeriesCollectedInOrder: the per-path, per-flow, delay and
+// round-trip series come out of Collect in the order the registry sorts each metric's
 // series into (label values, names in order), which then costs it a
 // check rather than a sort. Paths, flows and second labels are made in
 // other orders (p10 before p9 and b, "upstream" before "downstream",
