@@ -28,8 +28,8 @@ type probeService struct {
 
 // Connect handles one probe stream: Hello, then reports, each acknowledged
 // once stored. Messages are received and handled in order on a goroutine
-// of the stream's; the handler's own goroutine sends what is queued for
-// the probe (session.pump).
+// of the stream's, and what is queued for the probe is sent on another
+// (session.serve).
 func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	c := s.c
 	first, err := stream.Recv()
@@ -73,7 +73,7 @@ func (s probeService) Connect(stream owlv1.ProbeService_ConnectServer) error {
 	c.releaseStored(sess.probe, h.GetUnreleased())
 	received := make(chan error, 1)
 	go c.receive(sess, received)
-	return sess.pump(received)
+	return sess.serve(received)
 }
 
 // reportsInFlight bounds the reports of one stream being checked and

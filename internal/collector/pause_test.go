@@ -18,7 +18,7 @@ func pausingSession(t *testing.T, probe string) (*session, *gatedStream) {
 	s.pauses = true
 	received := make(chan error)
 	pumped := make(chan error, 1)
-	go func() { pumped <- s.pump(received) }()
+	go func() { pumped <- s.serve(received) }()
 	t.Cleanup(func() {
 		received <- nil
 		<-pumped

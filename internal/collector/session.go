@@ -137,10 +137,31 @@ func (s *session) take() []*owlv1.CollectorMessage {
 	return out
 }
 
-// pump sends the queued messages until receiving ends (its error comes on
-// received), a send fails, or the probe is cut off. It runs on the
-// stream's handler goroutine, the only one that sends on the stream.
-func (s *session) pump(received <-chan error) error {
+// serve sends the queued messages until receiving ends (its error comes
+// on received), a send fails, or the probe is cut off. It runs on the
+// stream's handler goroutine; the sending itself (pump) runs on a
+// goroutine of its own, so that a cut ends the stream at once even while
+// a send waits on a probe that does not read: the handler's return
+// cancels the stream, and the waiting send returns.
+func (s *session) serve(received <-chan error) error {
+	stop := make(chan struct{})
+	defer close(stop)
+	pumped := make(chan error, 1)
+	go func() { pumped <- s.pump(stop) }()
+	select {
+	case err := <-received:
+		return err
+	case err := <-pumped:
+		return err
+	case <-s.cut:
+		return s.cutError()
+	}
+}
+
+// pump sends the queued messages, in order, until stop is closed, a send
+// fails, or the probe is cut off. It is the only goroutine that sends on
+// the stream once it is served.
+func (s *session) pump(stop <-chan struct{}) error {
 	for {
 		select {
 		case <-s.wake:
@@ -152,8 +173,8 @@ func (s *session) pump(received <-chan error) error {
 					return err
 				}
 			}
-		case err := <-received:
-			return err
+		case <-stop:
+			return nil
 		case <-s.cut:
 			return s.cutError()
 		}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	owlv1 "github.com/owl-latency/owl/api/owl/v1"
@@ -47,7 +51,7 @@ func TestOutboxOutlastsStalledWriter(t *testing.T) {
 	s := newSession("a", st, paths)
 	received := make(chan error, 1)
 	pumped := make(chan error, 1)
-	go func() { pumped <- s.pump(received) }()
+	go func() { pumped <- s.serve(received) }()
 	for e := range int64(epochs) {
 		for p := range paths {
 			path := fmt.Sprintf("p%d", p)
@@ -106,12 +110,13 @@ func TestOutboxOutlastsStalledWriter(t *testing.T) {
 
 // TestOutboxCutsProbeThatDoesNotRead: a probe that never reads is cut off
 // once its outbox holds its bound, and its stream ends with
-// ResourceExhausted.
+// ResourceExhausted at once, while the send it blocks still waits.
 func TestOutboxCutsProbeThatDoesNotRead(t *testing.T) {
 	st := &gatedStream{gate: make(chan struct{})}
+	defer close(st.gate) // the blocked send returns, as one does once the stream ends
 	s := newSession("a", st, 10)
-	pumped := make(chan error, 1)
-	go func() { pumped <- s.pump(make(chan error)) }()
+	served := make(chan error, 1)
+	go func() { served <- s.serve(make(chan error)) }()
 	n := 0
 	var err error
 	for ; n < 10*s.bound; n++ {
@@ -130,13 +135,85 @@ func TestOutboxCutsProbeThatDoesNotRead(t *testing.T) {
 	if err := s.release("p", 1); !errors.Is(err, errSlowProbe) {
 		t.Errorf("a release after the cut: %v, want %v", err, errSlowProbe)
 	}
-	close(st.gate) // the blocked send returns, as one does when the stream ends
 	select {
-	case err := <-pumped:
+	case err := <-served:
 		if status.Code(err) != codes.ResourceExhausted {
-			t.Errorf("pump ended with %v, want ResourceExhausted", err)
+			t.Errorf("the stream ended with %v, want ResourceExhausted", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("pump still running 10 s after the cut")
+		t.Fatal("the stream still open 10 s after the cut, its send blocked")
 	}
+}
+
+// TestStreamEndsWhenProbeStopsReading: over a real socket, a probe that
+// keeps sending reports and never reads what comes back fills its
+// outbox; its stream then ends at once, while the collector's send still
+// waits on the probe's flow-control window, and the probe learns why
+// once it reads.
+func TestStreamEndsWhenProbeStopsReading(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Limits.ReportsPerSecond = 0
+	c := newTest(t, cfg)
+	defer c.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	owlv1.RegisterProbeServiceServer(srv, probeService{c: c})
+	go srv.Serve(l)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := owlv1.NewProbeServiceClient(conn).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: &owlv1.Hello{ProbeId: "a", Params: cfg.Params.ToProto(), Replay: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.Recv(); err != nil || m.GetPaths() == nil {
+		t.Fatalf("hello answer %v, %v", m, err)
+	}
+	// A report of a path the collector does not have is rejected: two
+	// messages back (the rejection and its acknowledgement) for a few
+	// bytes sent. The probe's own sends block in the end too (the
+	// collector stops reading an ended stream), so they run apart.
+	var sent atomic.Int64
+	sending := make(chan struct{})
+	go func() {
+		defer close(sending)
+		for {
+			r := &owlv1.EpochReport{Path: "nowhere", Epoch: 1, Seq: uint64(sent.Load())}
+			if st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Report{Report: r}}) != nil {
+				return // the stream ended
+			}
+			sent.Add(1)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.probes.allSessions()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream still open 30 s on, after %d reports unanswered by reads", sent.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Reading now, the probe gets what was sent and then the reason.
+	stop := time.AfterFunc(30*time.Second, cancel)
+	defer stop.Stop()
+	for {
+		if _, err := st.Recv(); err != nil {
+			if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), errSlowProbe.Error()) {
+				t.Errorf("the stream ended with %v, want ResourceExhausted saying %q", err, errSlowProbe)
+			}
+			break
+		}
+	}
+	<-sending
+	t.Logf("%d reports sent before the stream ended", sent.Load())
 }
