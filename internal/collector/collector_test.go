@@ -373,7 +373,12 @@ func serve(t testing.TB, c *Collector) *grpc.ClientConn {
 
 // probeStream opens a Connect stream and completes the Hello.
 func probeStream(t testing.TB, conn *grpc.ClientConn, id string, p params.Params) owlv1.ProbeService_ConnectClient {
-	st, err := owlv1.NewProbeServiceClient(conn).Connect(context.Background())
+	return probeStreamCtx(t, context.Background(), conn, id, p)
+}
+
+// probeStreamCtx is probeStream with a stream that ends with ctx.
+func probeStreamCtx(t testing.TB, ctx context.Context, conn *grpc.ClientConn, id string, p params.Params) owlv1.ProbeService_ConnectClient {
+	st, err := owlv1.NewProbeServiceClient(conn).Connect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,16 +170,7 @@ func TestStreamEndsWhenProbeStopsReading(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := owlv1.NewProbeServiceClient(conn).Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&owlv1.ProbeMessage{Msg: &owlv1.ProbeMessage_Hello{Hello: &owlv1.Hello{ProbeId: "a", Params: cfg.Params.ToProto(), Replay: true}}}); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := st.Recv(); err != nil || m.GetPaths() == nil {
-		t.Fatalf("hello answer %v, %v", m, err)
-	}
+	st := probeStreamCtx(t, ctx, conn, "a", cfg.Params)
 	// A report of a path the collector does not have is rejected: two
 	// messages back (the rejection and its acknowledgement) for a few
 	// bytes sent. The probe's own sends block in the end too (the
