@@ -151,9 +151,19 @@ func (l *linkTruth) std() float64 {
 // with the same header (a resent DNS query, a UDP datagram with IP ID 0).
 const truthHorizon = time.Second
 
+// truthStampSlack is how far a packet's downstream stamp may come before
+// its upstream one and still be its copy: a capture stamps a frame when
+// the kernel hands it over, which a loaded machine can delay by a
+// millisecond or more (the captures hold frames stamped out of order),
+// and a packet seen once upstream has no other packet its early copy
+// could be.
+const truthStampSlack = 20 * time.Millisecond
+
 // matchTruth pairs each upstream packet, in time order, with the earliest
 // unused downstream copy of the same header key seen at or after it and
-// within truthHorizon, and sums the truth per upstream epoch. Downstream
+// within truthHorizon (or, for the key's first upstream copy, its first
+// downstream one stamped up to truthStampSlack before it in the same
+// epoch: a negative delay, as owl measures it), and sums the truth per upstream epoch. Downstream
 // copies left unpaired count as duplicates in their own epoch when the key
 // was seen upstream.
 //
@@ -199,7 +209,10 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		fa.sentAll++
 		ds := byKey[p.key]
 		k := next[p.key]
-		for k < len(ds) && ds[k] < p.tsNS {
+		// (Within its epoch: across the boundary owl cannot match such a
+		// pair either, and counts a loss and an extra.)
+		early := k == 0 && len(ds) > 0 && upAt[p.key][0] == p.tsNS && ds[0] < p.tsNS && p.tsNS-ds[0] <= int64(truthStampSlack) && sameEpoch(grid, ds[0], e)
+		for !early && k < len(ds) && ds[k] < p.tsNS {
 			k++ // seen before this packet left: another packet's copy
 		}
 		if k >= len(ds) || ds[k]-p.tsNS > int64(truthHorizon) {
@@ -252,4 +265,40 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 
 func (l *linkTruth) String() string {
 	return fmt.Sprintf("sent %d lost %d crossed %d dups %d mean %.3f µs", l.sent, l.lost, l.crossed, l.dups, l.mean()/1e3)
+}
+
+// sameEpoch says whether a stamp (ns) falls in epoch e.
+func sameEpoch(grid epoch.Config, tsNS, e int64) bool {
+	de, _ := grid.Of(tsNS)
+	return de == e
+}
+
+// TestMatchTruthEarlyStamp: a packet seen once upstream whose one
+// downstream copy is stamped a little before it is delivered with a
+// negative delay (as owl counts it), not lost with a duplicate; a copy
+// stamped far before it, or before a key's second upstream packet, is
+// still another packet's.
+func TestMatchTruthEarlyStamp(t *testing.T) {
+	grid := epoch.DefaultConfig()
+	ms := int64(time.Millisecond)
+	base := grid.StartNS(1_800_000_000)
+	at := func(key string, off int64) seen { return seen{key: key, tsNS: base + off} }
+	up := []seen{at("a", 100*ms), at("b", 100*ms), at("c", 10*ms), at("c", 200*ms), at("d", 1000*ms+ms/5)}
+	down := []seen{at("a", 100*ms-ms/2), at("b", 50*ms), at("c", 15*ms), at("c", 190*ms), at("d", 1000*ms-ms/5)}
+	truth := matchTruth(up, down, grid)
+	lt, next := truth[1_800_000_000], truth[1_800_000_001]
+	if lt == nil || next == nil {
+		t.Fatal("no truth for the epochs")
+	}
+	// a: delivered at -0.5 ms; b: lost (its copy 50 ms early is a
+	// duplicate); c: the first delivered at 5 ms, the second lost (the
+	// copy before it is the first's or a duplicate); d, sent in the next
+	// epoch and seen just before it began: lost there, a duplicate here.
+	if lt.sent != 4 || lt.n != 2 || lt.lost != 2 || lt.dups != 3 || next.sent != 1 || next.lost != 1 {
+		t.Fatalf("sent %d, delivered %d, lost %d, duplicates %d, and %d sent and %d lost in the next epoch; want 4, 2, 2, 3, 1 and 1 (%v)",
+			lt.sent, lt.n, lt.lost, lt.dups, next.sent, next.lost, lt.odd)
+	}
+	if want := float64(-ms/2+5*ms) / 2; lt.mean() != want {
+		t.Errorf("mean delay %.0f ns, want %.0f", lt.mean(), want)
+	}
 }
