@@ -15,6 +15,7 @@
 # -o DIR/ ./cmd/collector ./cmd/owl-load); ports 7720-7721 and 7730-7731.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 [ $# -ge 2 ] || { sed -n '2,15p' "$0"; exit 2; }
 a=$1 b=$2 paths=${3:-700} epochs=${4:-45} from=${5:-20} to=${6:-40}
 dir=$(mktemp -d)
@@ -26,13 +27,12 @@ hz=$(getconf CLK_TCK)
 run() {
   local bin=$1 name=$2 port=$3 w=$dir/$2
   mkdir -p "$w"
-  "$bin/owl-load" -paths "$paths" -write-config "$w/c.yaml" >/dev/null 2>&1
-  sed -i "s|^data_dir: .*|data_dir: $w/data|; s|:7700\"|:$port\"|; s|:7701\"|:$((port + 1))\"|" "$w/c.yaml"
+  load_config "$bin" "$w" "$paths" "$port"
   GODEBUG=gctrace=1 "$bin/collector" -config "$w/c.yaml" -log-level error 2>"$w/gc.log" &
   local coll=$!
-  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$((port + 1))/metrics" && break; sleep 0.1; done
-  (sleep "$from"; awk '{print $14+$15}' "/proc/$coll/stat" >"$w/cpu1"
-    sleep $((to - from)); awk '{print $14+$15}' "/proc/$coll/stat" >"$w/cpu2") &
+  wait_metrics $((port + 1))
+  (sleep "$from"; cpu_ticks $coll >"$w/cpu1"
+    sleep $((to - from)); cpu_ticks $coll >"$w/cpu2") &
   local window=$!
   "$bin/owl-load" -collector "127.0.0.1:$port" -paths "$paths" -epochs "$epochs" -rate 1 -log-level error -out json >"$w/load.json" 2>/dev/null
   wait $window

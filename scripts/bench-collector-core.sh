@@ -16,6 +16,7 @@
 # ./cmd/collector ./cmd/owl-load); ports 7740-7741.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 [ $# -ge 2 ] || { sed -n '2,16p' "$0"; exit 2; }
 bin=$1 paths=$2 epochs=${3:-60}
 cpus=$(nproc)
@@ -25,12 +26,11 @@ cleanup() { kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -r
 trap cleanup EXIT
 hz=$(getconf CLK_TCK)
 
-"$bin/owl-load" -paths "$paths" -write-config "$dir/c.yaml" >/dev/null 2>&1
-sed -i "s|^data_dir: .*|data_dir: $dir/data|; s|:7700\"|:7740\"|; s|:7701\"|:7741\"|" "$dir/c.yaml"
+load_config "$bin" "$dir" "$paths" 7740
 [ -n "${PROFILE:-}" ] && echo "pprof: true" >>"$dir/c.yaml"
 taskset -c $((cpus - 1)) "$bin/collector" -config "$dir/c.yaml" -log-level error 2>"$dir/err" &
 coll=$!
-for _ in $(seq 100); do curl -sf -o /dev/null http://127.0.0.1:7741/metrics && break; sleep 0.1; done
+wait_metrics 7741
 load() {
   taskset -c 0 "$bin/owl-load" -collector 127.0.0.1:7740 -paths "$paths" -rate 1 -log-level error "$@"
 }
@@ -41,9 +41,9 @@ if [ -n "${PROFILE:-}" ]; then
   (sleep 15; curl -s -o "$PROFILE" "http://127.0.0.1:7741/debug/pprof/profile?seconds=20") &
 fi
 echo "measured: $epochs epochs" >&2
-c1=$(awk '{print $14+$15}' "/proc/$coll/stat"); t1=$(date +%s.%N)
+c1=$(cpu_ticks $coll); t1=$(date +%s.%N)
 load -epochs "$epochs" -out json >"$dir/load.json" 2>/dev/null
-c2=$(awk '{print $14+$15}' "/proc/$coll/stat"); t2=$(date +%s.%N)
+c2=$(cpu_ticks $coll); t2=$(date +%s.%N)
 hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$coll/status")
 kill -INT $coll
 wait $coll 2>/dev/null || true
