@@ -163,9 +163,9 @@ const truthStampSlack = 20 * time.Millisecond
 // unused downstream copy of the same header key seen at or after it and
 // within truthHorizon (or, for the key's first upstream copy, its first
 // downstream one stamped up to truthStampSlack before it in the same
-// epoch: a negative delay, as owl measures it), and sums the truth per upstream epoch. Downstream
-// copies left unpaired count as duplicates in their own epoch when the key
-// was seen upstream.
+// epoch: a negative delay, as owl measures it), and sums the truth per
+// upstream epoch. Downstream copies left unpaired count as duplicates in
+// their own epoch when the key was seen upstream.
 //
 // A capture file is not in time order when a probe runs several workers:
 // each writes its frames as it takes them, and a flow moves to another
@@ -209,9 +209,11 @@ func matchTruth(up, down []seen, grid epoch.Config) map[int64]*linkTruth {
 		fa.sentAll++
 		ds := byKey[p.key]
 		k := next[p.key]
-		// (Within its epoch: across the boundary owl cannot match such a
-		// pair either, and counts a loss and an extra.)
-		early := k == 0 && len(ds) > 0 && upAt[p.key][0] == p.tsNS && ds[0] < p.tsNS && p.tsNS-ds[0] <= int64(truthStampSlack) && sameEpoch(grid, ds[0], e)
+		// The key's first packet may take a copy stamped just before it,
+		// within its epoch (across the boundary owl cannot match such a
+		// pair either, and counts a loss and an extra).
+		early := k == 0 && len(ds) > 0 && upAt[p.key][0] == p.tsNS &&
+			ds[0] < p.tsNS && p.tsNS-ds[0] <= int64(truthStampSlack) && sameEpoch(grid, ds[0], e)
 		for !early && k < len(ds) && ds[k] < p.tsNS {
 			k++ // seen before this packet left: another packet's copy
 		}
