@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -25,10 +26,15 @@ import (
 // (ClusterService.Replicate): results, per-flow results, sketches and
 // boundary records, stored by the replica as the owner stored them, and
 // lone sides, which the replica keeps apart (replica-pending) until it
-// owns the path. Sending never holds up ingest or the epoch workers: the
-// copies wait in a bounded queue for one goroutine, and a copy that does
-// not fit, or that a member does not take, is dropped; catch-up
-// (catchup.go) fetches what a holder lacks after each change of members.
+// owns the path. The copies wait in a bounded queue for one goroutine. A
+// copy that finds the queue full waits for room, which holds up the epoch
+// worker or ingest that made it: a cluster whose members cannot take the
+// copies as fast as they are made slows down (its workers fall behind,
+// and the probes are paused) instead of storing results the replica
+// never gets. A copy is dropped when the sender has taken nothing for
+// replicaStall (a member does not answer), or when a member does not take
+// it; catch-up (catchup.go) fetches what a holder lacks after each change
+// of members.
 
 // replicaQueueLen and replicaQueueBytes bound the copies waiting to be
 // sent, in number and in bytes (a copy with its sketches is ~100 KiB).
@@ -37,8 +43,23 @@ const (
 	replicaQueueBytes = 128 << 20
 )
 
-// replicaBatchCopies bounds the copies taken from the queue at once.
-const replicaBatchCopies = 256
+// replicaStall is how long the sender may take nothing from a full queue
+// before the copies waiting for room are dropped: as long as one call to
+// a member may take, so only a sender held up by a member that does not
+// answer (gone, or not yet found gone) sheds copies. Dropped at once when
+// the queue was full, as before, a busy cluster lost its copies by the
+// thousand (docs/evaluation.md).
+const replicaStall = replicaTimeout
+
+// replicaRecheck is how often a copy waiting for room checks that the
+// sender still takes copies.
+const replicaRecheck = 250 * time.Millisecond
+
+// replicaBatchCopies bounds the copies taken from the queue at once, and
+// so those sent to a member in one call. Batches of 256 (about 15 MB)
+// took a busy member over replicaTimeout to store: the call failed and
+// its copies counted dropped.
+const replicaBatchCopies = 64
 
 // replicaTimeout bounds one Replicate call.
 const replicaTimeout = 10 * time.Second
@@ -48,10 +69,20 @@ const replicaWarnEvery = 10 * time.Second
 
 // replicator queues the copies of what this member stored for the other
 // holders of the paths. Its methods are safe for concurrent use; enqueue
-// never blocks. A nil replicator (no cluster) drops everything silently.
+// blocks while the queue is full and its sender takes copies. A nil
+// replicator (no cluster) drops everything silently.
 type replicator struct {
-	queue    chan queuedCopy
-	bytes    atomic.Int64 // of the copies queued
+	queue chan queuedCopy
+	room  *semaphore.Weighted // bytes the queued copies may still take
+	// lastTake is when the sender last took copies (unix ns); a copy
+	// waits for room until it is stall old (replicaStall; shorter in
+	// tests).
+	lastTake atomic.Int64
+	stall    time.Duration
+	// sending ends when the sender is gone (stop): nothing waits for
+	// room then.
+	sending  context.Context
+	stop     context.CancelFunc
 	dropped  prometheus.Counter
 	log      *slog.Logger
 	lastWarn atomic.Int64 // unix ns of the last warning about drops
@@ -73,11 +104,15 @@ var closedDone = func() chan struct{} {
 }()
 
 func newReplicator(m *metrics, log *slog.Logger) *replicator {
-	return &replicator{queue: make(chan queuedCopy, replicaQueueLen), dropped: m.replicaDropped, log: log}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replicator{queue: make(chan queuedCopy, replicaQueueLen), room: semaphore.NewWeighted(replicaQueueBytes),
+		stall: replicaStall, sending: ctx, stop: cancel, dropped: m.replicaDropped, log: log}
+	r.lastTake.Store(time.Now().UnixNano())
+	return r
 }
 
-// enqueue queues copies to send; when the queue is full, in number or in
-// bytes, they are dropped.
+// enqueue queues copies to send, waiting for room while the queue is
+// full, in number or in bytes; they are dropped when the sender is stuck.
 func (r *replicator) enqueue(copies ...*owlv1.EpochCopy) {
 	if r == nil {
 		return
@@ -99,27 +134,52 @@ func (r *replicator) enqueueWait(ec *owlv1.EpochCopy) <-chan struct{} {
 	return done
 }
 
-// push queues one copy, or drops it when the queue is full, in number or
-// in bytes (closing done).
+// push queues one copy, waiting for room in the queue, in number and in
+// bytes; it drops the copy (closing done) when the sender is stuck or
+// gone.
 func (r *replicator) push(ec *owlv1.EpochCopy, done chan struct{}) {
 	if ec.Result != nil {
 		// The worker may change the result later (boundary matching)
 		// while the copy waits to be sent.
 		ec.Result = proto.CloneOf(ec.Result)
 	}
-	n := int64(proto.Size(ec))
-	if r.bytes.Add(n) <= replicaQueueBytes {
+	// A copy larger than the whole bound goes in alone.
+	q := queuedCopy{ec, min(int64(proto.Size(ec)), replicaQueueBytes), done}
+	if r.room.TryAcquire(q.size) {
 		select {
-		case r.queue <- queuedCopy{ec, n, done}:
+		case r.queue <- q:
 			return
 		default:
+			r.room.Release(q.size)
 		}
 	}
-	r.bytes.Add(-n)
-	r.drop(1, "the replication queue is full", "path", ec.GetPath(), "epoch", ec.GetEpoch())
+	if r.waitForRoom(q) {
+		return
+	}
+	r.drop(1, "the replication queue is full and its sender stuck", "stuck_for", r.stall, "path", ec.GetPath(), "epoch", ec.GetEpoch())
 	if done != nil {
 		close(done)
 	}
+}
+
+// waitForRoom queues q once the queue has room for it, and says whether
+// it did: it gives up once the sender has taken nothing for r.stall, or
+// is gone.
+func (r *replicator) waitForRoom(q queuedCopy) bool {
+	for r.sending.Err() == nil && time.Since(time.Unix(0, r.lastTake.Load())) < r.stall {
+		ctx, cancel := context.WithTimeout(r.sending, min(replicaRecheck, r.stall))
+		if r.room.Acquire(ctx, q.size) == nil {
+			select {
+			case r.queue <- q:
+				cancel()
+				return true
+			case <-ctx.Done():
+				r.room.Release(q.size)
+			}
+		}
+		cancel()
+	}
+	return false
 }
 
 // enqueueWrite queues the copies of what a store.Write of the epoch
@@ -155,9 +215,10 @@ func (r *replicator) drop(n int, why string, args ...any) {
 func (r *replicator) next(ctx context.Context) ([]queuedCopy, bool) {
 	var batch []queuedCopy
 	take := func(q queuedCopy) {
-		r.bytes.Add(-q.size)
+		r.room.Release(q.size)
 		batch = append(batch, q)
 	}
+	defer func() { r.lastTake.Store(time.Now().UnixNano()) }()
 	select {
 	case <-ctx.Done():
 		return nil, false
@@ -244,6 +305,7 @@ func (c *Collector) replicaTargets(ec *owlv1.EpochCopy) []cluster.Member {
 
 // replicateLoop sends the queued copies to their members until ctx ends.
 func (c *Collector) replicateLoop(ctx context.Context) {
+	defer c.repl.stop() // copies waiting for room give up
 	for {
 		batch, ok := c.repl.next(ctx)
 		if !ok {

@@ -493,26 +493,69 @@ func TestTimeOutKeepsCopiedResult(t *testing.T) {
 	}
 }
 
-// TestReplicatorDropsWhenFull: a full queue drops copies, counted, and
-// never blocks; a nil replicator takes anything.
-func TestReplicatorDropsWhenFull(t *testing.T) {
+// TestReplicatorWaitsForRoom: a copy that finds the queue full waits for
+// room and goes in once the sender takes a batch; one that finds none
+// while the sender takes nothing for its stall time, or after the sender
+// is gone, is dropped, counted, and not waited for; a nil replicator
+// takes anything.
+func TestReplicatorWaitsForRoom(t *testing.T) {
 	m := newMetrics()
 	r := newReplicator(m, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	for e := range replicaQueueLen + 3 {
+	r.stall = 50 * time.Millisecond
+	for e := range replicaQueueLen {
 		r.enqueue(&owlv1.EpochCopy{Path: "p", Epoch: int64(e)})
 	}
-	if n := testutil.ToFloat64(m.replicaDropped); n != 3 {
-		t.Errorf("%v copies dropped, want 3", n)
+	start := time.Now()
+	r.lastTake.Store(start.UnixNano()) // the sender took a batch just now
+	dropped := r.enqueueWait(&owlv1.EpochCopy{Path: "p", Epoch: -1})
+	if waited := time.Since(start); waited < r.stall {
+		t.Errorf("a copy for a full queue dropped after %v, want a wait of %v first", waited, r.stall)
 	}
 	select {
-	case <-r.enqueueWait(&owlv1.EpochCopy{Path: "p", Epoch: -1}):
+	case <-dropped:
 	default:
 		t.Error("a copy dropped from a full queue is still waited for")
 	}
+	if n := testutil.ToFloat64(m.replicaDropped); n != 1 {
+		t.Errorf("%v copies dropped, want 1", n)
+	}
+
+	r.stall = time.Minute
+	r.lastTake.Store(time.Now().UnixNano())
+	queued := make(chan (<-chan struct{}))
+	go func() { queued <- r.enqueueWait(&owlv1.EpochCopy{Path: "p", Epoch: int64(replicaQueueLen)}) }()
+	time.Sleep(20 * time.Millisecond) // the copy waits
 	batch, ok := r.next(context.Background())
 	if !ok || len(batch) != replicaBatchCopies || batch[0].ec.GetEpoch() != 0 {
 		t.Errorf("first batch of %d from epoch %d, want %d from 0", len(batch), batch[0].ec.GetEpoch(), replicaBatchCopies)
 	}
+	select {
+	case done := <-queued:
+		select {
+		case <-done:
+			t.Error("a copy that waited for room was given up")
+		default:
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a copy waiting for room did not go in once the sender took a batch")
+	}
+	if n := testutil.ToFloat64(m.replicaDropped); n != 1 {
+		t.Errorf("%v copies dropped, want 1 still", n)
+	}
+
+	for e := range replicaBatchCopies - 1 { // the queue is full again
+		r.enqueue(&owlv1.EpochCopy{Path: "p", Epoch: int64(replicaQueueLen + 1 + e)})
+	}
+	r.stop() // the sender is gone
+	start = time.Now()
+	r.enqueue(&owlv1.EpochCopy{Path: "p", Epoch: -2})
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("with the sender gone, a copy waited %v for room", waited)
+	}
+	if n := testutil.ToFloat64(m.replicaDropped); n != 2 {
+		t.Errorf("%v copies dropped, want 2", n)
+	}
+
 	var none *replicator
 	none.enqueue(&owlv1.EpochCopy{})
 	none.enqueueWrite(store.Write{Results: []*owlv1.PathStats{{}}})
