@@ -31,10 +31,10 @@ import (
 // worker or ingest that made it: a cluster whose members cannot take the
 // copies as fast as they are made slows down (its workers fall behind,
 // and the probes are paused) instead of storing results the replica
-// never gets. A copy is dropped when the sender has taken nothing for
-// replicaStall (a member does not answer), or when a member does not take
-// it; catch-up (catchup.go) fetches what a holder lacks after each change
-// of members.
+// never gets. A copy is dropped when the sender has delivered nothing
+// for replicaStall (a member does not answer), or when a member does not
+// take it; catch-up (catchup.go) fetches what a holder lacks after each
+// change of members.
 
 // replicaQueueLen and replicaQueueBytes bound the copies waiting to be
 // sent, in number and in bytes (a copy with its sketches is ~100 KiB).
@@ -43,10 +43,13 @@ const (
 	replicaQueueBytes = 128 << 20
 )
 
-// replicaStall is how long the sender may take nothing from a full queue
-// before the copies waiting for room are dropped: as long as one call to
-// a member may take, so only a sender held up by a member that does not
-// answer (gone, or not yet found gone) sheds copies. Dropped at once when
+// replicaStall is how long the sender may go without progress before
+// the copies waiting for room are dropped: as long as one call to a
+// member may take, so only a sender held up by a member that does not
+// answer (gone, or not yet found gone) sheds copies. Progress is a batch
+// delivered, or taken after one that was: a sender whose calls all fail
+// still takes a batch each replicaTimeout, which would otherwise keep
+// every copy waiting, and its worker with it, for minutes. Dropped at once when
 // the queue was full, as before, a busy cluster lost its copies by the
 // thousand (docs/evaluation.md).
 const replicaStall = replicaTimeout
@@ -76,11 +79,13 @@ const replicaWarnEvery = 10 * time.Second
 type replicator struct {
 	queue chan queuedCopy
 	room  *semaphore.Weighted // bytes the queued copies may still take
-	// lastTake is when the sender last took copies (unix ns); a copy
-	// waits for room until it is stall old (replicaStall; shorter in
-	// tests).
-	lastTake atomic.Int64
-	stall    time.Duration
+	// progress is when the sender last made progress (unix ns: a batch
+	// delivered, or taken after one that was; delivered says whether
+	// the last one was); a copy waits for room until progress is
+	// stall old (replicaStall; shorter in tests).
+	progress  atomic.Int64
+	delivered atomic.Bool
+	stall     time.Duration
 	// sending ends when the sender is gone (stop): nothing waits for
 	// room then.
 	sending  context.Context
@@ -109,7 +114,8 @@ func newReplicator(m *metrics, log *slog.Logger) *replicator {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replicator{queue: make(chan queuedCopy, replicaQueueLen), room: semaphore.NewWeighted(replicaQueueBytes),
 		stall: replicaStall, sending: ctx, stop: cancel, dropped: m.replicaDropped, log: log}
-	r.lastTake.Store(time.Now().UnixNano())
+	r.progress.Store(time.Now().UnixNano())
+	r.delivered.Store(true)
 	return r
 }
 
@@ -165,10 +171,10 @@ func (r *replicator) push(ec *owlv1.EpochCopy, done chan struct{}) {
 }
 
 // waitForRoom queues q once the queue has room for it, and says whether
-// it did: it gives up once the sender has taken nothing for r.stall, or
-// is gone.
+// it did: it gives up once the sender has made no progress for r.stall,
+// or is gone.
 func (r *replicator) waitForRoom(q queuedCopy) bool {
-	for r.sending.Err() == nil && time.Since(time.Unix(0, r.lastTake.Load())) < r.stall {
+	for r.sending.Err() == nil && time.Since(time.Unix(0, r.progress.Load())) < r.stall {
 		ctx, cancel := context.WithTimeout(r.sending, min(replicaRecheck, r.stall))
 		if r.room.Acquire(ctx, q.size) == nil {
 			select {
@@ -213,14 +219,19 @@ func (r *replicator) drop(n int, why string, args ...any) {
 }
 
 // next waits for a copy and returns it with those queued behind it, up to
-// replicaBatchCopies; false when ctx ends first.
+// replicaBatchCopies; false when ctx ends first. A batch taken after one
+// delivered is progress.
 func (r *replicator) next(ctx context.Context) ([]queuedCopy, bool) {
 	var batch []queuedCopy
 	take := func(q queuedCopy) {
 		r.room.Release(q.size)
 		batch = append(batch, q)
 	}
-	defer func() { r.lastTake.Store(time.Now().UnixNano()) }()
+	defer func() {
+		if r.delivered.Load() {
+			r.progress.Store(time.Now().UnixNano())
+		}
+	}()
 	select {
 	case <-ctx.Done():
 		return nil, false
@@ -236,6 +247,14 @@ func (r *replicator) next(ctx context.Context) ([]queuedCopy, bool) {
 		}
 	}
 	return batch, true
+}
+
+// sent notes whether a batch was delivered to every member it was for.
+func (r *replicator) sent(ok bool) {
+	r.delivered.Store(ok)
+	if ok {
+		r.progress.Store(time.Now().UnixNano())
+	}
 }
 
 // writeCopies are the copies of what one store.Write of the epoch worker
@@ -317,7 +336,7 @@ func (c *Collector) replicateLoop(ctx context.Context) {
 		for i, q := range batch {
 			copies[i] = q.ec
 		}
-		c.sendCopies(ctx, copies)
+		c.repl.sent(c.sendCopies(ctx, copies))
 		for _, q := range batch {
 			if q.done != nil {
 				close(q.done)
@@ -327,8 +346,9 @@ func (c *Collector) replicateLoop(ctx context.Context) {
 }
 
 // sendCopies sends a batch of copies, grouped by member, in messages of
-// at most half the message bound each.
-func (c *Collector) sendCopies(ctx context.Context, batch []*owlv1.EpochCopy) {
+// at most half the message bound each, and says whether every member
+// took its copies.
+func (c *Collector) sendCopies(ctx context.Context, batch []*owlv1.EpochCopy) bool {
 	var order []cluster.Member
 	groups := map[string][]*owlv1.EpochCopy{}
 	for _, ec := range batch {
@@ -342,14 +362,18 @@ func (c *Collector) sendCopies(ctx context.Context, batch []*owlv1.EpochCopy) {
 	// Members are sent to at once: one that is down (and waited for up
 	// to replicaTimeout) holds up no other.
 	var wg sync.WaitGroup
+	var failed atomic.Bool
 	for _, m := range order {
 		wg.Go(func() {
 			for _, chunk := range chunks(groups[m.Name], c.cfg.MaxMessageBytes/2) {
-				c.sendChunk(ctx, m, chunk)
+				if !c.sendChunk(ctx, m, chunk) {
+					failed.Store(true)
+				}
 			}
 		})
 	}
 	wg.Wait()
+	return !failed.Load()
 }
 
 // chunks splits copies into runs of at most maxBytes each (a copy larger
@@ -371,9 +395,9 @@ func chunks(copies []*owlv1.EpochCopy, maxBytes int) [][]*owlv1.EpochCopy {
 	return out
 }
 
-// sendChunk sends one Replicate call; copies it fails to deliver are
-// dropped.
-func (c *Collector) sendChunk(ctx context.Context, m cluster.Member, chunk []*owlv1.EpochCopy) {
+// sendChunk sends one Replicate call and says whether the member took
+// the copies; those it did not are dropped.
+func (c *Collector) sendChunk(ctx context.Context, m cluster.Member, chunk []*owlv1.EpochCopy) bool {
 	ctx, cancel := context.WithTimeout(ctx, replicaTimeout)
 	defer cancel()
 	conn, err := c.peers.get(m.GRPC)
@@ -384,7 +408,8 @@ func (c *Collector) sendChunk(ctx context.Context, m cluster.Member, chunk []*ow
 	}
 	if err != nil {
 		c.repl.drop(len(chunk), "a member did not take them", "member", m.Name, "err", err)
-		return
+		return false
 	}
 	c.m.replicated.Add(float64(len(chunk)))
+	return true
 }

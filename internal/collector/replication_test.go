@@ -506,7 +506,7 @@ func TestReplicatorWaitsForRoom(t *testing.T) {
 		r.enqueue(&owlv1.EpochCopy{Path: "p", Epoch: int64(e)})
 	}
 	start := time.Now()
-	r.lastTake.Store(start.UnixNano()) // the sender took a batch just now
+	r.progress.Store(start.UnixNano()) // the sender delivered a batch just now
 	dropped := r.enqueueWait(&owlv1.EpochCopy{Path: "p", Epoch: -1})
 	if waited := time.Since(start); waited < r.stall {
 		t.Errorf("a copy for a full queue dropped after %v, want a wait of %v first", waited, r.stall)
@@ -521,7 +521,7 @@ func TestReplicatorWaitsForRoom(t *testing.T) {
 	}
 
 	r.stall = time.Minute
-	r.lastTake.Store(time.Now().UnixNano())
+	r.progress.Store(time.Now().UnixNano())
 	queued := make(chan (<-chan struct{}))
 	go func() { queued <- r.enqueueWait(&owlv1.EpochCopy{Path: "p", Epoch: int64(replicaQueueLen)}) }()
 	time.Sleep(20 * time.Millisecond) // the copy waits
@@ -563,6 +563,41 @@ func TestReplicatorWaitsForRoom(t *testing.T) {
 	case <-none.enqueueWait(&owlv1.EpochCopy{}):
 	default:
 		t.Error("without a cluster, a copy is waited for")
+	}
+}
+
+// TestReplicatorStallsOnFailedSends: a batch taken after one a member
+// did not take is not progress. A sender whose calls all fail still
+// takes a batch each call's timeout; copies waiting for room behind it
+// are dropped once it has delivered nothing for its stall time, instead
+// of waiting for minutes. After a delivered batch, taking is progress.
+func TestReplicatorStallsOnFailedSends(t *testing.T) {
+	for _, delivered := range []bool{false, true} {
+		r := newReplicator(newMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		r.stall = 200 * time.Millisecond
+		for e := range replicaQueueLen {
+			r.enqueue(&owlv1.EpochCopy{Path: "p", Epoch: int64(e)})
+		}
+		r.progress.Store(time.Now().Add(-time.Hour).UnixNano())
+		r.sent(delivered) // how the batch before went
+		if delivered {
+			r.progress.Store(time.Now().Add(-time.Hour).UnixNano())
+		}
+		if _, ok := r.next(context.Background()); !ok {
+			t.Fatal("no batch")
+		}
+		for e := range replicaBatchCopies { // full again
+			r.enqueue(&owlv1.EpochCopy{Path: "p", Epoch: int64(replicaQueueLen + e)})
+		}
+		start := time.Now()
+		r.enqueue(&owlv1.EpochCopy{Path: "p", Epoch: -1})
+		waited := time.Since(start)
+		if !delivered && waited >= r.stall {
+			t.Errorf("after a failed send, a copy waited %v for room: a batch taken then counted as progress", waited)
+		}
+		if delivered && waited < r.stall {
+			t.Errorf("after a delivered batch, a copy waited %v for room, want %v: a batch taken then is progress", waited, r.stall)
+		}
 	}
 }
 
