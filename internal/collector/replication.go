@@ -43,19 +43,19 @@ const (
 	replicaQueueBytes = 128 << 20
 )
 
-// replicaStall is how long the sender may go without progress before
-// the copies waiting for room are dropped: as long as one call to a
-// member may take, so only a sender held up by a member that does not
-// answer (gone, or not yet found gone) sheds copies. Progress is a batch
+// replicaStall is how long the sender may go without progress before the
+// copies waiting for room are dropped: as long as one call to a member
+// may take, so only a sender held up by a member that does not answer
+// (gone, or not yet found gone) sheds copies. Progress is a batch
 // delivered, or taken after one that was: a sender whose calls all fail
 // still takes a batch each replicaTimeout, which would otherwise keep
-// every copy waiting, and its worker with it, for minutes. Dropped at once when
-// the queue was full, as before, a busy cluster lost its copies by the
-// thousand (docs/evaluation.md).
+// every copy waiting, and its worker with it, for minutes. Dropped at
+// once when the queue was full, as before, a busy cluster lost its
+// copies by the thousand (docs/evaluation.md).
 const replicaStall = replicaTimeout
 
 // replicaRecheck is how often a copy waiting for room checks that the
-// sender still takes copies (room, when it comes, wakes it at once). At
+// sender still makes progress (room, when it comes, wakes it at once). At
 // 250 ms, hundreds of copies waiting again and again took 1.4% of a busy
 // member's CPU.
 const replicaRecheck = time.Second
