@@ -100,13 +100,17 @@ func (s *Sample) withKeyBits(b int) *Sample {
 // SortDelays sorts delays and, along with them, their keys and flows
 // (nil: none; equal delays by key). Each delay less the least is packed
 // with its index into one word, and the words go through a
-// least-significant-digit radix sort, 11 bits a pass and only over the
-// bits the delays' range has (two passes for delays within 4 ms of each
-// other, three within 8 s); equal delays, rare, are then put in key order, and the keys and
-// flows follow their indexes. A sample's delays are skewed (a long
-// tail), which scattering by their top bits sorts poorly. Delays too far
-// apart to share a word with an index (2⁵⁰ ns, 13 days, for the largest
-// samples) are sorted by comparison.
+// least-significant-digit radix sort over only the bits the delays'
+// range has, in as few passes of up to 11 bits as it takes (two for
+// delays within 4 ms of each other, three within 8 s), the bits shared
+// evenly among them: a pass clears and sums a count per digit value, and
+// 2,049 of them cost more than the ~1,250 delays of an epoch's sample
+// (25 bits take three passes of 9 bits, 513 counts each). Equal delays,
+// rare, are then put in key order, and the keys and flows follow their
+// indexes. A sample's delays are skewed (a long tail), which scattering
+// by their top bits sorts poorly. Delays too far apart to share a word
+// with an index (2⁵⁰ ns, 13 days, for the largest samples) are sorted by
+// comparison.
 func SortDelays(delays []int64, ids, flows []uint64) {
 	n := len(delays)
 	if n < 2 {
@@ -151,17 +155,24 @@ func SortDelays(delays []int64, ids, flows []uint64) {
 	for i, d := range delays {
 		ps[i] |= (uint64(d) - uint64(lo)) << ib
 	}
-	for shift := ib; shift < ib+bits.Len64(top); shift += 11 {
-		at := &scratch.at
-		clear(at[:])
+	span := bits.Len64(top)
+	passes := (span + radixBits - 1) / radixBits
+	digit := 0 // bits a pass: as few as the passes allow
+	if passes > 0 {
+		digit = (span + passes - 1) / passes
+	}
+	dm := uint64(1)<<digit - 1
+	for shift := ib; shift < ib+span; shift += digit {
+		at := scratch.at[:dm+2]
+		clear(at)
 		for _, p := range ps {
-			at[(p>>shift)&0x7ff+1]++
+			at[(p>>shift)&dm+1]++
 		}
 		for i := 1; i < len(at); i++ {
 			at[i] += at[i-1]
 		}
 		for _, p := range ps {
-			b := (p >> shift) & 0x7ff
+			b := (p >> shift) & dm
 			tmp[at[b]] = p
 			at[b]++
 		}
@@ -188,6 +199,9 @@ func SortDelays(delays []int64, ids, flows []uint64) {
 	}
 }
 
+// radixBits is the most bits SortDelays sorts by in one pass.
+const radixBits = 11
+
 // sortScratch holds SortDelays' working arrays between calls: they were
 // a seventh of the bytes a collector under load allocated.
 var sortScratch = sync.Pool{New: func() any { return new(sortWork) }}
@@ -198,7 +212,7 @@ var sortScratch = sync.Pool{New: func() any { return new(sortWork) }}
 // collector had shrunk it while the worker waited).
 type sortWork struct {
 	words []uint64
-	at    [2049]int
+	at    [1<<radixBits + 1]int
 }
 
 // run is the number of leading entries with the first one's key.
