@@ -131,8 +131,9 @@ func (r *replicator) enqueue(copies ...*owlv1.EpochCopy) {
 }
 
 // enqueueWait queues a copy and returns a channel closed once the copy
-// has been sent to its members, or given up (dropped, refused, or no
-// member to send it to).
+// has been sent to its members, or given up while the member runs
+// (dropped, refused, or no member to send it to); never, for a copy the
+// member's stop left unsent.
 func (r *replicator) enqueueWait(ec *owlv1.EpochCopy) <-chan struct{} {
 	if r == nil {
 		return closedDone
@@ -143,8 +144,8 @@ func (r *replicator) enqueueWait(ec *owlv1.EpochCopy) <-chan struct{} {
 }
 
 // push queues one copy, waiting for room in the queue, in number and in
-// bytes; it drops the copy (closing done) when the sender is stuck or
-// gone.
+// bytes; it drops the copy when the sender is stuck (closing done) or
+// gone (leaving done open: see replicateLoop).
 func (r *replicator) push(ec *owlv1.EpochCopy, done chan struct{}) {
 	if ec.Result != nil {
 		// The worker may change the result later (boundary matching)
@@ -162,6 +163,13 @@ func (r *replicator) push(ec *owlv1.EpochCopy, done chan struct{}) {
 		}
 	}
 	if r.waitForRoom(q) {
+		return
+	}
+	if r.sending.Err() != nil {
+		// The member is stopping: done stays open, so that the report
+		// waiting for the copy is not acknowledged and its probe sends
+		// it again to the path's next owner.
+		r.drop(1, "the member is stopping", "path", ec.GetPath(), "epoch", ec.GetEpoch())
 		return
 	}
 	r.drop(1, "the replication queue is full and its sender stuck", "stuck_for", r.stall, "path", ec.GetPath(), "epoch", ec.GetEpoch())
@@ -325,8 +333,14 @@ func (c *Collector) replicaTargets(ec *owlv1.EpochCopy) []cluster.Member {
 }
 
 // replicateLoop sends the queued copies to their members until ctx ends.
+// A copy's done channel is closed once it is delivered, or given up
+// while the member runs (its report is then acknowledged: catch-up
+// repairs the replica); the copies still queued when the member stops,
+// or whose batch its stop cut short, keep it open, and their reports are
+// not acknowledged: a report then lives on in its probe, which sends it
+// to the path's next owner, not on this member's disk alone.
 func (c *Collector) replicateLoop(ctx context.Context) {
-	defer c.repl.stop() // copies waiting for room give up
+	defer c.repl.stop() // copies waiting for room give up, their reports unacknowledged
 	for {
 		batch, ok := c.repl.next(ctx)
 		if !ok {
@@ -336,13 +350,28 @@ func (c *Collector) replicateLoop(ctx context.Context) {
 		for i, q := range batch {
 			copies[i] = q.ec
 		}
-		c.repl.sent(c.sendCopies(ctx, copies))
-		for _, q := range batch {
-			if q.done != nil {
-				close(q.done)
-			}
+		delivered := c.sendCopies(ctx, copies)
+		if !c.repl.settle(batch, delivered, ctx.Err() != nil) {
+			return
 		}
 	}
+}
+
+// settle ends the waits of a batch sent (delivered, or given up while
+// the member runs) and says so; a batch the member's stop cut short
+// leaves them (false): its reports stay unacknowledged, for the path's
+// next owner.
+func (r *replicator) settle(batch []queuedCopy, delivered, stopping bool) bool {
+	r.sent(delivered)
+	if !delivered && stopping {
+		return false
+	}
+	for _, q := range batch {
+		if q.done != nil {
+			close(q.done)
+		}
+	}
+	return true
 }
 
 // sendCopies sends a batch of copies, grouped by member, in messages of

@@ -601,6 +601,64 @@ func TestReplicatorStallsOnFailedSends(t *testing.T) {
 	}
 }
 
+// TestReplicatorStopLeavesReportsUnacknowledged: a copy not sent because
+// the member stops keeps its report unacknowledged (its done channel
+// open), so that the probe sends the report to the path's next owner
+// instead of letting go of what only the stopping member's disk holds:
+// one that waited for room when the sender went, one queued after, and
+// a batch whose send the stop cut short. A batch given up while the
+// member runs (a member did not take it) is acknowledged, as before, and
+// so is one delivered.
+func TestReplicatorStopLeavesReportsUnacknowledged(t *testing.T) {
+	open := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return false
+		default:
+			return true
+		}
+	}
+	m := newMetrics()
+	r := newReplicator(m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for e := range replicaQueueLen {
+		r.enqueue(&owlv1.EpochCopy{Path: "p", Epoch: int64(e)})
+	}
+	waiting := make(chan (<-chan struct{}))
+	go func() { waiting <- r.enqueueWait(&owlv1.EpochCopy{Path: "p", Epoch: -1}) }()
+	time.Sleep(20 * time.Millisecond) // it waits for room
+	r.stop()
+	select {
+	case done := <-waiting:
+		if !open(done) {
+			t.Error("a copy the stop left unsent was acknowledged")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("with the sender gone, a copy still waits for room")
+	}
+	if after := r.enqueueWait(&owlv1.EpochCopy{Path: "p", Epoch: -2}); !open(after) {
+		t.Error("a copy queued after the stop was acknowledged")
+	}
+	if n := testutil.ToFloat64(m.replicaDropped); n != 2 {
+		t.Errorf("%v copies dropped, want 2", n)
+	}
+
+	for _, tc := range []struct {
+		delivered, stopping, acked bool
+	}{
+		{delivered: false, stopping: true, acked: false},
+		{delivered: false, stopping: false, acked: true},
+		{delivered: true, stopping: true, acked: true},
+		{delivered: true, stopping: false, acked: true},
+	} {
+		r := newReplicator(newMetrics(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		batch := []queuedCopy{{ec: &owlv1.EpochCopy{Path: "p"}, done: make(chan struct{})}, {ec: &owlv1.EpochCopy{Path: "p", Epoch: 1}}}
+		goOn := r.settle(batch, tc.delivered, tc.stopping)
+		if acked := !open(batch[0].done); acked != tc.acked || goOn != tc.acked {
+			t.Errorf("delivered %v, stopping %v: acknowledged %v, sender goes on %v; want %v", tc.delivered, tc.stopping, acked, goOn, tc.acked)
+		}
+	}
+}
+
 // TestChunks: copies are split into messages under the size bound, one
 // too large for it alone.
 func TestChunks(t *testing.T) {
