@@ -169,7 +169,7 @@ func (r *replicator) push(ec *owlv1.EpochCopy, done chan struct{}) {
 		// The member is stopping: done stays open, so that the report
 		// waiting for the copy is not acknowledged and its probe sends
 		// it again to the path's next owner.
-		r.drop(1, "the member is stopping", "path", ec.GetPath(), "epoch", ec.GetEpoch())
+		r.drop(1, "the member is stopping (their reports are not acknowledged)", "path", ec.GetPath(), "epoch", ec.GetEpoch())
 		return
 	}
 	r.drop(1, "the replication queue is full and its sender stuck", "stuck_for", r.stall, "path", ec.GetPath(), "epoch", ec.GetEpoch())
@@ -427,13 +427,17 @@ func chunks(copies []*owlv1.EpochCopy, maxBytes int) [][]*owlv1.EpochCopy {
 // sendChunk sends one Replicate call and says whether the member took
 // the copies; those it did not are dropped.
 func (c *Collector) sendChunk(ctx context.Context, m cluster.Member, chunk []*owlv1.EpochCopy) bool {
-	ctx, cancel := context.WithTimeout(ctx, replicaTimeout)
+	call, cancel := context.WithTimeout(ctx, replicaTimeout)
 	defer cancel()
 	conn, err := c.peers.get(m.GRPC)
 	if err == nil {
 		// A member back from a restart takes the copies as soon as the
 		// connection is up again, within replicaTimeout.
-		_, err = owlv1.NewClusterServiceClient(conn).Replicate(ctx, &owlv1.ReplicateRequest{From: c.cl.Name(), Epochs: chunk}, grpc.WaitForReady(true))
+		_, err = owlv1.NewClusterServiceClient(conn).Replicate(call, &owlv1.ReplicateRequest{From: c.cl.Name(), Epochs: chunk}, grpc.WaitForReady(true))
+	}
+	if err != nil && ctx.Err() != nil {
+		c.repl.drop(len(chunk), "the member is stopping (their reports are not acknowledged)", "member", m.Name)
+		return false
 	}
 	if err != nil {
 		c.repl.drop(len(chunk), "a member did not take them", "member", m.Name, "err", err)
