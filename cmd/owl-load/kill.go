@@ -2,27 +2,36 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
-// killPlan is -kill and -restart-after: which spawned member to kill,
-// after how many epochs sent, and how many epochs later to start it
-// again (0: never).
+// killPlan is -kill, -kill-signal and -restart-after: which spawned
+// member to kill, after how many epochs sent, with which signal, and how
+// many epochs later to start it again (0: never).
 type killPlan struct {
 	name    string // "c1" … ; "" for none
 	after   int    // epochs sent before the kill
 	restart int    // epochs sent after the kill before the restart
+	// term stops the member with SIGTERM (it leaves the cluster and
+	// closes its store) instead of SIGKILL.
+	term bool
 }
 
-// parseKill reads -kill's "NAME@K" and -restart-after for a cluster of
-// spawn members and a run of epochs epochs.
-func parseKill(s string, restart, spawn, epochs int) (killPlan, error) {
+// parseKill reads -kill's "NAME@K", -kill-signal (KILL or TERM) and
+// -restart-after for a cluster of spawn members and a run of epochs
+// epochs.
+func parseKill(s, signal string, restart, spawn, epochs int) (killPlan, error) {
+	if signal != "KILL" && signal != "TERM" {
+		return killPlan{}, fmt.Errorf("-kill-signal %q: KILL or TERM", signal)
+	}
 	if s == "" {
 		if restart != 0 {
 			return killPlan{}, fmt.Errorf("-restart-after %d without -kill", restart)
@@ -45,7 +54,7 @@ func parseKill(s string, restart, spawn, epochs int) (killPlan, error) {
 	case restart < 0 || restart > 0 && after+restart >= epochs:
 		return killPlan{}, fmt.Errorf("-restart-after %d: 1 to %d epochs after the kill, within -epochs %d", restart, epochs-after-1, epochs)
 	}
-	return killPlan{name: name, after: after, restart: restart}, nil
+	return killPlan{name: name, after: after, restart: restart, term: signal == "TERM"}, nil
 }
 
 // probeCounts are the emulated probes' counters summed.
@@ -67,6 +76,7 @@ func (l *loadRun) probeCounts() probeCounts {
 // default synopsis sizes).
 type killed struct {
 	proc      *collectorProc
+	signal    string // how: SIGKILL, SIGTERM, or SIGTERM then SIGKILL
 	at        time.Time
 	lastEpoch int64
 	mid, then probeCounts
@@ -74,8 +84,10 @@ type killed struct {
 	survivors snapshot // the other members' CPU then
 }
 
-// killMember kills member name with SIGKILL (no leaving the cluster, no closing
-// its store: as a crash or a power cut) after epoch e was sent.
+// killMember kills member name after epoch e was sent: with SIGKILL (no
+// leaving the cluster, no closing its store: as a crash or a power cut),
+// or with SIGTERM (-kill-signal TERM: as an operator stopping it), then
+// SIGKILL if it has not exited within termWait.
 func (l *loadRun) killMember(name string, e int64) error {
 	var p *collectorProc
 	for _, q := range l.procs {
@@ -87,17 +99,34 @@ func (l *loadRun) killMember(name string, e int64) error {
 		return fmt.Errorf("-kill: no collector %s", name)
 	}
 	k := &killed{proc: p, lastEpoch: e, mid: l.killMid, then: l.probeCounts()}
-	if err := p.cmd.Process.Kill(); err != nil {
+	sig := "SIGKILL"
+	if l.kill.term {
+		sig = "SIGTERM"
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stopping collector %s: %w", name, err)
+		}
+		select {
+		case <-p.exited:
+		case <-time.After(termWait):
+			sig = fmt.Sprintf("SIGTERM, then SIGKILL after %s", termWait)
+		}
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("killing collector %s: %w", name, err)
 	}
 	<-p.exited
-	k.at = time.Now()
+	k.at, k.signal = time.Now(), sig
 	l.killed.Store(k)
 	k.survivors = l.snapshot()
 	k.results = k.survivors.results
-	fmt.Fprintf(os.Stderr, "killed collector %s (SIGKILL) after epoch %d\n", name, e)
+	fmt.Fprintf(os.Stderr, "killed collector %s (%s) after epoch %d\n", name, sig, e)
 	return nil
 }
+
+// termWait is how long a member stopped with SIGTERM may take to exit:
+// it leaves the cluster (2 s at most) and stops its servers (5 s for its
+// streams to end, 2 s for its HTTP server).
+const termWait = 20 * time.Second
 
 // back is what owl-load saw when it started the killed member again.
 type back struct {
@@ -138,6 +167,7 @@ func (l *loadRun) restartMember(ctx context.Context, e int64) {
 // killSummary is what followed a -kill (and a -restart-after).
 type killSummary struct {
 	Member     string `json:"member"`
+	Signal     string `json:"signal"`      // SIGKILL, SIGTERM, or SIGTERM then SIGKILL
 	AfterEpoch int64  `json:"after_epoch"` // the last epoch sent before the kill
 	// InFlight counts the path-epochs up to AfterEpoch whose first result
 	// came after the kill, InFlightMax the longest of their latencies.
@@ -176,7 +206,7 @@ func (l *loadRun) summarizeKill(s *summary, after snapshot) *killSummary {
 	if k == nil {
 		return nil
 	}
-	ks := &killSummary{Member: k.proc.name, AfterEpoch: k.lastEpoch}
+	ks := &killSummary{Member: k.proc.name, Signal: k.signal, AfterEpoch: k.lastEpoch}
 	if n := k.then.reports - k.mid.reports; n > 0 {
 		ks.BytesPerReportBefore = float64(k.then.bytes-k.mid.bytes) / float64(n)
 		ks.RebuildsPerReportBefore = float64(k.then.rebuilds-k.mid.rebuilds) / float64(n)

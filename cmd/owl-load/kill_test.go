@@ -12,11 +12,17 @@ import (
 // after it, still inside the run; anything else is refused with the
 // reason.
 func TestParseKill(t *testing.T) {
-	if p, err := parseKill("c2@10", 5, 3, 30); err != nil || p != (killPlan{name: "c2", after: 10, restart: 5}) {
+	if p, err := parseKill("c2@10", "KILL", 5, 3, 30); err != nil || p != (killPlan{name: "c2", after: 10, restart: 5}) {
 		t.Errorf("c2@10, restart after 5: %+v, %v", p, err)
 	}
-	if p, err := parseKill("", 0, 1, 30); err != nil || p.name != "" {
+	if p, err := parseKill("c1@10", "TERM", 0, 3, 30); err != nil || p != (killPlan{name: "c1", after: 10, term: true}) {
+		t.Errorf("c1@10, SIGTERM: %+v, %v", p, err)
+	}
+	if p, err := parseKill("", "KILL", 0, 1, 30); err != nil || p.name != "" {
 		t.Errorf("no -kill: %+v, %v", p, err)
+	}
+	if _, err := parseKill("c1@10", "INT", 0, 3, 30); err == nil || !strings.Contains(err.Error(), "KILL or TERM") {
+		t.Errorf("-kill-signal INT: %v, want an error saying KILL or TERM", err)
 	}
 	for _, c := range []struct {
 		s                     string
@@ -35,7 +41,7 @@ func TestParseKill(t *testing.T) {
 		{"c1@20", 10, 3, 30, "1 to 9 epochs after"},
 		{"c1@20", -1, 3, 30, "1 to 9 epochs after"},
 	} {
-		if _, err := parseKill(c.s, c.restart, c.spawn, c.epoch); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := parseKill(c.s, "KILL", c.restart, c.spawn, c.epoch); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q, restart after %d, -spawn %d: %v, want an error saying %q", c.s, c.restart, c.spawn, err, c.want)
 		}
 	}

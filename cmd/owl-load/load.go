@@ -56,7 +56,7 @@ type loadRun struct {
 func run(ctx context.Context, cfg config, log *slog.Logger) (sum *summary, err error) {
 	p := params.Default()
 	l := &loadRun{cfg: cfg, log: log, paths: loadPaths(cfg.probes, cfg.paths), grid: p.Epoch, seed: cfg.collector}
-	if l.kill, err = parseKill(cfg.kill, cfg.restartAfter, cfg.spawn, cfg.epochs); err != nil {
+	if l.kill, err = parseKill(cfg.kill, cfg.killSignal, cfg.restartAfter, cfg.spawn, cfg.epochs); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()

@@ -35,6 +35,7 @@ type config struct {
 	writeConfig  string
 	keep         bool
 	kill         string
+	killSignal   string
 	restartAfter int
 	restartEmpty bool
 	gzip         bool
@@ -52,7 +53,7 @@ type config struct {
 // defaultConfig is two probes, 100 paths, 30 epochs in real time.
 func defaultConfig() config {
 	return config{probes: 2, paths: 100, traffic: probe.DefaultTrafficConfig(), epochs: 30, rate: 1, window: 8,
-		wait: 60 * time.Second, out: "text", logLevel: "warn"}
+		wait: 60 * time.Second, out: "text", logLevel: "warn", killSignal: "KILL"}
 }
 
 // bind binds the flags to c.
@@ -63,6 +64,7 @@ func bind(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.writeConfig, "write-config", c.writeConfig, "write a collector configuration (YAML) with the generated paths to this file and exit")
 	fs.BoolVar(&c.keep, "keep", c.keep, "with -spawn: keep the collectors' data directories and logs (their directory is printed)")
 	fs.StringVar(&c.kill, "kill", c.kill, "with -spawn 2 or more: kill member NAME (c1, c2, …) with SIGKILL once K epochs are sent (NAME@K, as c1@20); the others take its paths over, and the summary tells how the results after it fared")
+	fs.StringVar(&c.killSignal, "kill-signal", c.killSignal, "with -kill: KILL (a crash: the member neither leaves the cluster nor closes its store) or TERM (an operator's stop: it leaves, then stops; SIGKILL after 20 s)")
 	fs.IntVar(&c.restartAfter, "restart-after", c.restartAfter, "with -kill: start the killed member again, on its data directory and gossip address, once this many more epochs are sent (0: never)")
 	fs.BoolVar(&c.restartEmpty, "restart-empty", c.restartEmpty, "with -restart-after: the member comes back with an empty data directory, as a new machine in its place would")
 	fs.IntVar(&c.probes, "probes", c.probes, "emulated probes (at least 2)")
@@ -116,7 +118,7 @@ func (c config) validate() error {
 	if c.restartEmpty && c.restartAfter == 0 {
 		return errors.New("-restart-empty without -restart-after")
 	}
-	_, err := parseKill(c.kill, c.restartAfter, c.spawn, c.epochs)
+	_, err := parseKill(c.kill, c.killSignal, c.restartAfter, c.spawn, c.epochs)
 	return err
 }
 

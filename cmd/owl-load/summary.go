@@ -328,8 +328,8 @@ func (s *summary) print(w io.Writer, format string) error {
 		line("collectors", "CPU %.2f s together (%.3f ms per path-epoch; second half %.3f)", cpu, perPE, half)
 	}
 	if k := s.Kill; k != nil {
-		line("kill", "%s killed after epoch %d: %d path-epochs in flight then, answered within %s; before it: reports of %s, %.3f rebuilds each",
-			k.Member, k.AfterEpoch, k.InFlight, secs(k.InFlightMax), bytesText(k.BytesPerReportBefore), k.RebuildsPerReportBefore)
+		line("kill", "%s killed (%s) after epoch %d: %d path-epochs in flight then, answered within %s; before it: reports of %s, %.3f rebuilds each",
+			k.Member, k.Signal, k.AfterEpoch, k.InFlight, secs(k.InFlightMax), bytesText(k.BytesPerReportBefore), k.RebuildsPerReportBefore)
 		w := k.After
 		line("", "epochs %d on: latency p50 %s, p99 %s, max %s; reports of %s, %.3f rebuilds each",
 			w.FromEpoch, secs(w.LatencyP50), secs(w.LatencyP99), secs(w.LatencyMax), bytesText(w.BytesPerReport), w.RebuildsPerReport)
