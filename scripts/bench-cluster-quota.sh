@@ -12,14 +12,17 @@
 # per path-epoch (all members together), the CPU they used over what
 # their caps allow, and the results found exact. owl-load itself runs
 # outside the cgroups: on two cores keep 3×QUOTA + its share (about 0.3
-# ms of CPU a path-epoch) under 2.
+# ms of CPU a path-epoch) under 2. MEMBERS (default "1 2 3") picks the
+# cluster sizes, and EXTRA adds owl-load flags to each run, as
+# MEMBERS=3 EXTRA="-kill c1@15 -kill-signal TERM" for a member stopped
+# under load (the ratio column is then over the first size run).
 #   usage: scripts/bench-cluster-quota.sh BIN [QUOTA] [PER_MEMBER] [EPOCHS]
 # BIN is a directory holding collector and owl-load (go build -o DIR/
 # ./cmd/collector ./cmd/owl-load). Needs root and the cgroup cpu
 # controller (v1 at /sys/fs/cgroup/cpu, or v2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,22p' "$0"; exit 2; }
 bin=$(cd "$1" && pwd) quota=${2:-0.4} per=${3:-300} epochs=${4:-50}
 if [ -w /sys/fs/cgroup/cpu ] && [ -e /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
   root=/sys/fs/cgroup/cpu v=1
@@ -62,10 +65,11 @@ chmod +x "$dir/collector"
 echo "| members | CPU cap | paths | path-epochs/s | over 1 member | ms per path-epoch | CPU used of cap | exact |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 base=
-for n in 1 2 3; do
+for n in ${MEMBERS:-1 2 3}; do
   paths=$((per * n))
+  # shellcheck disable=SC2086 # EXTRA is words of flags
   "$bin/owl-load" -spawn "$n" -collector-bin "$dir/collector" -paths "$paths" -epochs "$epochs" -rate 0 \
-    -log-level error -out json >"$dir/load-$n.json" 2>"$dir/load-$n.err" || true
+    ${EXTRA:-} -log-level error -out json >"$dir/load-$n.json" 2>"$dir/load-$n.err" || true
   row=$(python3 - "$dir/load-$n.json" "$n" "$quota" "$paths" "${base:-0}" <<'PY'
 import json, sys
 try:
