@@ -155,29 +155,7 @@ func SortDelays(delays []int64, ids, flows []uint64) {
 	for i, d := range delays {
 		ps[i] |= (uint64(d) - uint64(lo)) << ib
 	}
-	span := bits.Len64(top)
-	passes := (span + radixBits - 1) / radixBits
-	digit := 0 // bits a pass: as few as the passes allow
-	if passes > 0 {
-		digit = (span + passes - 1) / passes
-	}
-	dm := uint64(1)<<digit - 1
-	for shift := ib; shift < ib+span; shift += digit {
-		at := scratch.at[:dm+2]
-		clear(at)
-		for _, p := range ps {
-			at[(p>>shift)&dm+1]++
-		}
-		for i := 1; i < len(at); i++ {
-			at[i] += at[i-1]
-		}
-		for _, p := range ps {
-			b := (p >> shift) & dm
-			tmp[at[b]] = p
-			at[b]++
-		}
-		ps, tmp = tmp, ps
-	}
+	ps = radixSort(ps, tmp, ib, bits.Len64(top), &scratch.at)
 	mask := uint64(1)<<ib - 1
 	for i := 0; i < n; {
 		j := i + 1
@@ -197,6 +175,36 @@ func SortDelays(delays []int64, ids, flows []uint64) {
 			flows[k] = fl[i]
 		}
 	}
+}
+
+// radixSort sorts words by their bits from low to low+span (ps, with tmp
+// of the same length for the passes), in as few passes of up to
+// radixBits bits as it takes, the bits shared evenly among them, and
+// returns the one of ps and tmp that holds the sorted words.
+func radixSort(ps, tmp []uint64, low, span int, at *[1<<radixBits + 1]int) []uint64 {
+	passes := (span + radixBits - 1) / radixBits
+	digit := 0 // bits a pass: as few as the passes allow
+	if passes > 0 {
+		digit = (span + passes - 1) / passes
+	}
+	dm := uint64(1)<<digit - 1
+	for shift := low; shift < low+span; shift += digit {
+		count := at[:dm+2]
+		clear(count)
+		for _, p := range ps {
+			count[(p>>shift)&dm+1]++
+		}
+		for i := 1; i < len(count); i++ {
+			count[i] += count[i-1]
+		}
+		for _, p := range ps {
+			b := (p >> shift) & dm
+			tmp[count[b]] = p
+			count[b]++
+		}
+		ps, tmp = tmp, ps
+	}
+	return ps
 }
 
 // radixBits is the most bits SortDelays sorts by in one pass.
