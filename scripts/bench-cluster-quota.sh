@@ -15,7 +15,7 @@
 # ms of CPU a path-epoch) under 2. MEMBERS (default "1 2 3") picks the
 # cluster sizes, and EXTRA adds owl-load flags to each run, as
 # MEMBERS=3 EXTRA="-kill c1@15 -kill-signal TERM" for a member stopped
-# under load (the ratio column is then over the first size run).
+# under load (the ratio is then over the first size MEMBERS names).
 #   usage: scripts/bench-cluster-quota.sh BIN [QUOTA] [PER_MEMBER] [EPOCHS]
 # BIN is a directory holding collector and owl-load (go build -o DIR/
 # ./cmd/collector ./cmd/owl-load). Needs root and the cgroup cpu
